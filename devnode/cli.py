@@ -1,0 +1,42 @@
+"""`reminders cassandra start | stop | status`: the local development node."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from devnode.node import CASSANDRA_VERSION, NodeError, NodeSettings, start, status, stop
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "cassandra", help=f"run a local Cassandra {CASSANDRA_VERSION} node for development"
+    )
+    parser.add_argument("action", choices=("start", "stop", "status"))
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = NodeSettings.from_env()
+    try:
+        if args.action == "start":
+            pid, started = start(settings)
+            verb = "started" if started else "already running"
+            print(
+                f"cassandra {CASSANDRA_VERSION} {verb}: pid {pid}, "
+                f"CQL on {settings.host}:{settings.native_port}, home {settings.home}"
+            )
+            return 0
+        if args.action == "stop":
+            print("stopped" if stop(settings) else "not running")
+            return 0
+        node = status(settings)
+        rss = f"{node.rss_bytes / 2**20:.0f} MiB" if node.rss_bytes else "-"
+        print(
+            f"cassandra {node.version}: {'running' if node.running else 'stopped'}"
+            f" pid={node.pid or '-'} cql_ready={node.cql_ready} rss={rss}"
+        )
+        return 0 if node.running else 3
+    except NodeError as error:
+        print(f"reminders cassandra {args.action}: {error}", file=sys.stderr)
+        return 1

@@ -1,0 +1,1 @@
+"""Reminders service: the gRPC API, its domain and its Cassandra storage."""

@@ -1,0 +1,41 @@
+"""The `reminders` command: one entry point, one subcommand module per concern.
+
+Each subcommand module exposes ``register(subparsers)``, which adds its parser and sets
+``handler`` (a callable taking the parsed namespace and returning an exit code).
+Configuration is read from the environment inside handlers, never at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from devnode import cli as devnode_cli
+from reminders_svc.schedule import preview_cli
+from reminders_svc.storage import migrate_cli
+
+Handler = Callable[[argparse.Namespace], int]
+
+_SUBCOMMANDS = (devnode_cli, migrate_cli, preview_cli)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reminders",
+        description="Reminders service: API, dispatcher, schema and development tools.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in _SUBCOMMANDS:
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

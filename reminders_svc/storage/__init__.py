@@ -1,0 +1,1 @@
+"""Cassandra storage: connection, schema migrations, and (later) the repositories."""

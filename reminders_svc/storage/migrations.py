@@ -1,0 +1,240 @@
+"""Versioned CQL schema files applied once each, safely from many pods at once.
+
+Rules:
+- Files are ``cql/NNNN_name.cql``; NNNN orders them. A file is immutable once applied:
+  its checksum is recorded and a changed file is an error, never silently re-applied.
+- Every statement in a file is idempotent (``IF NOT EXISTS``), so a file interrupted
+  half way is safely re-run whole.
+- One migrator at a time holds a lock row taken by LWT with a TTL (so a crashed pod
+  cannot hold it forever); the others wait, then find nothing left to do.
+- The two bookkeeping tables are created with fixed table ids, so concurrent
+  ``CREATE TABLE IF NOT EXISTS`` from several pods converge on one schema.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from cassandra import ConsistencyLevel, DriverException
+from cassandra.cluster import Session
+from cassandra.protocol import ErrorMessage
+from cassandra.query import SimpleStatement
+
+from reminders_svc.config import CassandraSettings
+
+_FILE_PATTERN = re.compile(r"^(\d{4})_([a-z0-9_]+)\.cql$")
+_LOCK_NAME = "migrate"
+_LOCK_TTL_S = 300
+# Namespace for deterministic table ids (uuid5 of keyspace.table).
+_TABLE_ID_NAMESPACE = uuid.UUID("6f1e4c1a-8a55-4f43-9a53-1f8c1b6e2d10")
+
+
+class MigrationError(RuntimeError):
+    """The schema files or the recorded history are inconsistent, or the lock was lost."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    checksum: str
+    statements: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.version:04d}_{self.name}"
+
+
+@dataclass(frozen=True)
+class MigrationReport:
+    applied: tuple[str, ...] = ()
+    already_applied: tuple[str, ...] = ()
+    waited_for_lock_s: float = field(default=0.0, compare=False)
+
+
+def default_cql_dir() -> Path:
+    """REMINDERS_CQL_DIR, else the files packaged in the wheel, else the repo's cql/."""
+    override = os.environ.get("REMINDERS_CQL_DIR")
+    if override:
+        return Path(override)
+    packaged = resources.files("reminders_svc").joinpath("_cql")
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parents[2] / "cql"
+
+
+def split_statements(text: str) -> tuple[str, ...]:
+    """Split CQL text on ';' outside quotes, dropping `--` and `//` line comments."""
+    statements: list[str] = []
+    current: list[str] = []
+    quote: str | None = None
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if quote is None and text.startswith(("--", "//"), i):
+            newline = text.find("\n", i)
+            i = len(text) if newline == -1 else newline
+            continue
+        if char in "'\"":
+            quote = None if quote == char else (char if quote is None else quote)
+        if char == ";" and quote is None:
+            statements.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+        i += 1
+    statements.append("".join(current))
+    return tuple(" ".join(s.split()) for s in statements if s.strip())
+
+
+def load_migrations(directory: Path) -> tuple[Migration, ...]:
+    migrations: list[Migration] = []
+    for path in sorted(directory.glob("*.cql")):
+        match = _FILE_PATTERN.match(path.name)
+        if match is None:
+            raise MigrationError(f"{path.name}: schema files are named NNNN_lowercase_name.cql")
+        raw = path.read_bytes()
+        migrations.append(
+            Migration(
+                version=int(match.group(1)),
+                name=match.group(2),
+                checksum=hashlib.sha256(raw).hexdigest(),
+                statements=split_statements(raw.decode()),
+            )
+        )
+    versions = [m.version for m in migrations]
+    if len(set(versions)) != len(versions):
+        raise MigrationError(f"two schema files share a version number in {directory}")
+    if not migrations:
+        raise MigrationError(f"no schema files in {directory}")
+    return tuple(migrations)
+
+
+def _table_id(keyspace: str, table: str) -> uuid.UUID:
+    return uuid.uuid5(_TABLE_ID_NAMESPACE, f"{keyspace}.{table}")
+
+
+def _bootstrap(session: Session, settings: CassandraSettings) -> None:
+    ks = settings.keyspace
+    session.execute(
+        f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {settings.replication.cql()}"
+    )
+    session.execute(
+        f"CREATE TABLE IF NOT EXISTS {ks}.schema_migrations ("
+        " version int PRIMARY KEY, name text, checksum text, applied_at timestamp,"
+        f" applied_by text) WITH ID = {_table_id(ks, 'schema_migrations')}"
+    )
+    session.execute(
+        f"CREATE TABLE IF NOT EXISTS {ks}.schema_migration_lock ("
+        " name text PRIMARY KEY, owner text, acquired_at timestamp)"
+        f" WITH ID = {_table_id(ks, 'schema_migration_lock')}"
+    )
+
+
+class _Lock:
+    def __init__(self, session: Session, keyspace: str, owner: str) -> None:
+        self._session = session
+        self._ks = keyspace
+        self.owner = owner
+
+    def acquire(self, timeout_s: float) -> float:
+        started = time.monotonic()
+        while True:
+            row = self._session.execute(
+                f"INSERT INTO {self._ks}.schema_migration_lock (name, owner, acquired_at)"
+                " VALUES (%s, %s, toTimestamp(now())) IF NOT EXISTS USING TTL %s",
+                (_LOCK_NAME, self.owner, _LOCK_TTL_S),
+            ).one()
+            if row.applied:
+                return time.monotonic() - started
+            if time.monotonic() - started > timeout_s:
+                raise MigrationError(
+                    f"another migrator ({row.owner}) has held the schema lock for over "
+                    f"{timeout_s:.0f}s; it expires by itself {_LOCK_TTL_S}s after it was taken"
+                )
+            time.sleep(0.5)
+
+    def renew(self) -> None:
+        row = self._session.execute(
+            f"UPDATE {self._ks}.schema_migration_lock USING TTL %s SET owner = %s"
+            " WHERE name = %s IF owner = %s",
+            (_LOCK_TTL_S, self.owner, _LOCK_NAME, self.owner),
+        ).one()
+        if not row.applied:
+            raise MigrationError("lost the schema lock (it expired); run migrate again")
+
+    def release(self) -> None:
+        self._session.execute(
+            f"DELETE FROM {self._ks}.schema_migration_lock WHERE name = %s IF owner = %s",
+            (_LOCK_NAME, self.owner),
+        )
+
+
+def _recorded(session: Session, keyspace: str) -> dict[int, tuple[str, str]]:
+    statement = SimpleStatement(
+        f"SELECT version, name, checksum FROM {keyspace}.schema_migrations",
+        consistency_level=ConsistencyLevel.SERIAL,
+    )
+    return {row.version: (row.name, row.checksum) for row in session.execute(statement)}
+
+
+def migrate(
+    session: Session,
+    settings: CassandraSettings,
+    migrations: Sequence[Migration],
+    *,
+    owner: str | None = None,
+    lock_timeout_s: float = 600.0,
+) -> MigrationReport:
+    """Apply the migrations not yet recorded, in order, under the schema lock."""
+    owner = owner or f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    _bootstrap(session, settings)
+    lock = _Lock(session, settings.keyspace, owner)
+    waited = lock.acquire(lock_timeout_s)
+    applied: list[str] = []
+    already: list[str] = []
+    try:
+        recorded = _recorded(session, settings.keyspace)
+        known = {m.version for m in migrations}
+        unknown = sorted(set(recorded) - known)
+        if unknown:
+            raise MigrationError(
+                f"the database has schema versions {unknown} that this release does not know: "
+                "is an older release migrating a newer schema?"
+            )
+        session.set_keyspace(settings.keyspace)
+        for migration in migrations:
+            if migration.version in recorded:
+                name, checksum = recorded[migration.version]
+                if checksum != migration.checksum:
+                    raise MigrationError(
+                        f"{migration.label}.cql changed after it was applied (as {name}); "
+                        "applied files are immutable: add a new file instead"
+                    )
+                already.append(migration.label)
+                continue
+            lock.renew()
+            for number, statement in enumerate(migration.statements, start=1):
+                try:
+                    session.execute(statement, timeout=120)
+                except (DriverException, ErrorMessage) as error:
+                    raise MigrationError(
+                        f"{migration.label}.cql, statement {number} ({statement[:60]}...): {error}"
+                    ) from error
+            session.execute(
+                "INSERT INTO schema_migrations (version, name, checksum, applied_at, applied_by)"
+                " VALUES (%s, %s, %s, toTimestamp(now()), %s) IF NOT EXISTS",
+                (migration.version, migration.name, migration.checksum, owner),
+            )
+            applied.append(migration.label)
+    finally:
+        lock.release()
+    return MigrationReport(tuple(applied), tuple(already), waited)

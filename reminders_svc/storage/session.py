@@ -1,0 +1,93 @@
+"""One place that turns `CassandraSettings` into a connected driver session.
+
+The default execution profile carries the read/write consistency and the serial
+consistency for LWTs, so callers never pass consistency levels by hand.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+from cassandra import ConsistencyLevel
+from cassandra.auth import PlainTextAuthProvider
+from cassandra.cluster import (
+    EXEC_PROFILE_DEFAULT,
+    Cluster,
+    ExecutionProfile,
+    NoHostAvailable,
+    Session,
+)
+from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+
+from reminders_svc.config import CassandraSettings
+
+
+class StorageUnavailable(RuntimeError):
+    """Cassandra cannot be reached; the message names the contact points tried."""
+
+
+@dataclass
+class CassandraConnection:
+    cluster: Cluster
+    session: Session
+    settings: CassandraSettings
+
+    def close(self) -> None:
+        self.cluster.shutdown()
+
+    def __enter__(self) -> CassandraConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _ssl_context(settings: CassandraSettings) -> ssl.SSLContext | None:
+    if settings.tls is None:
+        return None
+    context = ssl.create_default_context(cafile=settings.tls.ca_file)
+    context.check_hostname = settings.tls.check_hostname
+    if settings.tls.cert_file:
+        context.load_cert_chain(settings.tls.cert_file, settings.tls.key_file)
+    return context
+
+
+def execution_profile(settings: CassandraSettings) -> ExecutionProfile:
+    return ExecutionProfile(
+        load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=settings.local_dc)),
+        consistency_level=ConsistencyLevel.name_to_value[settings.consistency],
+        serial_consistency_level=ConsistencyLevel.name_to_value[settings.serial_consistency],
+        request_timeout=settings.request_timeout_s,
+    )
+
+
+def connect(settings: CassandraSettings, *, keyspace: str | None = None) -> CassandraConnection:
+    """Connect; `keyspace=None` uses the configured one, `keyspace=""` none (for migrations)."""
+    options: dict[str, Any] = {}
+    if settings.username is not None:
+        password = settings.password.value if settings.password else ""
+        options["auth_provider"] = PlainTextAuthProvider(settings.username, password)
+    cluster = Cluster(
+        list(settings.contact_points),
+        port=settings.port,
+        protocol_version=5,
+        execution_profiles={EXEC_PROFILE_DEFAULT: execution_profile(settings)},
+        connect_timeout=settings.connect_timeout_s,
+        control_connection_timeout=settings.connect_timeout_s,
+        ssl_context=_ssl_context(settings),
+        **options,
+    )
+    chosen = settings.keyspace if keyspace is None else keyspace
+    try:
+        session = cluster.connect(chosen or None)
+    except NoHostAvailable as error:
+        cluster.shutdown()
+        where = ", ".join(f"{host}:{settings.port}" for host in settings.contact_points)
+        reasons = "; ".join(f"{host}: {reason}" for host, reason in error.errors.items())
+        raise StorageUnavailable(
+            f"cannot reach Cassandra at {where} ({reasons or error}). Is the node running? "
+            "Locally: `reminders cassandra start`."
+        ) from error
+    return CassandraConnection(cluster=cluster, session=session, settings=settings)

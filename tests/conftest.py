@@ -1,0 +1,79 @@
+"""Shared fixtures: a real Cassandra for every test that needs one.
+
+Where the node comes from:
+- default: the local node (`reminders cassandra start`, which `make test` runs first),
+  reached with the REMINDERS_CASSANDRA_* settings;
+- REMINDERS_CASSANDRA=docker: testcontainers' CassandraContainer, for machines with a
+  Docker engine.
+A test that needs Cassandra skips with a hint when none answers, except in CI
+(CI=true), where it fails: CI must never pass by skipping.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
+from reminders_svc.storage.session import CassandraConnection, StorageUnavailable, connect
+
+DOCKER_IMAGE = "cassandra:5.0.9"
+
+
+def _docker_settings() -> Iterator[CassandraSettings]:
+    from testcontainers.cassandra import CassandraContainer
+
+    with CassandraContainer(DOCKER_IMAGE) as container:
+        yield dataclasses.replace(
+            CassandraSettings.from_env(),
+            contact_points=(container.get_container_host_ip(),),
+            port=int(container.get_exposed_port(9042)),
+            local_dc=container.get_local_datacenter(),
+        )
+
+
+@pytest.fixture(scope="session")
+def cassandra_settings() -> Iterator[CassandraSettings]:
+    """Settings of a Cassandra that answers; the keyspace is not created here."""
+    if os.environ.get("REMINDERS_CASSANDRA") == "docker":
+        yield from _docker_settings()
+        return
+    settings = CassandraSettings.from_env()
+    try:
+        connect(settings, keyspace="").close()
+    except StorageUnavailable as error:
+        message = f"{error}\n(`make test` starts the local node; or `reminders cassandra start`)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    yield settings  # noqa: PT022  (a generator: the docker branch above has a teardown)
+
+
+@pytest.fixture
+def fresh_keyspace(cassandra_settings: CassandraSettings) -> Iterator[CassandraSettings]:
+    """Settings naming a keyspace that does not exist yet; dropped afterwards."""
+    settings = dataclasses.replace(cassandra_settings, keyspace=f"t_{uuid.uuid4().hex[:12]}")
+    yield settings
+    with connect(settings, keyspace="") as connection:
+        connection.session.execute(f"DROP KEYSPACE IF EXISTS {settings.keyspace}", timeout=60)
+
+
+@pytest.fixture(scope="session")
+def migrated_settings(cassandra_settings: CassandraSettings) -> Iterator[CassandraSettings]:
+    """One migrated keyspace for the whole session, for tests of the service itself."""
+    settings = dataclasses.replace(cassandra_settings, keyspace=f"suite_{uuid.uuid4().hex[:8]}")
+    with connect(settings, keyspace="") as connection:
+        migrate(connection.session, settings, load_migrations(default_cql_dir()))
+        yield settings
+        connection.session.execute(f"DROP KEYSPACE IF EXISTS {settings.keyspace}", timeout=60)
+
+
+@pytest.fixture
+def cassandra(migrated_settings: CassandraSettings) -> Iterator[CassandraConnection]:
+    with connect(migrated_settings) as connection:
+        yield connection

@@ -1,0 +1,69 @@
+"""Lightweight transactions round-trip on the real node (Paxos v2), as the design relies on."""
+
+from __future__ import annotations
+
+import uuid
+
+from cassandra import ConsistencyLevel
+from cassandra.query import SimpleStatement
+
+from reminders_svc.storage.session import CassandraConnection
+
+
+def test_insert_if_not_exists_applies_once_and_reports_the_existing_row(
+    cassandra: CassandraConnection,
+) -> None:
+    session = cassandra.session
+    user, reminder = f"u-{uuid.uuid4()}", uuid.uuid4()
+    insert = (
+        "INSERT INTO reminders (user_id, reminder_id, status, version) VALUES (%s, %s, %s, %s)"
+        " IF NOT EXISTS"
+    )
+
+    first = session.execute(insert, (user, reminder, "pending", 1)).one()
+    second = session.execute(insert, (user, reminder, "paused", 7)).one()
+
+    assert first.applied is True
+    assert second.applied is False
+    assert (second.status, second.version) == ("pending", 1)
+
+
+def test_conditional_update_applies_only_when_the_condition_holds(
+    cassandra: CassandraConnection,
+) -> None:
+    session = cassandra.session
+    user, reminder = f"u-{uuid.uuid4()}", uuid.uuid4()
+    session.execute(
+        "INSERT INTO reminders (user_id, reminder_id, status, version)"
+        " VALUES (%s, %s, 'pending', 1) IF NOT EXISTS",
+        (user, reminder),
+    )
+    claim = (
+        "UPDATE reminders SET status = 'sending', claim_token = %s"
+        " WHERE user_id = %s AND reminder_id = %s IF status = 'pending' AND version = %s"
+    )
+
+    stale = session.execute(claim, (uuid.uuid4(), user, reminder, 2)).one()
+    token = uuid.uuid4()
+    won = session.execute(claim, (token, user, reminder, 1)).one()
+    lost = session.execute(claim, (uuid.uuid4(), user, reminder, 1)).one()
+
+    assert (stale.applied, stale.status, stale.version) == (False, "pending", 1)
+    assert won.applied is True
+    assert (lost.applied, lost.status) == (False, "sending")
+    row = session.execute(
+        SimpleStatement(
+            "SELECT status, claim_token FROM reminders WHERE user_id = %s AND reminder_id = %s",
+            consistency_level=ConsistencyLevel.SERIAL,
+        ),
+        (user, reminder),
+    ).one()
+    assert (row.status, row.claim_token) == ("sending", token)
+
+
+def test_the_default_profile_uses_the_configured_consistency(
+    cassandra: CassandraConnection,
+) -> None:
+    profile = cassandra.cluster.profile_manager.default
+    assert profile.consistency_level == ConsistencyLevel.LOCAL_QUORUM
+    assert profile.serial_consistency_level == ConsistencyLevel.SERIAL

@@ -1,0 +1,171 @@
+"""Schema migrations on the real node: idempotent, concurrent-safe, immutable files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.migrations import (
+    MigrationError,
+    default_cql_dir,
+    load_migrations,
+    migrate,
+    split_statements,
+)
+from reminders_svc.storage.session import connect
+from tests.platform.helpers import REMINDERS, free_port, run_cli
+
+EXPECTED_TABLES = {
+    "reminders",
+    "due_buckets",
+    "part_counts",
+    "dispatch_parts",
+    "create_requests",
+    "deliveries",
+    "schema_migrations",
+    "schema_migration_lock",
+}
+
+
+def _schema(settings: CassandraSettings) -> list[tuple[object, ...]]:
+    with connect(settings, keyspace="") as connection:
+        session = connection.session
+        ks = settings.keyspace
+        tables = session.execute(
+            "SELECT table_name, id, compaction, gc_grace_seconds, default_time_to_live"
+            " FROM system_schema.tables WHERE keyspace_name = %s",
+            (ks,),
+        )
+        columns = session.execute(
+            "SELECT table_name, column_name, kind, type FROM system_schema.columns"
+            " WHERE keyspace_name = %s",
+            (ks,),
+        )
+        rows = [tuple(r) for r in tables] + [tuple(r) for r in columns]
+    return sorted(rows, key=repr)
+
+
+def _history(settings: CassandraSettings) -> dict[int, str]:
+    with connect(settings) as connection:
+        rows = connection.session.execute("SELECT version, applied_by FROM schema_migrations")
+        return {row.version: row.applied_by for row in rows}
+
+
+def test_migrate_creates_every_table_and_a_second_run_changes_nothing(
+    fresh_keyspace: CassandraSettings,
+) -> None:
+    migrations = load_migrations(default_cql_dir())
+    with connect(fresh_keyspace, keyspace="") as connection:
+        first = migrate(connection.session, fresh_keyspace, migrations)
+    schema_after_first = _schema(fresh_keyspace)
+    with connect(fresh_keyspace, keyspace="") as connection:
+        second = migrate(connection.session, fresh_keyspace, migrations)
+
+    assert first.applied == tuple(m.label for m in migrations)
+    assert second.applied == ()
+    assert second.already_applied == first.applied
+    assert {row[0] for row in schema_after_first} >= EXPECTED_TABLES
+    assert _schema(fresh_keyspace) == schema_after_first
+
+
+def test_two_migrate_commands_started_at_once_both_succeed_and_apply_each_file_once(
+    fresh_keyspace: CassandraSettings,
+) -> None:
+    env = {"REMINDERS_CASSANDRA_KEYSPACE": fresh_keyspace.keyspace}
+    processes = [
+        subprocess.Popen(
+            [REMINDERS, "migrate"],
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [process.communicate(timeout=240) for process in processes]
+
+    assert [p.returncode for p in processes] == [0, 0], outputs
+    labels = [m.label for m in load_migrations(default_cql_dir())]
+    applied_by_each = [
+        [line.removeprefix("applied ") for line in out.splitlines() if line.startswith("applied ")]
+        for out, _ in outputs
+    ]
+    assert sorted(applied_by_each[0] + applied_by_each[1]) == sorted(labels)
+    assert sorted(_history(fresh_keyspace)) == [int(label[:4]) for label in labels]
+
+
+def test_a_new_file_is_applied_and_a_changed_applied_file_is_refused(
+    fresh_keyspace: CassandraSettings, tmp_path: Path
+) -> None:
+    cql = tmp_path / "cql"
+    shutil.copytree(default_cql_dir(), cql)
+    with connect(fresh_keyspace, keyspace="") as connection:
+        migrate(connection.session, fresh_keyspace, load_migrations(cql))
+        (cql / "9001_extra.cql").write_text(
+            "-- a later issue's table\n"
+            "CREATE TABLE IF NOT EXISTS extra (k int PRIMARY KEY, v text);"
+        )
+        report = migrate(connection.session, fresh_keyspace, load_migrations(cql))
+        assert report.applied == ("9001_extra",)
+
+        (cql / "9001_extra.cql").write_text(
+            "CREATE TABLE IF NOT EXISTS extra2 (k int PRIMARY KEY);"
+        )
+        with pytest.raises(MigrationError, match=r"9001_extra\.cql changed after it was applied"):
+            migrate(connection.session, fresh_keyspace, load_migrations(cql))
+
+
+def test_a_failing_file_is_not_recorded_and_applies_once_fixed(
+    fresh_keyspace: CassandraSettings, tmp_path: Path
+) -> None:
+    cql = tmp_path / "cql"
+    shutil.copytree(default_cql_dir(), cql)
+    (cql / "9002_broken.cql").write_text(
+        "CREATE TABLE IF NOT EXISTS half (k int PRIMARY KEY);\nCREATE TABLE oops (;"
+    )
+    with connect(fresh_keyspace, keyspace="") as connection:
+        with pytest.raises(
+            MigrationError, match=r"9002_broken.cql, statement 2 \(CREATE TABLE oops"
+        ):
+            migrate(connection.session, fresh_keyspace, load_migrations(cql))
+        assert 9002 not in _history(fresh_keyspace)
+
+        (cql / "9002_broken.cql").write_text(
+            "CREATE TABLE IF NOT EXISTS half (k int PRIMARY KEY);\n"
+            "CREATE TABLE IF NOT EXISTS whole (k int PRIMARY KEY);"
+        )
+        report = migrate(connection.session, fresh_keyspace, load_migrations(cql))
+    assert report.applied == ("9002_broken",)
+
+
+def test_migrate_command_reports_an_unreachable_cluster_clearly() -> None:
+    port = free_port()
+    result = run_cli("migrate", env={"REMINDERS_CASSANDRA_PORT": str(port)}, timeout=60)
+
+    assert result.returncode == 1
+    assert f"cannot reach Cassandra at 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_split_statements_keeps_quoted_semicolons_and_drops_comments() -> None:
+    text = (
+        "-- header; with a semicolon\n"
+        "CREATE TABLE a (k int PRIMARY KEY) WITH comment = 'x; y';\n"
+        "// another comment\n"
+        "INSERT INTO a (k) VALUES (1);\n\n"
+    )
+    assert split_statements(text) == (
+        "CREATE TABLE a (k int PRIMARY KEY) WITH comment = 'x; y'",
+        "INSERT INTO a (k) VALUES (1)",
+    )
+
+
+def test_schema_file_names_are_checked(tmp_path: Path) -> None:
+    (tmp_path / "1_Initial.cql").write_text("SELECT 1;")
+    with pytest.raises(MigrationError, match=r"NNNN_lowercase_name\.cql"):
+        load_migrations(tmp_path)
