@@ -1,0 +1,187 @@
+"""Who is calling: bearer JWTs checked against configured keys (DESIGN.md invariant 10).
+
+Two credentials, each with its own key and audience, so a leaked user key can never
+mint an admin token:
+- users: `REMINDERS_JWT_SECRET` (HS256) or `REMINDERS_JWT_PUBLIC_KEY_FILE` (RS256),
+  audience `REMINDERS_JWT_AUDIENCE` (default "reminders"); the user is the `sub`;
+- operators: `REMINDERS_ADMIN_JWT_SECRET` or `REMINDERS_ADMIN_JWT_PUBLIC_KEY_FILE`,
+  audience "reminders-admin".
+With neither configured, development secrets are used, and only when REMINDERS_ENV=dev:
+anywhere else the service refuses to start rather than accept forgeable tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import jwt
+
+from reminders_svc.config import ConfigError, Secret
+from reminders_svc.domain.errors import PermissionDenied, Unauthenticated
+
+Algorithm = Literal["HS256", "RS256"]
+Metadata = Sequence[tuple[str, str | bytes]]
+
+USER_AUDIENCE = "reminders"
+ADMIN_AUDIENCE = "reminders-admin"
+# Known to everyone who reads this file: accepted only when REMINDERS_ENV=dev.
+DEV_USER_SECRET = "dev-only-reminders-user-secret-not-for-production"  # noqa: S105
+DEV_ADMIN_SECRET = "dev-only-reminders-admin-secret-not-for-production"  # noqa: S105
+# Tolerated clock difference between the token's issuer and this server.
+DEFAULT_LEEWAY_S = 30.0
+
+
+@dataclass(frozen=True)
+class TokenKey:
+    """One credential's verification key: an HS256 secret or an RS256 public key (PEM)."""
+
+    algorithm: Algorithm
+    key: Secret
+    audience: str
+    is_development: bool = False
+
+    def can_sign(self) -> bool:
+        # Only a shared secret signs; an RS256 public key verifies tokens minted elsewhere.
+        return self.algorithm == "HS256"
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    user: TokenKey
+    admin: TokenKey
+    leeway_s: float = DEFAULT_LEEWAY_S
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> AuthSettings:
+        env = os.environ if environ is None else environ
+        dev = env.get("REMINDERS_ENV", "") == "dev"
+        user = _token_key(
+            env,
+            prefix="REMINDERS_JWT_",
+            audience=env.get("REMINDERS_JWT_AUDIENCE") or USER_AUDIENCE,
+            dev_secret=DEV_USER_SECRET if dev else None,
+        )
+        admin = _token_key(
+            env,
+            prefix="REMINDERS_ADMIN_JWT_",
+            audience=ADMIN_AUDIENCE,
+            dev_secret=DEV_ADMIN_SECRET if dev else None,
+        )
+        if user.key.value == admin.key.value:
+            raise ConfigError(
+                "REMINDERS_ADMIN_JWT_* must differ from REMINDERS_JWT_*: "
+                "a user key must not be able to mint admin tokens"
+            )
+        if user.audience == admin.audience:
+            raise ConfigError(f"REMINDERS_JWT_AUDIENCE must not be {ADMIN_AUDIENCE!r}")
+        leeway_raw = env.get("REMINDERS_JWT_LEEWAY_S") or str(DEFAULT_LEEWAY_S)
+        try:
+            leeway_s = float(leeway_raw)
+        except ValueError:
+            raise ConfigError(f"REMINDERS_JWT_LEEWAY_S={leeway_raw!r}: expected a number") from None
+        return cls(user=user, admin=admin, leeway_s=leeway_s)
+
+
+def _token_key(
+    env: Mapping[str, str], *, prefix: str, audience: str, dev_secret: str | None
+) -> TokenKey:
+    secret = env.get(prefix + "SECRET") or None
+    key_file = env.get(prefix + "PUBLIC_KEY_FILE") or None
+    if secret is not None and key_file is not None:
+        raise ConfigError(f"set one of {prefix}SECRET and {prefix}PUBLIC_KEY_FILE, not both")
+    if secret is not None:
+        if len(secret) < 32:
+            # HS256 with a short secret is brute-forceable offline from any one token.
+            raise ConfigError(f"{prefix}SECRET: expected at least 32 characters")
+        return TokenKey("HS256", Secret(secret), audience)
+    if key_file is not None:
+        try:
+            pem = Path(key_file).read_text()
+        except OSError as error:
+            raise ConfigError(f"{prefix}PUBLIC_KEY_FILE={key_file!r}: {error.strerror}") from None
+        if "PUBLIC KEY" not in pem:
+            raise ConfigError(f"{prefix}PUBLIC_KEY_FILE={key_file!r}: expected a PEM public key")
+        return TokenKey("RS256", Secret(pem), audience)
+    if dev_secret is not None:
+        return TokenKey("HS256", Secret(dev_secret), audience, is_development=True)
+    raise ConfigError(
+        f"no token key: set {prefix}SECRET or {prefix}PUBLIC_KEY_FILE "
+        "(development secrets are used only with REMINDERS_ENV=dev)"
+    )
+
+
+def mint_token(key: TokenKey, subject: str, ttl_s: float, *, now: float | None = None) -> str:
+    """A token for `subject` valid for `ttl_s` seconds, signed with an HS256 `key`."""
+    if not key.can_sign():
+        raise ConfigError("an RS256 public key cannot sign: tokens come from your issuer")
+    issued = time.time() if now is None else now
+    claims = {"sub": subject, "aud": key.audience, "iat": int(issued), "exp": int(issued + ttl_s)}
+    return jwt.encode(claims, key.key.value, algorithm=key.algorithm)
+
+
+def bearer_token(metadata: Metadata) -> str:
+    """The token of the one `authorization: Bearer ...` entry, or Unauthenticated."""
+    values = [value for name, value in metadata if name.lower() == "authorization"]
+    if not values:
+        raise Unauthenticated("missing authorization metadata: expected 'Bearer <token>'")
+    if len(values) > 1:
+        raise Unauthenticated("more than one authorization metadata entry")
+    raw = values[0]
+    text = raw.decode("ascii", errors="replace") if isinstance(raw, bytes) else raw
+    scheme, _, token = text.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthenticated("malformed authorization metadata: expected 'Bearer <token>'")
+    return token.strip()
+
+
+class Authenticator:
+    """Turns call metadata into the caller's identity; raises domain errors otherwise."""
+
+    def __init__(self, settings: AuthSettings) -> None:
+        self._settings = settings
+
+    def user_id(self, metadata: Metadata) -> str:
+        return self._subject(bearer_token(metadata), self._settings.user)
+
+    def require_admin(self, metadata: Metadata) -> str:
+        """The operator's `sub`; a valid user token here is PermissionDenied."""
+        token = bearer_token(metadata)
+        try:
+            return self._subject(token, self._settings.admin)
+        except Unauthenticated:
+            try:
+                self._subject(token, self._settings.user)
+            except Unauthenticated:
+                raise Unauthenticated("invalid admin credential") from None
+            raise PermissionDenied("this operation needs the admin credential") from None
+
+    def _subject(self, token: str, key: TokenKey) -> str:
+        try:
+            claims = jwt.decode(
+                token,
+                key.key.value,
+                # One algorithm per key: never let the token choose (alg confusion).
+                algorithms=[key.algorithm],
+                audience=key.audience,
+                leeway=self._settings.leeway_s,
+                options={"require": ["exp", "sub", "aud"]},
+            )
+        except jwt.ExpiredSignatureError:
+            raise Unauthenticated("token expired") from None
+        except jwt.InvalidAudienceError:
+            raise Unauthenticated("token audience not accepted") from None
+        except jwt.InvalidSignatureError:
+            raise Unauthenticated("token signature invalid") from None
+        except jwt.MissingRequiredClaimError as error:
+            raise Unauthenticated(f"token lacks the {error.claim!r} claim") from None
+        except jwt.InvalidTokenError:
+            raise Unauthenticated("token invalid") from None
+        subject = claims.get("sub")
+        if not isinstance(subject, str) or not subject:
+            raise Unauthenticated("token subject invalid")
+        return subject

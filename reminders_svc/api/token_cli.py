@@ -1,0 +1,35 @@
+"""`reminders token --user alice [--admin] [--ttl 3600]`: mint a token for local use.
+
+It signs with the configured HS256 secret, or the development secret when
+REMINDERS_ENV=dev; with neither it refuses (see reminders_svc.api.auth).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from reminders_svc.api.auth import AuthSettings, mint_token
+from reminders_svc.config import ConfigError
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "token",
+        help="print a bearer token (needs REMINDERS_ENV=dev or a configured HS256 secret)",
+    )
+    parser.add_argument("--user", required=True, help="the token's subject (the user id)")
+    parser.add_argument("--admin", action="store_true", help="an admin credential instead")
+    parser.add_argument("--ttl", type=float, default=3600.0, help="seconds (default 3600)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = AuthSettings.from_env()
+        key = settings.admin if args.admin else settings.user
+        print(mint_token(key, args.user, args.ttl))
+    except ConfigError as error:
+        print(f"reminders token: {error}", file=sys.stderr)
+        return 1
+    return 0

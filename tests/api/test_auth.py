@@ -1,0 +1,182 @@
+"""Authentication without a server: tokens in, user ids or domain errors out."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from reminders_svc.api.auth import (
+    DEV_USER_SECRET,
+    Authenticator,
+    AuthSettings,
+    Metadata,
+    mint_token,
+)
+from reminders_svc.config import ConfigError
+from reminders_svc.domain.errors import PermissionDenied, Unauthenticated
+
+USER_SECRET = "u" * 40
+ADMIN_SECRET = "a" * 40
+CONFIGURED = {"REMINDERS_JWT_SECRET": USER_SECRET, "REMINDERS_ADMIN_JWT_SECRET": ADMIN_SECRET}
+
+
+def authenticator(env: Mapping[str, str] = CONFIGURED) -> Authenticator:
+    return Authenticator(AuthSettings.from_env(env))
+
+
+def bearer(token: str) -> Metadata:
+    return [("authorization", f"Bearer {token}")]
+
+
+def signed(claims: dict[str, object], key: str = USER_SECRET, algorithm: str = "HS256") -> str:
+    return jwt.encode(claims, key, algorithm=algorithm)
+
+
+def claims(**overrides: object) -> dict[str, object]:
+    now = int(time.time())
+    return {"sub": "alice", "aud": "reminders", "iat": now, "exp": now + 300, **overrides}
+
+
+def test_a_good_token_names_its_subject() -> None:
+    assert authenticator().user_id(bearer(signed(claims()))) == "alice"
+
+
+def test_minted_token_and_bytes_metadata_are_accepted() -> None:
+    settings = AuthSettings.from_env(CONFIGURED)
+    token = mint_token(settings.user, "bob", 60)
+    assert Authenticator(settings).user_id([("authorization", f"Bearer {token}".encode())]) == "bob"
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        ([], "missing"),
+        ([("authorization", "Basic dXNlcjpwdw==")], "malformed"),
+        ([("authorization", "Bearer")], "malformed"),
+        ([("authorization", "Bearer not.a.jwt")], "invalid"),
+        ([("authorization", "Bearer x"), ("authorization", "Bearer y")], "more than one"),
+    ],
+)
+def test_missing_or_malformed_credentials(metadata: Metadata, message: str) -> None:
+    with pytest.raises(Unauthenticated, match=message):
+        authenticator().user_id(metadata)
+
+
+@pytest.mark.parametrize(
+    ("token", "message"),
+    [
+        (signed(claims(), key="x" * 40), "signature"),
+        (signed(claims(exp=int(time.time()) - 120)), "expired"),
+        (signed(claims(aud="someone-else")), "audience"),
+        (signed({k: v for k, v in claims().items() if k != "exp"}), "'exp'"),
+        (signed({k: v for k, v in claims().items() if k != "sub"}), "'sub'"),
+        (signed(claims(), key="u" * 64, algorithm="HS512"), "invalid"),
+        (jwt.encode(claims(), "", algorithm="none"), "invalid"),
+    ],
+    ids=["bad-signature", "expired", "wrong-audience", "no-exp", "no-sub", "other-alg", "alg-none"],
+)
+def test_rejected_tokens(token: str, message: str) -> None:
+    with pytest.raises(Unauthenticated, match=message):
+        authenticator().user_id(bearer(token))
+
+
+def test_a_configured_audience_replaces_the_default() -> None:
+    auth = authenticator({**CONFIGURED, "REMINDERS_JWT_AUDIENCE": "bff"})
+    assert auth.user_id(bearer(signed(claims(aud="bff")))) == "alice"
+    with pytest.raises(Unauthenticated):
+        auth.user_id(bearer(signed(claims())))
+
+
+def _rsa_key_pair(tmp_path: Path) -> tuple[str, str]:
+    """A fresh key pair: (private PEM for signing, path of the public PEM file)."""
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private_pem = private.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    public_file = tmp_path / "public.pem"
+    public_file.write_bytes(
+        private.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return private_pem, str(public_file)
+
+
+def test_rs256_public_key(tmp_path: Path) -> None:
+    private_pem, public_file = _rsa_key_pair(tmp_path)
+    auth = authenticator(
+        {"REMINDERS_JWT_PUBLIC_KEY_FILE": public_file, "REMINDERS_ADMIN_JWT_SECRET": ADMIN_SECRET}
+    )
+    assert auth.user_id(bearer(signed(claims(), key=private_pem, algorithm="RS256"))) == "alice"
+    other_pem, _ = _rsa_key_pair(tmp_path / "..")
+    with pytest.raises(Unauthenticated, match="signature"):
+        auth.user_id(bearer(signed(claims(), key=other_pem, algorithm="RS256")))
+    # The public key is public: an HS256 token signed with it must not pass (alg confusion).
+    with pytest.raises(Unauthenticated):
+        auth.user_id(bearer(jwt.encode(claims(), "forged" * 8, algorithm="HS256")))
+
+
+def test_admin_credential_is_separate() -> None:
+    auth = authenticator()
+    admin_token = signed(claims(sub="ops", aud="reminders-admin"), key=ADMIN_SECRET)
+    assert auth.require_admin(bearer(admin_token)) == "ops"
+    with pytest.raises(PermissionDenied):
+        auth.require_admin(bearer(signed(claims())))
+    with pytest.raises(Unauthenticated):
+        auth.user_id(bearer(admin_token))
+    # The user key with the admin audience is still not an admin credential.
+    with pytest.raises(Unauthenticated):
+        auth.require_admin(bearer(signed(claims(aud="reminders-admin"))))
+    with pytest.raises(Unauthenticated):
+        auth.require_admin([])
+
+
+def test_development_secret_only_with_reminders_env_dev() -> None:
+    with pytest.raises(ConfigError, match="REMINDERS_ENV=dev"):
+        AuthSettings.from_env({})
+    with pytest.raises(ConfigError, match="REMINDERS_ENV=dev"):
+        AuthSettings.from_env({"REMINDERS_ENV": "prod"})
+    settings = AuthSettings.from_env({"REMINDERS_ENV": "dev"})
+    assert settings.user.is_development
+    assert settings.user.key.value == DEV_USER_SECRET
+    token = mint_token(settings.user, "alice", 60)
+    assert Authenticator(settings).user_id(bearer(token)) == "alice"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"REMINDERS_JWT_SECRET": "short", "REMINDERS_ADMIN_JWT_SECRET": ADMIN_SECRET}, "32"),
+        (
+            {"REMINDERS_JWT_SECRET": USER_SECRET, "REMINDERS_ADMIN_JWT_SECRET": USER_SECRET},
+            "differ",
+        ),
+        ({"REMINDERS_JWT_SECRET": USER_SECRET}, "REMINDERS_ADMIN_JWT_SECRET"),
+        ({**CONFIGURED, "REMINDERS_JWT_PUBLIC_KEY_FILE": "/nonexistent"}, "not both"),
+        (
+            {
+                "REMINDERS_JWT_PUBLIC_KEY_FILE": "/nonexistent",
+                "REMINDERS_ADMIN_JWT_SECRET": "a" * 40,
+            },
+            "PUBLIC_KEY_FILE",
+        ),
+        ({**CONFIGURED, "REMINDERS_JWT_AUDIENCE": "reminders-admin"}, "AUDIENCE"),
+    ],
+)
+def test_bad_configuration_fails_at_startup(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        AuthSettings.from_env(env)
+
+
+def test_secrets_never_appear_in_reprs() -> None:
+    settings = AuthSettings.from_env(CONFIGURED)
+    assert USER_SECRET not in repr(settings)
+    assert ADMIN_SECRET not in str(settings)
