@@ -4,7 +4,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test install node migrate lint typecheck check stop clean
+BUF_VERSION := 1.75.0
+BUF    := .cache/buf/node_modules/.bin/buf
+
+.PHONY: run test install node migrate lint typecheck check stop clean proto buf
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +27,19 @@ migrate: node
 run: migrate
 	$(BIN)/reminders cassandra status
 
-test: node
+test: node $(BUF)
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# buf (the proto linter) comes from npm, pinned, into a cache inside the checkout.
+$(BUF):
+	mkdir -p .cache/buf
+	cd .cache/buf && npm install --silent --no-audit --no-fund --no-save @bufbuild/buf@$(BUF_VERSION)
+
+buf: $(BUF)
+
+# Regenerate genproto/ from proto/ (a test fails when it is stale).
+proto: install
+	$(BIN)/python proto/generate.py
 
 lint: install
 	$(BIN)/ruff check .
