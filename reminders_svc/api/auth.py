@@ -59,19 +59,8 @@ class AuthSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> AuthSettings:
         env = os.environ if environ is None else environ
-        dev = env.get("REMINDERS_ENV", "") == "dev"
-        user = _token_key(
-            env,
-            prefix="REMINDERS_JWT_",
-            audience=env.get("REMINDERS_JWT_AUDIENCE") or USER_AUDIENCE,
-            dev_secret=DEV_USER_SECRET if dev else None,
-        )
-        admin = _token_key(
-            env,
-            prefix="REMINDERS_ADMIN_JWT_",
-            audience=ADMIN_AUDIENCE,
-            dev_secret=DEV_ADMIN_SECRET if dev else None,
-        )
+        user = user_key_from_env(env)
+        admin = admin_key_from_env(env)
         if user.key.value == admin.key.value:
             raise ConfigError(
                 "REMINDERS_ADMIN_JWT_* must differ from REMINDERS_JWT_*: "
@@ -85,6 +74,29 @@ class AuthSettings:
         except ValueError:
             raise ConfigError(f"REMINDERS_JWT_LEEWAY_S={leeway_raw!r}: expected a number") from None
         return cls(user=user, admin=admin, leeway_s=leeway_s)
+
+
+def user_key_from_env(env: Mapping[str, str]) -> TokenKey:
+    """The user credential's key alone (what a client needs to sign its tokens)."""
+    return _token_key(
+        env,
+        prefix="REMINDERS_JWT_",
+        audience=env.get("REMINDERS_JWT_AUDIENCE") or USER_AUDIENCE,
+        dev_secret=DEV_USER_SECRET if _is_dev(env) else None,
+    )
+
+
+def admin_key_from_env(env: Mapping[str, str]) -> TokenKey:
+    return _token_key(
+        env,
+        prefix="REMINDERS_ADMIN_JWT_",
+        audience=ADMIN_AUDIENCE,
+        dev_secret=DEV_ADMIN_SECRET if _is_dev(env) else None,
+    )
+
+
+def _is_dev(env: Mapping[str, str]) -> bool:
+    return env.get("REMINDERS_ENV", "") == "dev"
 
 
 def _token_key(

@@ -7,9 +7,10 @@ REMINDERS_ENV=dev; with neither it refuses (see reminders_svc.api.auth).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from reminders_svc.api.auth import AuthSettings, mint_token
+from reminders_svc.api.auth import admin_key_from_env, mint_token, user_key_from_env
 from reminders_svc.config import ConfigError
 
 
@@ -26,8 +27,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     try:
-        settings = AuthSettings.from_env()
-        key = settings.admin if args.admin else settings.user
+        env = os.environ
+        key = admin_key_from_env(env) if args.admin else user_key_from_env(env)
         print(mint_token(key, args.user, args.ttl))
     except ConfigError as error:
         print(f"reminders token: {error}", file=sys.stderr)

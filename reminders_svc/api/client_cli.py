@@ -1,0 +1,308 @@
+"""The client side of the `reminders` command: one subcommand per RPC, JSON out.
+
+    reminders create --user alice --text "call mom" --at 2026-10-26T18:00 --zone Europe/Paris
+    reminders list --user alice --state pending
+
+Where it connects: `--target`, else REMINDERS_API_TARGET, else 127.0.0.1:50051 (what
+`make run` starts). TLS when REMINDERS_CLIENT_TLS_CA_FILE is set (plus
+REMINDERS_CLIENT_TLS_CERT_FILE / _KEY_FILE for mTLS).
+
+How it signs: a token for `--user`, minted with REMINDERS_JWT_SECRET when set. With
+nothing configured the client assumes local development (REMINDERS_ENV=dev unless set
+otherwise) and signs with the development secret. That is safe to assume on this side:
+only a server started with REMINDERS_ENV=dev accepts such tokens.
+
+Results print as JSON on stdout (proto field names, times RFC 3339 with seconds). A
+failed call prints {"error": {"code", "message", "field_violations"}} on stderr and
+exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any, cast
+
+import grpc
+from google.protobuf import duration_pb2, field_mask_pb2, json_format, timestamp_pb2
+from google.protobuf.message import Message
+from google.rpc import error_details_pb2  # type: ignore[import-untyped, unused-ignore]
+from grpc_status import rpc_status
+
+from genproto.reminders.v1 import reminders_pb2 as pb
+from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
+from reminders_svc.api.auth import mint_token, user_key_from_env
+from reminders_svc.config import ConfigError
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+TOKEN_TTL_S = 300.0
+_DURATION_PART = re.compile(r"(\d+)([dhms])")
+_SECONDS_PER_UNIT = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+STATES = {
+    name.removeprefix("STATE_").lower(): number
+    for name, number in pb.Reminder.State.items()
+    if number != pb.Reminder.STATE_UNSPECIFIED
+}
+
+# Calls one RPC by method name on the stub, with the caller's credentials.
+Call = Callable[[str, Message], Message]
+Command = Callable[[Call, argparse.Namespace], Message]
+Parser = argparse.ArgumentParser
+
+
+def _create(call: Call, args: argparse.Namespace) -> Message:
+    schedule = _schedule_from_args(args, pb.Schedule())
+    if schedule is None:
+        raise UsageError("create needs --at, --repeat or --rrule")
+    reminder = pb.Reminder(text=args.text, schedule=schedule)
+    request_id = args.request_id or str(uuid.uuid4())
+    return call(
+        "CreateReminder", pb.CreateReminderRequest(reminder=reminder, request_id=request_id)
+    )
+
+
+def _get(call: Call, args: argparse.Namespace) -> pb.Reminder:
+    return cast(pb.Reminder, call("GetReminder", pb.GetReminderRequest(id=args.id)))
+
+
+def _list(call: Call, args: argparse.Namespace) -> Message:
+    request = pb.ListRemindersRequest(page_size=args.page_size, page_token=args.page_token)
+    if args.state:
+        request.state = STATES[args.state]
+    return call("ListReminders", request)
+
+
+def _edit(call: Call, args: argparse.Namespace) -> Message:
+    reminder = pb.Reminder(id=args.id, version=args.version)
+    paths = []
+    if args.text is not None:
+        reminder.text = args.text
+        paths.append("text")
+    if any(getattr(args, name) is not None for name in ("at", "repeat", "rrule", "start", "zone")):
+        # A partial schedule (say, only --zone) keeps the rest of the stored one.
+        complete = (args.at or args.repeat or args.rrule) and args.zone
+        current = pb.Schedule() if complete else _get(call, args).schedule
+        schedule = _schedule_from_args(args, current)
+        assert schedule is not None
+        reminder.schedule.CopyFrom(schedule)
+        paths.append("schedule")
+    if not paths:
+        raise UsageError("edit needs --text or a schedule option")
+    mask = field_mask_pb2.FieldMask(paths=paths)
+    return call("UpdateReminder", pb.UpdateReminderRequest(reminder=reminder, update_mask=mask))
+
+
+def _snooze(call: Call, args: argparse.Namespace) -> Message:
+    request = pb.SnoozeReminderRequest(id=args.id)
+    if args.snooze_for is not None:
+        request.duration.CopyFrom(parse_duration(args.snooze_for))
+    elif _has_offset(args.until):
+        request.snooze_until_time.CopyFrom(_timestamp(args.until))
+    else:
+        request.snooze_until_local_time = args.until
+    return call("SnoozeReminder", request)
+
+
+def _pause(call: Call, args: argparse.Namespace) -> Message:
+    return call("PauseReminder", pb.PauseReminderRequest(id=args.id, version=args.version))
+
+
+def _resume(call: Call, args: argparse.Namespace) -> Message:
+    return call("ResumeReminder", pb.ResumeReminderRequest(id=args.id, version=args.version))
+
+
+def _delete(call: Call, args: argparse.Namespace) -> Message:
+    return call("DeleteReminder", pb.DeleteReminderRequest(id=args.id, version=args.version))
+
+
+def _deliveries(call: Call, args: argparse.Namespace) -> Message:
+    request = pb.ListDeliveriesRequest(
+        reminder_id=args.id, page_size=args.page_size, page_token=args.page_token
+    )
+    return call("ListDeliveries", request)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--user", required=True, help="act as this user (the token's sub)")
+    common.add_argument(
+        "--target",
+        default=None,
+        help=f"host:port (default $REMINDERS_API_TARGET or {DEFAULT_TARGET})",
+    )
+    common.add_argument("--timeout", type=float, default=10.0, help="seconds (default 10)")
+
+    def add(name: str, command: Command, help_text: str, *, takes_id: bool = True) -> Parser:
+        parser = subparsers.add_parser(name, parents=[common], help=help_text)
+        if takes_id:
+            parser.add_argument("id", help="the reminder id")
+        parser.set_defaults(handler=run, command_function=command)
+        return parser
+
+    create = add("create", _create, "create a reminder", takes_id=False)
+    create.add_argument("--text", required=True)
+    _add_schedule_options(create, zone_required=True)
+    create.add_argument("--request-id", help="idempotency key (default: a new UUID)")
+
+    add("get", _get, "show a reminder")
+
+    listing = add("list", _list, "list reminders", takes_id=False)
+    listing.add_argument("--state", choices=sorted(STATES))
+    _add_page_options(listing)
+
+    edit = add("edit", _edit, "change text and/or schedule (needs --version)")
+    edit.add_argument("--version", type=int, required=True, help="the version last seen")
+    edit.add_argument("--text")
+    _add_schedule_options(edit, zone_required=False)
+
+    snooze = add("snooze", _snooze, "ring once more later")
+    until = snooze.add_mutually_exclusive_group(required=True)
+    until.add_argument("--for", dest="snooze_for", metavar="DURATION", help="e.g. 10m, 1h30m")
+    until.add_argument("--until", help="local time in the reminder's zone, or with an offset")
+
+    for name, command, help_text in (
+        ("pause", _pause, "stop ringing until resumed"),
+        ("resume", _resume, "ring again from the next occurrence"),
+        ("delete", _delete, "delete a reminder"),
+    ):
+        add(name, command, help_text).add_argument(
+            "--version", type=int, default=0, help="only at this version (default: any)"
+        )
+
+    _add_page_options(add("deliveries", _deliveries, "a reminder's delivery history"))
+
+
+def _add_schedule_options(parser: Parser, *, zone_required: bool) -> None:
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument("--at", metavar="LOCAL", help="once, at this local time (or with offset)")
+    kind.add_argument("--repeat", metavar="EXPR", help='e.g. "every Monday 09:00"')
+    kind.add_argument("--rrule", metavar="RRULE", help="e.g. FREQ=WEEKLY;BYDAY=MO;BYHOUR=9")
+    parser.add_argument("--start", metavar="LOCAL", help="local start of a repeat")
+    parser.add_argument("--zone", required=zone_required, help="IANA zone, e.g. Europe/Paris")
+
+
+def _add_page_options(parser: Parser) -> None:
+    parser.add_argument("--page-size", type=int, default=0, help="default 50, at most 500")
+    parser.add_argument("--page-token", default="")
+
+
+class UsageError(Exception):
+    """A combination of options that cannot make a request."""
+
+
+def parse_duration(text: str) -> duration_pb2.Duration:
+    """`10m`, `1h30m`, `2d`, `90s` -> a Duration."""
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(number + unit for number, unit in parts) != text:
+        raise UsageError(f"--for {text!r}: expected a duration like 10m, 1h30m, 2d or 90s")
+    return duration_pb2.Duration(
+        seconds=sum(int(number) * _SECONDS_PER_UNIT[unit] for number, unit in parts)
+    )
+
+
+def _has_offset(text: str) -> bool:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).tzinfo is not None
+    except ValueError:
+        return False  # not ISO 8601 at all: the server names the field at fault
+
+
+def _timestamp(text: str) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(datetime.fromisoformat(text.replace("Z", "+00:00")))
+    return stamp
+
+
+def _schedule_from_args(args: argparse.Namespace, base: pb.Schedule) -> pb.Schedule | None:
+    """`base` with the schedule options given on the command line laid over it."""
+    schedule = pb.Schedule()
+    schedule.CopyFrom(base)
+    # Output-only fields of a fetched schedule are not part of a request.
+    schedule.description = ""
+    if schedule.HasField("repeat"):
+        schedule.repeat.canonical_rrule = ""
+    if args.zone is not None:
+        schedule.time_zone = args.zone
+    if args.at is not None:
+        if _has_offset(args.at):
+            schedule.once.instant.CopyFrom(_timestamp(args.at))
+        else:
+            schedule.once.local_time = args.at
+    elif args.repeat is not None:
+        schedule.repeat.expression = args.repeat
+    elif args.rrule is not None:
+        schedule.repeat.rrule = args.rrule
+    if args.start is not None:
+        if not schedule.HasField("repeat"):
+            raise UsageError("--start applies to a repeating schedule (--repeat or --rrule)")
+        schedule.repeat.start_local_time = args.start
+    return schedule if schedule.WhichOneof("kind") else None
+
+
+def _channel(target: str, env: Mapping[str, str]) -> grpc.Channel:
+    ca_file = env.get("REMINDERS_CLIENT_TLS_CA_FILE")
+    if not ca_file:
+        return grpc.insecure_channel(target)
+    cert_file = env.get("REMINDERS_CLIENT_TLS_CERT_FILE")
+    key_file = env.get("REMINDERS_CLIENT_TLS_KEY_FILE")
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=Path(ca_file).read_bytes(),
+        private_key=Path(key_file).read_bytes() if key_file else None,
+        certificate_chain=Path(cert_file).read_bytes() if cert_file else None,
+    )
+    return grpc.secure_channel(target, credentials)
+
+
+def error_json(error: grpc.RpcError) -> dict[str, Any]:
+    """The status of a failed call, with the fields a google.rpc.BadRequest names."""
+    code: grpc.StatusCode = error.code()
+    body: dict[str, Any] = {"code": code.name, "message": error.details()}
+    status = rpc_status.from_call(error)
+    violations: list[dict[str, str]] = []
+    for detail in status.details if status is not None else ():
+        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad_request = error_details_pb2.BadRequest()
+            detail.Unpack(bad_request)
+            violations.extend(
+                {"field": v.field, "description": v.description}
+                for v in bad_request.field_violations
+            )
+    body["field_violations"] = violations
+    return {"error": body}
+
+
+def run(args: argparse.Namespace) -> int:
+    env = dict(os.environ)
+    # The client only signs; whether a development token is accepted is the server's call.
+    env.setdefault("REMINDERS_ENV", "dev")
+    command: Command = args.command_function
+    try:
+        token = mint_token(user_key_from_env(env), args.user, TOKEN_TTL_S)
+        target = args.target or env.get("REMINDERS_API_TARGET") or DEFAULT_TARGET
+        with _channel(target, env) as channel:
+            stub = pb_grpc.RemindersServiceStub(channel)
+            metadata = (("authorization", f"Bearer {token}"),)
+
+            def call(method: str, request: Message) -> Message:
+                rpc = getattr(stub, method)
+                response: Message = rpc(request, metadata=metadata, timeout=args.timeout)
+                return response
+
+            response = command(call, args)
+    except (ConfigError, UsageError, OSError) as error:
+        print(f"reminders {args.command}: {error}", file=sys.stderr)
+        return 2
+    except grpc.RpcError as error:
+        print(json.dumps(error_json(error), indent=2), file=sys.stderr)
+        return 1
+    print(
+        json.dumps(json_format.MessageToDict(response, preserving_proto_field_name=True), indent=2)
+    )
+    return 0

@@ -1,0 +1,365 @@
+"""The gRPC server around the servicers: health, reflection, TLS, metrics, shutdown.
+
+The server starts even while Cassandra is unreachable, so that the health service can
+say NOT_SERVING (a readiness probe keeps traffic away) instead of the pod crash-looping.
+Until the first connection succeeds, the reminders RPCs answer UNAVAILABLE; then the
+servicers are built and take over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import signal
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any, Protocol, cast
+from wsgiref.simple_server import WSGIServer
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from genproto.reminders.v1 import reminders_pb2, reminders_pb2_grpc
+from reminders_svc.api.auth import Authenticator
+from reminders_svc.api.settings import ApiSettings, ServerTls
+from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.session import CassandraConnection, StorageUnavailable, connect
+
+log = logging.getLogger(__name__)
+
+REMINDERS_SERVICE = reminders_pb2.DESCRIPTOR.services_by_name["RemindersService"].full_name
+ADMIN_SERVICE = reminders_pb2.DESCRIPTOR.services_by_name["RemindersAdminService"].full_name
+# "" is the server as a whole, which is what most probes (grpc_health_probe, k8s) ask.
+HEALTH_SERVICES = ("", REMINDERS_SERVICE, ADMIN_SERVICE)
+# The cheapest query that proves a coordinator answers.
+PROBE_QUERY = "SELECT release_version FROM system.local"
+
+
+class Servicers(Protocol):
+    @property
+    def reminders(self) -> reminders_pb2_grpc.RemindersServiceServicer: ...
+
+    @property
+    def admin(self) -> reminders_pb2_grpc.RemindersAdminServiceServicer: ...
+
+
+ServicerFactory = Callable[[CassandraConnection, Authenticator, ApiSettings], Servicers]
+
+
+def default_servicers(
+    connection: CassandraConnection, authenticator: Authenticator, settings: ApiSettings
+) -> Servicers:
+    from reminders_svc.api.service import build_servicers
+
+    return build_servicers(connection, authenticator, settings)
+
+
+class ApiMetrics:
+    """Calls by method and status code, and their latency. Labels are bounded sets:
+    method names registered on this server and status codes, never ids or texts."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "reminders_api_requests",
+            "gRPC calls handled, by full method name and status code.",
+            ("method", "code"),
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "reminders_api_request_duration_seconds",
+            "Time from a call's start to its last message, by full method name.",
+            ("method",),
+            registry=registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.storage_up = Gauge(
+            "reminders_api_storage_up",
+            "1 while Cassandra answers the health probe, else 0.",
+            registry=registry,
+        )
+
+    @contextmanager
+    def observe(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> Iterator[None]:
+        started = time.perf_counter()
+        code = grpc.StatusCode.UNKNOWN
+        try:
+            yield
+            code = _code_set(context) or grpc.StatusCode.OK
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED
+            raise
+        except BaseException:
+            # context.abort() records its code before raising; anything else is UNKNOWN.
+            code = _code_set(context) or grpc.StatusCode.UNKNOWN
+            raise
+        finally:
+            self.requests.labels(method, code.name).inc()
+            self.duration.labels(method).observe(time.perf_counter() - started)
+
+
+def _code_set(context: grpc.aio.ServicerContext[Any, Any]) -> grpc.StatusCode | None:
+    # The stubs say StatusCode, but grpc.aio answers None until a code is set or aborted.
+    return cast("grpc.StatusCode | None", context.code())
+
+
+class MetricsInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, metrics: ApiMetrics) -> None:
+        self._metrics = metrics
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            # An unknown method: not counted, so callers cannot mint label values.
+            return None
+        return _observed(handler, handler_call_details.method, self._metrics)
+
+
+def _observed(
+    handler: grpc.RpcMethodHandler[Any, Any], method: str, metrics: ApiMetrics
+) -> grpc.RpcMethodHandler[Any, Any]:
+    def single(behavior: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+        async def observed(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            with metrics.observe(method, context):
+                result = behavior(request, context)
+                return await result if inspect.isawaitable(result) else result
+
+        return observed
+
+    def streamed(behavior: Callable[..., Any]) -> Callable[..., Any]:
+        # Keep the behavior's own shape: an async generator, or a coroutine that writes.
+        if inspect.isasyncgenfunction(behavior):
+
+            async def observed_stream(
+                request: Any, context: grpc.aio.ServicerContext[Any, Any]
+            ) -> AsyncIterator[Any]:
+                with metrics.observe(method, context):
+                    async for response in behavior(request, context):
+                        yield response
+
+            return observed_stream
+        return single(behavior)
+
+    serialization: dict[str, Any] = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(single(handler.unary_unary), **serialization)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(single(handler.stream_unary), **serialization)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(streamed(handler.unary_stream), **serialization)
+    if handler.stream_stream is not None:
+        return grpc.stream_stream_rpc_method_handler(
+            streamed(handler.stream_stream), **serialization
+        )
+    return handler
+
+
+class _HandlerRecorder:
+    """Stands in for a server while the generated `add_*_to_server` functions run, so
+    their handlers can be installed into a running server later."""
+
+    def __init__(self) -> None:
+        self.handlers: list[grpc.GenericRpcHandler] = []
+
+    def add_generic_rpc_handlers(self, handlers: tuple[grpc.GenericRpcHandler, ...]) -> None:
+        self.handlers.extend(handlers)
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        """A lookup speed-up only; the generic handlers serve the same methods."""
+
+
+async def _storage_not_ready(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    await context.abort(grpc.StatusCode.UNAVAILABLE, "storage not reachable yet; retry")
+
+
+class StorageBoundHandlers(grpc.GenericRpcHandler):
+    """The reminders services, answering UNAVAILABLE until their servicers are installed."""
+
+    _PREFIXES = (f"/{REMINDERS_SERVICE}/", f"/{ADMIN_SERVICE}/")
+
+    def __init__(self) -> None:
+        self._installed: list[grpc.GenericRpcHandler] = []
+
+    def install(self, servicers: Servicers) -> None:
+        recorder = _HandlerRecorder()
+        # The generated functions only call the two methods the recorder has.
+        as_server = cast(grpc.aio.Server, recorder)
+        reminders_pb2_grpc.add_RemindersServiceServicer_to_server(servicers.reminders, as_server)
+        reminders_pb2_grpc.add_RemindersAdminServiceServicer_to_server(servicers.admin, as_server)
+        self._installed = recorder.handlers
+
+    def service(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        for handler in self._installed:
+            found = handler.service(handler_call_details)
+            if found is not None:
+                return found
+        if not self._installed and handler_call_details.method.startswith(self._PREFIXES):
+            return grpc.unary_unary_rpc_method_handler(_storage_not_ready)
+        return None
+
+
+def _server_credentials(tls: ServerTls) -> grpc.ServerCredentials:
+    client_ca = Path(tls.client_ca_file).read_bytes() if tls.client_ca_file else None
+    return grpc.ssl_server_credentials(
+        [(Path(tls.key_file).read_bytes(), Path(tls.cert_file).read_bytes())],
+        root_certificates=client_ca,
+        require_client_auth=client_ca is not None,
+    )
+
+
+class ApiServer:
+    """One API process: `await start()`, later `await stop()` (graceful)."""
+
+    def __init__(
+        self,
+        settings: ApiSettings,
+        cassandra: CassandraSettings,
+        authenticator: Authenticator,
+        servicer_factory: ServicerFactory = default_servicers,
+    ) -> None:
+        self._settings = settings
+        self._cassandra = cassandra
+        self._authenticator = authenticator
+        self._servicer_factory = servicer_factory
+        self._registry = CollectorRegistry()
+        self._metrics = ApiMetrics(self._registry)
+        self._health = health.aio.HealthServicer()
+        self._services = StorageBoundHandlers()
+        self._connection: CassandraConnection | None = None
+        self._storage_task: asyncio.Task[None] | None = None
+        self._metrics_http: WSGIServer | None = None
+        self._server: grpc.aio.Server | None = None
+        # The ports bound (differ from the settings when those ask for 0: any free port).
+        self.port = settings.port
+        self.metrics_port = settings.metrics_port
+
+    async def start(self) -> None:
+        max_bytes = self._settings.limits.max_message_bytes
+        server = grpc.aio.server(
+            handlers=[self._services],
+            interceptors=[MetricsInterceptor(self._metrics)],
+            # Only requests are capped: a page of 500 reminders is larger than any request.
+            options=[("grpc.max_receive_message_length", max_bytes)],
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        for service in HEALTH_SERVICES:
+            await self._health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+        if self._settings.reflection:
+            names = (*HEALTH_SERVICES[1:], health.SERVICE_NAME, reflection.SERVICE_NAME)
+            reflection.enable_server_reflection(names, server)
+        address = f"{self._settings.host}:{self._settings.port}"
+        if self._settings.tls is None:
+            self.port = server.add_insecure_port(address)
+        else:
+            self.port = server.add_secure_port(address, _server_credentials(self._settings.tls))
+        self._metrics_http, _ = start_http_server(
+            self._settings.metrics_port, addr=self._settings.host, registry=self._registry
+        )
+        self.metrics_port = self._metrics_http.server_address[1]
+        await server.start()
+        self._server = server
+        self._storage_task = asyncio.create_task(self._keep_storage(), name="storage-health")
+        log.info(
+            "reminders API listening on %s:%d (tls=%s, mtls=%s, reflection=%s), metrics on :%d",
+            self._settings.host,
+            self.port,
+            self._settings.tls is not None,
+            self._settings.tls is not None and self._settings.tls.client_ca_file is not None,
+            self._settings.reflection,
+            self.metrics_port,
+        )
+
+    async def stop(self) -> None:
+        """Readiness off, stop accepting, let in-flight calls finish within the grace."""
+        grace = self._settings.shutdown_grace.total_seconds()
+        log.info("shutting down: draining in-flight calls for up to %.0f s", grace)
+        await self._health.enter_graceful_shutdown()
+        if self._server is not None:
+            await self._server.stop(grace)
+        if self._storage_task is not None:
+            self._storage_task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._storage_task
+        if self._connection is not None:
+            await asyncio.to_thread(self._connection.close)
+        if self._metrics_http is not None:
+            self._metrics_http.shutdown()
+            self._metrics_http.server_close()
+        log.info("stopped")
+
+    async def _keep_storage(self) -> None:
+        interval = self._settings.health_probe_interval.total_seconds()
+        connection = await self._connect(interval)
+        self._connection = connection
+        try:
+            servicers = self._servicer_factory(connection, self._authenticator, self._settings)
+        except Exception:
+            # Without servicers the process can never serve: say why, loudly.
+            log.exception("building the servicers failed; staying NOT_SERVING")
+            raise
+        self._services.install(servicers)
+        while True:
+            await self._set_serving(await self._storage_answers(connection, interval))
+            await asyncio.sleep(interval)
+
+    async def _connect(self, retry_interval: float) -> CassandraConnection:
+        while True:
+            try:
+                return await asyncio.to_thread(connect, self._cassandra)
+            except StorageUnavailable as error:
+                log.warning("%s; retrying in %.0f s", error, retry_interval)
+                await asyncio.sleep(retry_interval)
+
+    @staticmethod
+    async def _storage_answers(connection: CassandraConnection, within_s: float) -> bool:
+        try:
+            await asyncio.to_thread(connection.session.execute, PROBE_QUERY, timeout=within_s)
+        except Exception as error:  # any driver error means "not answering"
+            log.warning("Cassandra health probe failed: %s", type(error).__name__)
+            return False
+        return True
+
+    async def _set_serving(self, serving: bool) -> None:
+        self._metrics.storage_up.set(1 if serving else 0)
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for service in HEALTH_SERVICES:
+            await self._health.set(service, status)
+
+
+async def serve(
+    settings: ApiSettings,
+    cassandra: CassandraSettings,
+    authenticator: Authenticator,
+    servicer_factory: ServicerFactory = default_servicers,
+) -> None:
+    """Run until SIGTERM or SIGINT, then shut down gracefully."""
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    server = ApiServer(settings, cassandra, authenticator, servicer_factory)
+    await server.start()
+    try:
+        await stopping.wait()
+    finally:
+        await server.stop()

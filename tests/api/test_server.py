@@ -1,0 +1,170 @@
+"""The server around the servicers, run as `reminders serve-api` on the real Cassandra:
+health, reflection, metrics, graceful shutdown, and a storage outage."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import urllib.request
+from datetime import timedelta
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from genproto.reminders.v1 import reminders_pb2 as pb
+from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
+from reminders_svc.api.auth import Authenticator, AuthSettings, mint_token
+from reminders_svc.api.server import ADMIN_SERVICE, REMINDERS_SERVICE, ApiServer
+from reminders_svc.api.settings import ApiSettings
+from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.session import CassandraConnection
+from tests.api.serving import NOT_SERVING, SERVING, serve_api
+from tests.platform.helpers import free_port
+
+DEV_ENV = {"REMINDERS_ENV": "dev"}
+HEALTH_SERVICE = "grpc.health.v1.Health"
+
+
+def user_metadata(user: str) -> tuple[tuple[str, str], ...]:
+    token = mint_token(AuthSettings.from_env(DEV_ENV).user, user, 60)
+    return (("authorization", f"Bearer {token}"),)
+
+
+def reflected_services(target: str) -> list[str]:
+    with grpc.insecure_channel(target) as channel:
+        return sorted(ProtoReflectionDescriptorDatabase(channel).get_services())
+
+
+def metric_samples(metrics_port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_serving_with_reflection_and_metrics_then_sigterm(
+    migrated_settings: CassandraSettings,
+) -> None:
+    with serve_api(migrated_settings, REMINDERS_API_REFLECTION="true") as api:
+        api.wait_for_health(SERVING)
+        assert api.health(REMINDERS_SERVICE) == SERVING
+        assert api.health(ADMIN_SERVICE) == SERVING
+        assert set(reflected_services(api.target)) >= {REMINDERS_SERVICE, ADMIN_SERVICE}
+
+        with grpc.insecure_channel(api.target) as channel:
+            stub = pb_grpc.RemindersServiceStub(channel)
+            stub.ListReminders(pb.ListRemindersRequest(), metadata=user_metadata("metrics-user"))
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.ListReminders(pb.ListRemindersRequest())
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+        samples = metric_samples(api.metrics_port)
+        method = f"/{REMINDERS_SERVICE}/ListReminders"
+        ok = frozenset({("method", method), ("code", "OK")})
+        unauthenticated = frozenset({("method", method), ("code", "UNAUTHENTICATED")})
+        assert samples[("reminders_api_requests_total", ok)] == 1
+        assert samples[("reminders_api_requests_total", unauthenticated)] == 1
+        count = ("reminders_api_request_duration_seconds_count", frozenset({("method", method)}))
+        assert samples[count] == 2
+        assert samples[("reminders_api_storage_up", frozenset())] == 1
+        assert not any("metrics-user" in value for _, labels in samples for _, value in labels)
+
+        assert api.terminate() == 0
+        assert "stopped" in api.output()
+
+
+def test_reflection_off(migrated_settings: CassandraSettings) -> None:
+    with serve_api(migrated_settings, REMINDERS_API_REFLECTION="false") as api:
+        api.wait_for_health(SERVING)
+        with pytest.raises(grpc.RpcError) as missing:
+            reflected_services(api.target)
+        assert missing.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert api.terminate() == 0
+
+
+def test_not_serving_while_cassandra_is_unreachable(migrated_settings: CassandraSettings) -> None:
+    closed = dataclasses.replace(migrated_settings, port=free_port())
+    with serve_api(closed) as api:
+        api.wait_for_health(NOT_SERVING)
+        assert api.health(REMINDERS_SERVICE) == NOT_SERVING
+        with grpc.insecure_channel(api.target) as channel:
+            stub = pb_grpc.RemindersServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as unavailable:
+                stub.ListReminders(pb.ListRemindersRequest(), metadata=user_metadata("u"))
+            assert unavailable.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert api.terminate() == 0
+
+
+def test_startup_refuses_development_secret_outside_dev(
+    migrated_settings: CassandraSettings,
+) -> None:
+    with serve_api(migrated_settings, REMINDERS_ENV="prod") as api:
+        assert api.process.wait(30) == 2
+        assert "REMINDERS_ENV=dev" in api.output()
+
+
+class _SlowServicers:
+    """GetReminder takes a while, to have a call in flight when shutdown starts.
+    (The stubs mark every RPC abstract; at run time the others answer UNIMPLEMENTED.)"""
+
+    class Reminders(pb_grpc.RemindersServiceServicer):
+        async def GetReminder(  # noqa: N802  (the RPC's name)
+            self, request: pb.GetReminderRequest, context: Any
+        ) -> pb.Reminder:
+            await asyncio.sleep(1.0)
+            return pb.Reminder(id=request.id)
+
+    def __init__(self, *_: object) -> None:
+        self.reminders = self.Reminders()  # type: ignore[abstract]
+        self.admin = pb_grpc.RemindersAdminServiceServicer()  # type: ignore[abstract]
+
+
+def test_shutdown_finishes_in_flight_calls_and_refuses_new_ones(
+    migrated_settings: CassandraSettings,
+) -> None:
+    settings = dataclasses.replace(
+        ApiSettings.from_env(DEV_ENV),
+        port=0,
+        metrics_port=0,
+        shutdown_grace=timedelta(seconds=10),
+    )
+
+    def factory(
+        connection: CassandraConnection, auth: Authenticator, api: ApiSettings
+    ) -> _SlowServicers:
+        return _SlowServicers()
+
+    async def scenario() -> None:
+        auth = Authenticator(AuthSettings.from_env(DEV_ENV))
+        server = ApiServer(settings, migrated_settings, auth, factory)
+        await server.start()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            for _ in range(300):  # until Cassandra answered and the servicers are in
+                if (await health.Check(health_pb2.HealthCheckRequest())).status == SERVING:
+                    break
+                await asyncio.sleep(0.1)
+            stub = pb_grpc.RemindersServiceStub(channel)
+            in_flight = asyncio.ensure_future(
+                stub.GetReminder(pb.GetReminderRequest(id="r1"), timeout=20)
+            )
+            await asyncio.sleep(0.3)
+            stopping = asyncio.create_task(server.stop())
+            await asyncio.sleep(0.2)
+            with pytest.raises(grpc.RpcError) as refused:
+                await stub.GetReminder(pb.GetReminderRequest(id="r2"), timeout=5)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert (await in_flight).id == "r1"
+            await stopping
+
+    asyncio.run(scenario())
