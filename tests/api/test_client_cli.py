@@ -1,0 +1,137 @@
+"""The client subcommands: requests built from options (no server), then end to end."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+import pytest
+from google.protobuf.message import Message
+
+from genproto.reminders.v1 import reminders_pb2 as pb
+from reminders_svc.api import client_cli
+from reminders_svc.config import CassandraSettings
+from tests.api.serving import SERVING, serve_api
+from tests.platform.helpers import run_cli
+
+STORED = pb.Reminder(
+    id="r1",
+    version=3,
+    schedule=pb.Schedule(
+        time_zone="America/New_York",
+        description="Every Monday at 09:00",
+        repeat=pb.Repeat(expression="every Monday 09:00", canonical_rrule="FREQ=WEEKLY"),
+    ),
+)
+
+
+def requests_of(*argv: str) -> list[tuple[str, Message]]:
+    """The RPCs a command line makes, answered from STORED."""
+    parser = argparse.ArgumentParser()
+    client_cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args([*argv, "--user", "alice"])
+    made: list[tuple[str, Message]] = []
+
+    def call(method: str, request: Message) -> Message:
+        made.append((method, request))
+        return STORED
+
+    args.command_function(call, args)
+    return made
+
+
+def test_create_one_off_and_repeat() -> None:
+    [(method, request)] = requests_of(
+        "create", "--text", "hi", "--at", "2026-10-26T18:00:00", "--zone", "Europe/Paris"
+    )
+    assert method == "CreateReminder"
+    assert isinstance(request, pb.CreateReminderRequest)
+    assert request.reminder.schedule.once.local_time == "2026-10-26T18:00:00"
+    assert request.request_id  # a fresh idempotency key when none is given
+    [(_, rrule)] = requests_of(
+        "create", "--text", "t", "--rrule", "FREQ=DAILY", "--start", "2026-10-26T08:00",
+        "--zone", "UTC", "--request-id", "k1",
+    )  # fmt: skip
+    assert isinstance(rrule, pb.CreateReminderRequest)
+    assert rrule.request_id == "k1"
+    assert rrule.reminder.schedule.repeat.rrule == "FREQ=DAILY"
+    assert rrule.reminder.schedule.repeat.start_local_time == "2026-10-26T08:00"
+
+
+def test_edit_builds_the_mask_and_keeps_the_rest_of_the_schedule() -> None:
+    [(_, text_only)] = requests_of("edit", "r1", "--version", "3", "--text", "new")
+    assert isinstance(text_only, pb.UpdateReminderRequest)
+    assert list(text_only.update_mask.paths) == ["text"]
+    (get, _), (_, zone_only) = requests_of("edit", "r1", "--version", "3", "--zone", "Asia/Tokyo")
+    assert get == "GetReminder"
+    assert isinstance(zone_only, pb.UpdateReminderRequest)
+    assert list(zone_only.update_mask.paths) == ["schedule"]
+    schedule = zone_only.reminder.schedule
+    assert schedule.time_zone == "Asia/Tokyo"
+    assert schedule.repeat.expression == "every Monday 09:00"
+    assert not schedule.description
+    assert not schedule.repeat.canonical_rrule
+    assert zone_only.reminder.version == 3
+
+
+def test_snooze_for_and_until() -> None:
+    [(_, for_ten)] = requests_of("snooze", "r1", "--for", "1h30m")
+    assert isinstance(for_ten, pb.SnoozeReminderRequest)
+    assert for_ten.duration.seconds == 5400
+    [(_, local)] = requests_of("snooze", "r1", "--until", "2026-10-26T18:00:00")
+    assert isinstance(local, pb.SnoozeReminderRequest)
+    assert local.snooze_until_local_time == "2026-10-26T18:00:00"
+    [(_, instant)] = requests_of("snooze", "r1", "--until", "2026-10-26T18:00:00Z")
+    assert isinstance(instant, pb.SnoozeReminderRequest)
+    assert instant.snooze_until_time.seconds > 0
+
+
+@pytest.mark.parametrize("text", ["", "10", "m", "10x", "1h 30m", "-5m"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(client_cli.UsageError):
+        client_cli.parse_duration(text)
+
+
+def cli_json(target: str, *argv: str) -> dict[str, object]:
+    done = run_cli(*argv, "--target", target, env={"REMINDERS_ENV": "dev"}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    parsed: dict[str, object] = json.loads(done.stdout)
+    return parsed
+
+
+def test_end_to_end_against_serve_api(migrated_settings: CassandraSettings) -> None:
+    with serve_api(migrated_settings) as api:
+        api.wait_for_health(SERVING)
+        user = ("--user", "cli-alice")
+        created = cli_json(
+            api.target, "create", *user, "--text", "standup",
+            "--repeat", "every Monday 09:00", "--zone", "America/New_York",
+        )  # fmt: skip
+        reminder_id = str(created["id"])
+        # RFC 3339 with seconds.
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", str(created["next_ring_time"]))
+        assert cli_json(api.target, "get", reminder_id, *user)["id"] == reminder_id
+        listed = cli_json(api.target, "list", *user, "--state", "pending")
+        assert [r["id"] for r in listed["reminders"]] == [reminder_id]  # type: ignore[attr-defined]
+        edited = cli_json(api.target, "edit", reminder_id, *user, "--version", "1", "--text", "x")
+        assert edited["text"] == "x"
+        snoozed = cli_json(api.target, "snooze", reminder_id, *user, "--for", "10m")
+        assert "snooze_until_time" in snoozed
+        assert cli_json(api.target, "pause", reminder_id, *user)["state"] == "STATE_PAUSED"
+        assert cli_json(api.target, "resume", reminder_id, *user)["state"] == "STATE_PENDING"
+        assert cli_json(api.target, "deliveries", reminder_id, *user) == {}
+        assert "reminder" in cli_json(api.target, "delete", reminder_id, *user)
+
+        missing = run_cli("get", reminder_id, *user, "--target", api.target, timeout=60)
+        assert missing.returncode == 1
+        assert json.loads(missing.stderr)["error"]["code"] == "NOT_FOUND"
+        bad_zone = run_cli(
+            "create", *user, "--text", "t", "--at", "2027-01-01T09:00", "--zone", "Mars/Base",
+            "--target", api.target, timeout=60,
+        )  # fmt: skip
+        assert bad_zone.returncode == 1
+        error = json.loads(bad_zone.stderr)["error"]
+        assert error["code"] == "INVALID_ARGUMENT"
+        assert [v["field"] for v in error["field_violations"]] == ["reminder.schedule.time_zone"]
+        assert api.terminate() == 0
