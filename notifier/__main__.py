@@ -1,0 +1,5 @@
+import sys
+
+from notifier.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""From accepted notification to pushes: the priority queue, push workers, push adapters."""

@@ -1,0 +1,95 @@
+"""The push adapters of the reference service. Real APNs / FCM adapters implement the
+same `PushAdapter` protocol (notifier.domain.push)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from notifier.domain.model import Priority
+from notifier.domain.push import PushAdapter, PushMessage, PushResult
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class LoggingPushAdapter:
+    """Logs each push by key and sizes only: titles, bodies and data are personal and
+    never reach the logs (DESIGN.md invariant 10)."""
+
+    name = "logging"
+
+    async def push(self, message: PushMessage) -> PushResult:
+        log.info(
+            "push key=%s platform=%s priority=%s title_bytes=%d body_bytes=%d data_bytes=%d",
+            message.collapse_id,
+            message.platform.value if message.platform is not None else "implicit",
+            message.priority.value,
+            len(message.title.encode()),
+            len(message.body.encode()),
+            len(json.dumps(dict(message.data)).encode()),
+        )
+        return PushResult.OK
+
+
+@dataclass(frozen=True)
+class DeliveredPush:
+    idempotency_key: str
+    user_id: str
+    device_token: str
+    title: str
+    body: str
+    push_time: datetime
+    due_time: datetime | None
+    priority: Priority
+
+
+class RecordingPushAdapter:
+    """Keeps what was pushed in memory (bounded; oldest dropped), for tests and demos."""
+
+    name = "recording"
+
+    def __init__(self, capacity: int, clock: Clock = utc_now) -> None:
+        self._pushed: deque[DeliveredPush] = deque(maxlen=capacity)
+        self._clock = clock
+
+    async def push(self, message: PushMessage) -> PushResult:
+        self._pushed.append(
+            DeliveredPush(
+                idempotency_key=message.collapse_id,
+                user_id=message.user_id,
+                device_token=message.device_token,
+                title=message.title,
+                body=message.body,
+                push_time=self._clock(),
+                due_time=message.due_time,
+                priority=message.priority,
+            )
+        )
+        return PushResult.OK
+
+    def delivered(self, user_id: str = "", idempotency_key: str = "") -> list[DeliveredPush]:
+        """In push order; an empty filter matches everything."""
+        return [
+            push
+            for push in self._pushed
+            if (not user_id or push.user_id == user_id)
+            and (not idempotency_key or push.idempotency_key == idempotency_key)
+        ]
+
+
+def build_adapter(name: str, recording_capacity: int) -> PushAdapter:
+    if name == "recording":
+        return RecordingPushAdapter(recording_capacity)
+    if name == "logging":
+        return LoggingPushAdapter()
+    raise ValueError(f"unknown push adapter {name!r}")

@@ -1,0 +1,101 @@
+"""An in-memory priority queue of accepted notifications: URGENT ahead of BULK, first
+in first out within a priority. Retries come back after a delay and still count as
+unfinished, so `drained()` waits for them too."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from notifier.domain.model import Device, Notification, Priority
+
+
+@dataclass(frozen=True)
+class QueuedNotification:
+    notification: Notification
+    attempt: int = 1
+    # None: push to all the user's devices; on a retry, only those that asked for one.
+    devices: tuple[Device, ...] | None = None
+
+
+@dataclass(order=True, frozen=True)
+class _Entry:
+    rank: int
+    sequence: int
+    item: QueuedNotification = field(compare=False)
+
+
+DepthListener = Callable[[Priority, int], None]
+
+
+class DeliveryQueue:
+    def __init__(self, on_depth: DepthListener | None = None) -> None:
+        self._entries: asyncio.PriorityQueue[_Entry] = asyncio.PriorityQueue()
+        self._sequence = itertools.count()
+        self._unfinished = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._depth = dict.fromkeys(Priority, 0)
+        self._on_depth = on_depth
+        self._delayed: set[asyncio.TimerHandle] = set()
+
+    def depth(self, priority: Priority) -> int:
+        return self._depth[priority]
+
+    def put(self, item: QueuedNotification) -> None:
+        self._begin()
+        self._push(item)
+
+    def put_after(self, item: QueuedNotification, delay_s: float) -> None:
+        """Queue `item` after `delay_s`; counted as unfinished from now on."""
+        self._begin()
+        loop = asyncio.get_running_loop()
+
+        def due() -> None:
+            self._delayed.discard(handle)
+            self._push(item)
+
+        handle = loop.call_later(delay_s, due)
+        self._delayed.add(handle)
+
+    async def get(self) -> QueuedNotification:
+        item = (await self._entries.get()).item
+        self._count(item.notification.priority, -1)
+        return item
+
+    def done(self) -> None:
+        """One item taken with `get()` is finished (pushed, dropped, or re-queued)."""
+        self._unfinished -= 1
+        if self._unfinished == 0:
+            self._idle.set()
+
+    async def drained(self) -> None:
+        await self._idle.wait()
+
+    def abandon(self) -> list[QueuedNotification]:
+        """Empty the queue (shutdown past its grace); returns what was left."""
+        for handle in self._delayed:
+            handle.cancel()
+        self._delayed.clear()
+        left: list[QueuedNotification] = []
+        while not self._entries.empty():
+            left.append(self._entries.get_nowait().item)
+        for priority in Priority:
+            self._count(priority, -self._depth[priority])
+        return left
+
+    def _begin(self) -> None:
+        self._unfinished += 1
+        self._idle.clear()
+
+    def _push(self, item: QueuedNotification) -> None:
+        priority = item.notification.priority
+        self._entries.put_nowait(_Entry(priority.rank, next(self._sequence), item))
+        self._count(priority, 1)
+
+    def _count(self, priority: Priority, change: int) -> None:
+        self._depth[priority] += change
+        if self._on_depth is not None:
+            self._on_depth(priority, self._depth[priority])

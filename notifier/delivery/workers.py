@@ -1,0 +1,139 @@
+"""Push workers: take accepted notifications in priority order and fan each out to the
+user's devices through the push adapter, retrying with backoff what asks for a retry."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from notifier.delivery.queue import DeliveryQueue, QueuedNotification
+from notifier.domain.model import Device, Notification, implicit_device
+from notifier.domain.push import PushAdapter, PushResult, push_message
+from notifier.metrics import NotifierMetrics
+from notifier.storage.devices import DeviceStore
+from notifier.storage.errors import STORAGE_ERRORS
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DeliveryPolicy:
+    workers: int
+    max_attempts: int
+    retry_backoff: timedelta
+    # Users without devices get "auto:<user_id>" (development and tests only).
+    auto_device: bool
+
+
+class PushWorkers:
+    def __init__(
+        self,
+        queue: DeliveryQueue,
+        adapter: PushAdapter,
+        devices: DeviceStore,
+        policy: DeliveryPolicy,
+        metrics: NotifierMetrics,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._queue = queue
+        self._adapter = adapter
+        self._devices = devices
+        self._policy = policy
+        self._metrics = metrics
+        self._clock = clock
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._work(), name=f"push-worker-{number}")
+            for number in range(self._policy.workers)
+        ]
+
+    async def stop(self, grace_s: float) -> None:
+        """Let the queue drain within the grace, then stop; what is left is counted lost."""
+        try:
+            await asyncio.wait_for(self._queue.drained(), timeout=grace_s)
+        except TimeoutError:
+            left = self._queue.abandon()
+            self._metrics.undeliverable.labels("shutdown").inc(len(left))
+            log.error("shutdown grace over: %d accepted notifications not delivered", len(left))
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _work(self) -> None:
+        while True:
+            item = await self._queue.get()
+            try:
+                await self._deliver(item)
+            except Exception:
+                # A bug must not kill the worker; the key is in the message, texts are not.
+                log.exception("delivering %s failed", item.notification.idempotency_key)
+            finally:
+                self._queue.done()
+
+    async def _deliver(self, item: QueuedNotification) -> None:
+        notification = item.notification
+        if notification.expired_at(self._clock()):
+            self._metrics.expired_in_queue.labels(notification.priority.value).inc()
+            return
+        devices = item.devices
+        if devices is None:
+            try:
+                devices = await self._devices_of(notification.user_id)
+            except STORAGE_ERRORS as error:
+                log.warning("device lookup failed (%s); retrying", type(error).__name__)
+                self._retry(item, None)
+                return
+        if not devices:
+            self._metrics.undeliverable.labels("no_device").inc()
+            log.info("no device for %s", notification.idempotency_key)
+            return
+        results = await asyncio.gather(*(self._push(notification, d) for d in devices))
+        again = tuple(
+            device
+            for device, result in zip(devices, results, strict=True)
+            if result is PushResult.RETRY
+        )
+        if again:
+            self._retry(item, again)
+
+    async def _devices_of(self, user_id: str) -> tuple[Device, ...]:
+        registered = await self._devices.list(user_id)
+        if not registered and self._policy.auto_device:
+            return (implicit_device(user_id),)
+        return registered
+
+    async def _push(self, notification: Notification, device: Device) -> PushResult:
+        try:
+            result = await self._adapter.push(push_message(notification, device))
+        except Exception:
+            log.exception("push adapter %s failed; retrying", self._adapter.name)
+            result = PushResult.RETRY
+        self._metrics.count_push(self._adapter.name, result)
+        if result is PushResult.OK and notification.due_time is not None:
+            lateness = (self._clock() - notification.due_time).total_seconds()
+            self._metrics.push_lateness.labels(notification.priority.value).observe(lateness)
+        if result is PushResult.DEVICE_GONE and not device.is_implicit:
+            try:
+                await self._devices.remove(notification.user_id, device.device_token)
+            except STORAGE_ERRORS as error:
+                log.warning("could not forget a gone device (%s)", type(error).__name__)
+        return result
+
+    def _retry(self, item: QueuedNotification, devices: tuple[Device, ...] | None) -> None:
+        key = item.notification.idempotency_key
+        if item.attempt >= self._policy.max_attempts:
+            self._metrics.undeliverable.labels("attempts_exhausted").inc()
+            log.warning("giving up on %s after %d attempts", key, item.attempt)
+            return
+        backoff = self._policy.retry_backoff.total_seconds() * 2 ** (item.attempt - 1)
+        # Full jitter: retries of one burst do not come back in step.
+        delay = random.uniform(backoff / 2, backoff)
+        again = dataclasses.replace(item, attempt=item.attempt + 1, devices=devices)
+        self._queue.put_after(again, delay)

@@ -1,0 +1,106 @@
+"""What the notifier is asked to send, to whom, and what it answers per item."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+MAX_BATCH_ITEMS = 500
+# Keys are "<reminder_id>/<due as RFC 3339>" for reminders (~62 bytes); anything much
+# longer is a caller bug, and a row key we would keep for a month.
+MAX_KEY_BYTES = 256
+# A device token the service makes up for a user without devices (development only).
+AUTO_DEVICE_PREFIX = "auto:"
+
+
+class Priority(enum.Enum):
+    URGENT = "urgent"
+    BULK = "bulk"
+
+    @property
+    def rank(self) -> int:
+        """Lower goes first."""
+        return 0 if self is Priority.URGENT else 1
+
+
+class Platform(enum.Enum):
+    APNS = "apns"
+    FCM = "fcm"
+
+
+class Outcome(enum.Enum):
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+    REJECTED = "rejected"
+    RETRYABLE = "retryable"
+
+
+@dataclass(frozen=True)
+class Notification:
+    idempotency_key: str
+    user_id: str
+    priority: Priority
+    title: str
+    body: str
+    data: Mapping[str, str] = field(default_factory=dict)
+    due_time: datetime | None = None
+    expire_time: datetime | None = None
+
+    def expired_at(self, now: datetime) -> bool:
+        return self.expire_time is not None and self.expire_time <= now
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    idempotency_key: str
+    outcome: Outcome
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Device:
+    device_token: str
+    # None for the implicit development device, which no push service knows.
+    platform: Platform | None
+    register_time: datetime | None = None
+
+    @property
+    def is_implicit(self) -> bool:
+        return self.device_token.startswith(AUTO_DEVICE_PREFIX)
+
+
+def implicit_device(user_id: str) -> Device:
+    return Device(device_token=f"{AUTO_DEVICE_PREFIX}{user_id}", platform=None)
+
+
+def rejection(notification: Notification, now: datetime) -> ItemResult | None:
+    """The REJECTED answer for an item that can never be sent, or None if it may be."""
+    key = notification.idempotency_key
+
+    def rejected(reason: str) -> ItemResult:
+        return ItemResult(key, Outcome.REJECTED, reason)
+
+    if not key:
+        return rejected("idempotency_key is required")
+    if len(key.encode()) > MAX_KEY_BYTES:
+        return rejected(f"idempotency_key is longer than {MAX_KEY_BYTES} bytes")
+    if not notification.user_id:
+        return rejected("user_id is required")
+    if notification.expired_at(now):
+        return rejected("expired")
+    return None
+
+
+def device_problem(user_id: str, device: Device) -> str | None:
+    """Why a device cannot be registered, or None."""
+    if not user_id:
+        return "user_id is required"
+    if not device.device_token:
+        return "device.device_token is required"
+    if device.is_implicit:
+        return f"device tokens starting with {AUTO_DEVICE_PREFIX!r} are reserved"
+    if device.platform is None:
+        return "device.platform must be APNS or FCM"
+    return None

@@ -1,0 +1,63 @@
+"""The push-adapter interface, shaped to fit APNs and FCM.
+
+APNs: device token, `apns-collapse-id` (<= 64 bytes), `apns-priority` 10 / 5,
+`apns-expiration`; FCM: registration token, `collapse_key`, android priority high /
+normal, `ttl`. A push answers ok, retry (throttled, 5xx, timeout) or device gone (APNs
+410 Unregistered, FCM UNREGISTERED): the token is dropped from the registry.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from notifier.domain.model import Device, Notification, Platform, Priority
+
+
+class PushResult(enum.Enum):
+    OK = "ok"
+    RETRY = "retry"
+    DEVICE_GONE = "device_gone"
+
+
+@dataclass(frozen=True)
+class PushMessage:
+    device_token: str
+    platform: Platform | None
+    # The idempotency key: a repeated push replaces, not adds, on the device.
+    collapse_id: str
+    priority: Priority
+    expire_time: datetime | None
+    title: str
+    body: str
+    data: Mapping[str, str]
+    # Not sent to the push service; for the recording adapter and lateness accounting.
+    user_id: str
+    due_time: datetime | None
+
+
+class PushAdapter(Protocol):
+    @property
+    def name(self) -> str:
+        """A short label for metrics: 'recording', 'logging', 'apns', ..."""
+        ...
+
+    async def push(self, message: PushMessage) -> PushResult: ...
+
+
+def push_message(notification: Notification, device: Device) -> PushMessage:
+    return PushMessage(
+        device_token=device.device_token,
+        platform=device.platform,
+        collapse_id=notification.idempotency_key,
+        priority=notification.priority,
+        expire_time=notification.expire_time,
+        title=notification.title,
+        body=notification.body,
+        data=notification.data,
+        user_id=notification.user_id,
+        due_time=notification.due_time,
+    )

@@ -1,0 +1,64 @@
+"""Prometheus metrics of the notifier. Labels are small fixed sets (outcomes, adapter
+results, priorities), never keys, users or texts."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from notifier.domain.model import Outcome, Priority
+from notifier.domain.push import PushResult
+
+
+class NotifierMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.items = Counter(
+            "notifier_items",
+            "Notifications answered, by outcome (accepted, duplicate, rejected, retryable).",
+            ("outcome",),
+            registry=registry,
+        )
+        self.pushes = Counter(
+            "notifier_pushes",
+            "Pushes to devices, by adapter and result (ok, retry, device_gone).",
+            ("adapter", "result"),
+            registry=registry,
+        )
+        self.queue_depth = Gauge(
+            "notifier_queue_depth",
+            "Accepted notifications waiting for a push worker, by priority.",
+            ("priority",),
+            registry=registry,
+        )
+        self.expired_in_queue = Counter(
+            "notifier_expired_in_queue",
+            "Accepted notifications dropped because their expiry passed before delivery.",
+            ("priority",),
+            registry=registry,
+        )
+        self.undeliverable = Counter(
+            "notifier_undeliverable",
+            "Accepted notifications given up on, by reason (attempts exhausted, shutdown).",
+            ("reason",),
+            registry=registry,
+        )
+        self.push_lateness = Histogram(
+            "notifier_push_lateness_seconds",
+            "From a notification's due time to its successful push, by priority.",
+            ("priority",),
+            registry=registry,
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800),
+        )
+        self.storage_up = Gauge(
+            "notifier_storage_up",
+            "1 while Cassandra answers the health probe, else 0.",
+            registry=registry,
+        )
+        # Export every label value from the start, so dashboards see zeros, not gaps.
+        for outcome in Outcome:
+            self.items.labels(outcome.value)
+        for priority in Priority:
+            self.queue_depth.labels(priority.value).set(0)
+            self.expired_in_queue.labels(priority.value)
+
+    def count_push(self, adapter: str, result: PushResult) -> None:
+        self.pushes.labels(adapter, result.value).inc()

@@ -1,0 +1,134 @@
+"""The notifier process: gRPC (NotificationService + health), /metrics, push workers,
+and a graceful stop (stop accepting, drain the queue within the grace, then stop)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import suppress
+
+import grpc.aio
+from grpc_health.v1 import health_pb2_grpc
+from prometheus_client import CollectorRegistry
+
+from genproto.notification.v1 import notification_pb2, notification_pb2_grpc
+from notifier.delivery.adapters import Clock, build_adapter, utc_now
+from notifier.delivery.queue import DeliveryQueue
+from notifier.delivery.workers import DeliveryPolicy, PushWorkers
+from notifier.domain.model import Priority
+from notifier.domain.push import PushAdapter
+from notifier.intake import Intake
+from notifier.metrics import NotifierMetrics
+from notifier.rpc.lifecycle import MetricsEndpoint, StorageHealth, run_until_signal
+from notifier.rpc.servicer import NotificationServicer
+from notifier.settings import NotifierSettings
+from notifier.storage.devices import DeviceStore
+from notifier.storage.keys import KeyStore
+from reminders_svc.storage.session import CassandraConnection, connect
+
+log = logging.getLogger(__name__)
+
+NOTIFICATION_SERVICE = notification_pb2.DESCRIPTOR.services_by_name["NotificationService"].full_name
+# "" is the server as a whole, which is what most probes (grpc_health_probe, k8s) ask.
+HEALTH_SERVICES = ("", NOTIFICATION_SERVICE)
+
+
+class NotifierServer:
+    """`await start()`, later `await stop()`. The keyspace must be migrated already
+    (`migrate_notifier`); `adapter` replaces the one the settings name (tests)."""
+
+    def __init__(
+        self,
+        settings: NotifierSettings,
+        adapter: PushAdapter | None = None,
+        clock: Clock = utc_now,
+    ) -> None:
+        self._settings = settings
+        self.adapter = adapter or build_adapter(settings.adapter, settings.recording_capacity)
+        self._clock = clock
+        self._registry = CollectorRegistry()
+        self._metrics = NotifierMetrics(self._registry)
+        self._health = StorageHealth(HEALTH_SERVICES, self._metrics.storage_up)
+        self._connection: CassandraConnection | None = None
+        self._workers: PushWorkers | None = None
+        self._server: grpc.aio.Server | None = None
+        self._metrics_endpoint: MetricsEndpoint | None = None
+        self._probe_task: asyncio.Task[None] | None = None
+        # The ports bound (differ from the settings when those ask for 0: any free port).
+        self.port = settings.port
+        self.metrics_port = settings.metrics_port
+
+    async def start(self) -> None:
+        settings = self._settings
+        self._connection = connection = await asyncio.to_thread(connect, settings.cassandra)
+        session, keyspace = connection.session, settings.cassandra.keyspace
+        # Statements are prepared here, once, off the event loop.
+        keys = await asyncio.to_thread(KeyStore, session, keyspace, settings.key_ttl)
+        devices = await asyncio.to_thread(DeviceStore, session, keyspace)
+
+        def on_depth(priority: Priority, depth: int) -> None:
+            self._metrics.queue_depth.labels(priority.value).set(depth)
+
+        queue = DeliveryQueue(on_depth=on_depth)
+        policy = DeliveryPolicy(
+            workers=settings.push_workers,
+            max_attempts=settings.push_max_attempts,
+            retry_backoff=settings.push_retry_backoff,
+            auto_device=settings.auto_device,
+        )
+        self._workers = PushWorkers(
+            queue, self.adapter, devices, policy, self._metrics, self._clock
+        )
+        self._workers.start()
+        intake = Intake(keys, queue, self._metrics, settings.batch_concurrency, self._clock)
+
+        server = grpc.aio.server()
+        servicer = NotificationServicer(intake, devices, self.adapter, settings.faults)
+        notification_pb2_grpc.add_NotificationServiceServicer_to_server(servicer, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health.servicer, server)
+        await self._health.set(False)
+        self.port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+        self._metrics_endpoint = MetricsEndpoint(
+            self._registry, settings.host, settings.metrics_port
+        )
+        self.metrics_port = self._metrics_endpoint.port
+        await server.start()
+        self._server = server
+        self._probe_task = asyncio.create_task(
+            self._health.follow(session, settings.health_probe_interval.total_seconds()),
+            name="storage-health",
+        )
+        log.info(
+            "notifier listening on %s:%d (adapter=%s, auto_device=%s, keyspace=%s), metrics on :%d",
+            settings.host,
+            self.port,
+            self.adapter.name,
+            settings.auto_device,
+            keyspace,
+            self.metrics_port,
+        )
+
+    async def stop(self) -> None:
+        """Readiness off, stop accepting, drain the queue; all within the shutdown grace."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._settings.shutdown_grace.total_seconds()
+        log.info("shutting down: draining for up to %s", self._settings.shutdown_grace)
+        await self._health.servicer.enter_graceful_shutdown()
+        if self._server is not None:
+            await self._server.stop(max(0.0, deadline - loop.time()))
+        if self._workers is not None:
+            await self._workers.stop(max(0.0, deadline - loop.time()))
+        if self._probe_task is not None:
+            self._probe_task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._probe_task
+        if self._connection is not None:
+            await asyncio.to_thread(self._connection.close)
+        if self._metrics_endpoint is not None:
+            self._metrics_endpoint.close()
+        log.info("stopped")
+
+
+async def serve(settings: NotifierSettings) -> None:
+    """Run until SIGTERM or SIGINT, then shut down gracefully."""
+    await run_until_signal(NotifierServer(settings))

@@ -1,0 +1,100 @@
+"""NotificationService over the intake, the device registry and the recording adapter."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, NoReturn
+
+import grpc
+import grpc.aio
+
+from genproto.notification.v1 import notification_pb2 as pb
+from genproto.notification.v1 import notification_pb2_grpc as pb_grpc
+from notifier.delivery.adapters import RecordingPushAdapter
+from notifier.domain.model import MAX_BATCH_ITEMS, device_problem
+from notifier.domain.push import PushAdapter
+from notifier.intake import Intake
+from notifier.rpc import convert
+from notifier.settings import Faults
+from notifier.storage.devices import DeviceStore
+from notifier.storage.errors import STORAGE_ERRORS
+
+log = logging.getLogger(__name__)
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class NotificationServicer(pb_grpc.NotificationServiceServicer):
+    def __init__(
+        self, intake: Intake, devices: DeviceStore, adapter: PushAdapter, faults: Faults
+    ) -> None:
+        self._intake = intake
+        self._devices = devices
+        self._adapter = adapter
+        self._replies_to_drop = faults.drop_reply
+
+    async def Send(  # noqa: N802 (the gRPC method's name)
+        self, request: pb.SendRequest, context: Context
+    ) -> pb.SendResponse:
+        result = await self._intake.accept(convert.notification(request.notification))
+        return pb.SendResponse(result=convert.send_result(result))
+
+    async def SendBatch(  # noqa: N802 (the gRPC method's name)
+        self, request: pb.SendBatchRequest, context: Context
+    ) -> pb.SendBatchResponse:
+        count = len(request.notifications)
+        if not 1 <= count <= MAX_BATCH_ITEMS:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"notifications: {count} items, expected 1 to {MAX_BATCH_ITEMS}",
+            )
+        items = [convert.notification(message) for message in request.notifications]
+        results = await self._intake.accept_batch(items)
+        if self._replies_to_drop > 0:
+            # Fault injection: everything above happened; only the answer is lost.
+            self._replies_to_drop -= 1
+            log.warning("fault drop_reply: dropping the reply to a SendBatch of %d", count)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "fault injected: reply dropped")
+        return pb.SendBatchResponse(results=[convert.send_result(r) for r in results])
+
+    async def RegisterDevice(  # noqa: N802 (the gRPC method's name)
+        self, request: pb.RegisterDeviceRequest, context: Context
+    ) -> pb.RegisterDeviceResponse:
+        device = convert.device(request.device)
+        problem = device_problem(request.user_id, device)
+        if problem is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        try:
+            registered = await self._devices.register(request.user_id, device)
+        except STORAGE_ERRORS as error:
+            await _storage_unavailable(context, error)
+        return pb.RegisterDeviceResponse(device=convert.device_message(registered))
+
+    async def ListDevices(  # noqa: N802 (the gRPC method's name)
+        self, request: pb.ListDevicesRequest, context: Context
+    ) -> pb.ListDevicesResponse:
+        if not request.user_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "user_id is required")
+        try:
+            devices = await self._devices.list(request.user_id)
+        except STORAGE_ERRORS as error:
+            await _storage_unavailable(context, error)
+        return pb.ListDevicesResponse(devices=[convert.device_message(d) for d in devices])
+
+    async def ListDelivered(  # noqa: N802 (the gRPC method's name)
+        self, request: pb.ListDeliveredRequest, context: Context
+    ) -> pb.ListDeliveredResponse:
+        if not isinstance(self._adapter, RecordingPushAdapter):
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"the {self._adapter.name} push adapter keeps no record; "
+                "run with REMINDERS_NOTIFIER_ADAPTER=recording",
+            )
+        pushed = self._adapter.delivered(request.user_id, request.idempotency_key)
+        return pb.ListDeliveredResponse(delivered=[convert.delivered_message(p) for p in pushed])
+
+
+async def _storage_unavailable(context: Context, error: Exception) -> NoReturn:
+    await context.abort(
+        grpc.StatusCode.UNAVAILABLE, f"storage unavailable ({type(error).__name__}); retry"
+    )
