@@ -12,13 +12,22 @@ import sys
 from collections.abc import Callable, Sequence
 
 from devnode import cli as devnode_cli
+from notifier import cli as notifier_cli
 from reminders_svc.api import client_cli, serve_cli, token_cli
 from reminders_svc.schedule import preview_cli
 from reminders_svc.storage import migrate_cli
 
 Handler = Callable[[argparse.Namespace], int]
 
-_SUBCOMMANDS = (devnode_cli, migrate_cli, preview_cli, serve_cli, token_cli, client_cli)
+_SUBCOMMANDS = (
+    devnode_cli,
+    migrate_cli,
+    preview_cli,
+    serve_cli,
+    token_cli,
+    client_cli,
+    notifier_cli,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
