@@ -1,0 +1,165 @@
+"""A real notifier (grpc.aio on its own event loop and thread) on the real Cassandra, in a
+keyspace of its own per test session, and a sync client for the tests."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import grpc
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from genproto.notification.v1 import notification_pb2 as pb
+from genproto.notification.v1 import notification_pb2_grpc as pb_grpc
+from notifier.domain.push import PushAdapter
+from notifier.rpc.lifecycle import Stoppable
+from notifier.rpc.server import NotifierServer
+from notifier.settings import NotifierSettings
+from notifier.storage.schema import migrate_notifier
+from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.session import connect
+
+DEV_ENV = {"REMINDERS_ENV": "dev"}
+
+
+class ServerThread:
+    """Runs a server's start() / stop() on its own event loop, as its own process would."""
+
+    def __init__(self, server: Stoppable) -> None:
+        self.server = server
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def run(self, work: Callable[[], object], timeout_s: float = 60) -> None:
+        async def call() -> None:
+            result = work()
+            if asyncio.iscoroutine(result):
+                await result
+
+        asyncio.run_coroutine_threadsafe(call(), self.loop).result(timeout_s)
+
+    def __enter__(self) -> ServerThread:
+        self._thread.start()
+        self.run(self.server.start)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.run(self.server.stop)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+
+@dataclass
+class Client:
+    target: str
+    metrics_port: int
+    channel: grpc.Channel
+    stub: pb_grpc.NotificationServiceStub
+
+    def send_batch(self, *items: pb.Notification) -> list[pb.SendResult]:
+        reply = self.stub.SendBatch(pb.SendBatchRequest(notifications=items), timeout=30)
+        return list(reply.results)
+
+    def delivered(self, user_id: str = "", key: str = "") -> list[pb.Delivered]:
+        request = pb.ListDeliveredRequest(user_id=user_id, idempotency_key=key)
+        return list(self.stub.ListDelivered(request, timeout=10).delivered)
+
+    def wait_delivered(self, count: int, user_id: str, timeout_s: float = 10) -> list[pb.Delivered]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pushed = self.delivered(user_id)
+            if len(pushed) >= count or time.monotonic() > deadline:
+                return pushed
+            time.sleep(0.05)
+
+    def metrics(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            text = reply.read().decode()
+        return {
+            (sample.name, frozenset(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
+
+
+@pytest.fixture(scope="session")
+def notifier_settings(cassandra_settings: CassandraSettings) -> Iterator[NotifierSettings]:
+    """Development settings on a migrated keyspace of this session, any free ports."""
+    base = NotifierSettings.from_env(DEV_ENV)
+    keyspace = f"notifier_{uuid.uuid4().hex[:8]}"
+    settings = dataclasses.replace(
+        base,
+        port=0,
+        metrics_port=0,
+        cassandra=dataclasses.replace(cassandra_settings, keyspace=keyspace),
+        health_probe_interval=timedelta(seconds=0.5),
+        shutdown_grace=timedelta(seconds=5),
+        push_retry_backoff=timedelta(seconds=0.05),
+    )
+    migrate_notifier(settings.cassandra)
+    yield settings
+    with connect(settings.cassandra, keyspace="") as connection:
+        connection.session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=60)
+
+
+@contextmanager
+def running_notifier(
+    settings: NotifierSettings, adapter: PushAdapter | None = None
+) -> Iterator[Client]:
+    server = NotifierServer(settings, adapter)
+    with ServerThread(server):
+        target = f"127.0.0.1:{server.port}"
+        with grpc.insecure_channel(target) as channel:
+            stub = pb_grpc.NotificationServiceStub(channel)
+            yield Client(target, server.metrics_port, channel, stub)
+
+
+@pytest.fixture
+def notifier(notifier_settings: NotifierSettings) -> Iterator[Client]:
+    with running_notifier(notifier_settings) as client:
+        yield client
+
+
+@pytest.fixture
+def user() -> str:
+    return f"user-{uuid.uuid4().hex[:10]}"
+
+
+def reminder_key() -> str:
+    """As the dispatcher builds them: "<reminder_id>/<due as RFC 3339>"."""
+    due = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return f"{uuid.uuid4()}/{due}"
+
+
+def item(
+    user_id: str,
+    key: str | None = None,
+    *,
+    priority: int = pb.PRIORITY_URGENT,
+    title: str = "Call mom",
+    body: str = "It is 18:00",
+    expire_in: timedelta | None = timedelta(minutes=5),
+) -> pb.Notification:
+    message = pb.Notification(
+        idempotency_key=reminder_key() if key is None else key,
+        user_id=user_id,
+        priority=priority,  # type: ignore[arg-type]
+        title=title,
+        body=body,
+        data={"reminder_id": "r-1"},
+    )
+    now = datetime.now(UTC)
+    message.due_time.FromDatetime(now)
+    if expire_in is not None:
+        message.expire_time.FromDatetime(now + expire_in)
+    return message

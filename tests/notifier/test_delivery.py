@@ -1,0 +1,229 @@
+"""The notifier's promises on the real Cassandra through a real gRPC server: one push per
+key, expired items never pushed, urgent ahead of bulk, devices, the drop_reply fault."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import timedelta
+
+import grpc
+import pytest
+
+from genproto.notification.v1 import notification_pb2 as pb
+from notifier.delivery.adapters import RecordingPushAdapter
+from notifier.domain.push import PushMessage, PushResult
+from notifier.settings import Faults, NotifierSettings
+from tests.notifier.conftest import Client, item, reminder_key, running_notifier
+
+ACCEPTED = pb.SendResult.OUTCOME_ACCEPTED
+DUPLICATE = pb.SendResult.OUTCOME_DUPLICATE
+REJECTED = pb.SendResult.OUTCOME_REJECTED
+
+
+class GatedRecordingAdapter(RecordingPushAdapter):
+    """Records, but every push waits until the test opens the gate: items pile up in
+    the queue behind the first one, in whatever order the queue keeps them."""
+
+    def __init__(self) -> None:
+        super().__init__(capacity=1000)
+        self.gate = threading.Event()
+        self.first_push_waiting = threading.Event()
+
+    async def push(self, message: PushMessage) -> PushResult:
+        self.first_push_waiting.set()
+        await asyncio.to_thread(self.gate.wait, 30)
+        return await super().push(message)
+
+
+@contextmanager
+def one_worker_held(
+    settings: NotifierSettings, user: str
+) -> Iterator[tuple[Client, GatedRecordingAdapter]]:
+    """A notifier with one push worker, held inside the push of a first bulk item
+    ("bulk-0/<user>") until the test opens `adapter.gate`."""
+    adapter = GatedRecordingAdapter()
+    one_worker = dataclasses.replace(settings, push_workers=1)
+    with running_notifier(one_worker, adapter) as notifier:
+        notifier.send_batch(item(user, f"bulk-0/{user}", priority=pb.PRIORITY_BULK))
+        assert adapter.first_push_waiting.wait(10)
+        yield notifier, adapter
+
+
+def test_accepted_then_duplicate_and_pushed_once(notifier: Client, user: str) -> None:
+    key = reminder_key()
+    [first] = notifier.send_batch(item(user, key))
+    assert (first.idempotency_key, first.outcome) == (key, ACCEPTED)
+    [again] = notifier.send_batch(item(user, key, title="edited"))
+    assert again.outcome == DUPLICATE
+
+    [pushed] = notifier.wait_delivered(1, user)
+    time.sleep(0.3)  # a second push, if any, would have landed by now
+    assert len(notifier.delivered(user)) == 1
+    assert (pushed.idempotency_key, pushed.title, pushed.body) == (key, "Call mom", "It is 18:00")
+    assert pushed.device_token == f"auto:{user}"
+    assert pushed.priority == pb.PRIORITY_URGENT
+    assert pushed.push_time.ToDatetime() >= pushed.due_time.ToDatetime()
+
+
+def test_single_send_answers_like_a_batch(notifier: Client, user: str) -> None:
+    message = item(user)
+    reply = notifier.stub.Send(pb.SendRequest(notification=message), timeout=10)
+    assert reply.result.outcome == ACCEPTED
+    again = notifier.stub.Send(pb.SendRequest(notification=message), timeout=10)
+    assert again.result.outcome == DUPLICATE
+
+
+def test_concurrent_batches_with_one_key_accept_it_once(notifier: Client, user: str) -> None:
+    key = reminder_key()
+    callers = 8
+    with ThreadPoolExecutor(callers) as pool:
+        replies = list(pool.map(lambda _: notifier.send_batch(item(user, key)), range(callers)))
+    outcomes = sorted(result.outcome for [result] in replies)
+    assert outcomes == [ACCEPTED] + [DUPLICATE] * (callers - 1)
+    notifier.wait_delivered(1, user)
+    time.sleep(0.3)
+    assert len(notifier.delivered(key=key)) == 1
+
+
+def test_results_in_request_order_with_rejections(notifier: Client, user: str) -> None:
+    good = [item(user) for _ in range(20)]
+    expired = item(user, expire_in=-timedelta(seconds=1))
+    no_key = item(user, key="")
+    no_user = item("", key=reminder_key())
+    batch = [*good[:10], expired, no_key, no_user, *good[10:]]
+    results = notifier.send_batch(*batch)
+    assert [r.idempotency_key for r in results] == [m.idempotency_key for m in batch]
+    outcomes = [(r.outcome, r.reason) for r in results]
+    assert outcomes[10:13] == [
+        (REJECTED, "expired"),
+        (REJECTED, "idempotency_key is required"),
+        (REJECTED, "user_id is required"),
+    ]
+    assert {outcome for outcome, _ in outcomes[:10] + outcomes[13:]} == {ACCEPTED}
+    notifier.wait_delivered(20, user)
+    time.sleep(0.3)
+    assert expired.idempotency_key not in {p.idempotency_key for p in notifier.delivered(user)}
+    # A rejected expired key was not recorded: it is rejected again, not a duplicate.
+    [again] = notifier.send_batch(expired)
+    assert (again.outcome, again.reason) == (REJECTED, "expired")
+
+
+def test_batch_size_is_1_to_500(notifier: Client, user: str) -> None:
+    for size in (0, 501):
+        with pytest.raises(grpc.RpcError) as refused:
+            notifier.send_batch(*(item(user) for _ in range(size)))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert len(notifier.send_batch(*(item(user) for _ in range(500)))) == 500
+
+
+def test_urgent_items_go_before_bulk_items_queued_earlier(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    with one_worker_held(notifier_settings, user) as (notifier, adapter):
+        bulk = [item(user, f"bulk-{n}/{user}", priority=pb.PRIORITY_BULK) for n in (1, 2, 3)]
+        urgent = [item(user, f"urgent-{n}/{user}") for n in (1, 2, 3)]
+        for message in (*bulk, *urgent):  # one by one: queued in this order
+            notifier.send_batch(message)
+        adapter.gate.set()
+        pushed = [p.idempotency_key for p in notifier.wait_delivered(7, user)]
+    assert [key.split("/")[0] for key in pushed] == [
+        "bulk-0",  # already being pushed when the others came
+        "urgent-1",
+        "urgent-2",
+        "urgent-3",
+        "bulk-1",
+        "bulk-2",
+        "bulk-3",
+    ]
+
+
+def test_item_expiring_while_queued_is_dropped_and_counted(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    with one_worker_held(notifier_settings, user) as (notifier, adapter):
+        [late] = notifier.send_batch(item(user, expire_in=timedelta(seconds=1)))
+        assert late.outcome == ACCEPTED
+        time.sleep(1.5)
+        adapter.gate.set()
+        notifier.wait_delivered(1, user)
+        deadline = time.monotonic() + 5
+        dropped = ("notifier_expired_in_queue_total", frozenset({("priority", "urgent")}))
+        while notifier.metrics()[dropped] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert notifier.metrics()[dropped] == 1
+        assert late.idempotency_key not in {p.idempotency_key for p in notifier.delivered(user)}
+
+
+def test_registered_devices_get_the_push(notifier: Client, user: str) -> None:
+    phone = pb.Device(device_token=f"apns-{user}", platform=pb.Device.PLATFORM_APNS)
+    tablet = pb.Device(device_token=f"fcm-{user}", platform=pb.Device.PLATFORM_FCM)
+    first = notifier.stub.RegisterDevice(pb.RegisterDeviceRequest(user_id=user, device=phone))
+    again = notifier.stub.RegisterDevice(pb.RegisterDeviceRequest(user_id=user, device=phone))
+    assert first.device == again.device  # idempotent: the first registration stands
+    assert first.device.register_time.seconds > 0
+    notifier.stub.RegisterDevice(pb.RegisterDeviceRequest(user_id=user, device=tablet))
+
+    listed = notifier.stub.ListDevices(pb.ListDevicesRequest(user_id=user)).devices
+    assert {(d.device_token, d.platform) for d in listed} == {
+        (phone.device_token, pb.Device.PLATFORM_APNS),
+        (tablet.device_token, pb.Device.PLATFORM_FCM),
+    }
+
+    key = reminder_key()
+    notifier.send_batch(item(user, key))
+    pushed = notifier.wait_delivered(2, user)
+    assert sorted(p.device_token for p in pushed) == sorted(
+        [phone.device_token, tablet.device_token]
+    )
+    assert {p.idempotency_key for p in pushed} == {key}
+
+
+def test_register_device_refuses_bad_input(notifier: Client, user: str) -> None:
+    apns = pb.Device.PLATFORM_APNS
+    cases = [
+        pb.RegisterDeviceRequest(user_id="", device=pb.Device(device_token="t", platform=apns)),
+        pb.RegisterDeviceRequest(user_id=user, device=pb.Device(device_token="t")),
+        pb.RegisterDeviceRequest(
+            user_id=user, device=pb.Device(device_token=f"auto:{user}", platform=apns)
+        ),
+    ]
+    for request in cases:
+        with pytest.raises(grpc.RpcError) as refused:
+            notifier.stub.RegisterDevice(request)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_list_delivered_filters_by_user_and_key(notifier: Client, user: str) -> None:
+    other = f"{user}-other"
+    keys = [reminder_key() for _ in range(3)]
+    notifier.send_batch(item(user, keys[0]), item(user, keys[1]), item(other, keys[2]))
+    notifier.wait_delivered(2, user)
+    notifier.wait_delivered(1, other)
+    assert sorted(p.idempotency_key for p in notifier.delivered(user)) == sorted(keys[:2])
+    assert [p.user_id for p in notifier.delivered(key=keys[2])] == [other]
+    assert notifier.delivered(user, keys[2]) == []
+    everything = {p.idempotency_key for p in notifier.delivered()}
+    assert set(keys) <= everything
+
+
+def test_dropped_reply_then_retry_answers_duplicate_and_pushes_once(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    settings = dataclasses.replace(notifier_settings, faults=Faults(drop_reply=1))
+    with running_notifier(settings) as notifier:
+        batch = [item(user), item(user)]
+        with pytest.raises(grpc.RpcError) as lost:
+            notifier.send_batch(*batch)
+        assert lost.value.code() == grpc.StatusCode.UNAVAILABLE
+        retried = notifier.send_batch(*batch)
+        assert [r.outcome for r in retried] == [DUPLICATE, DUPLICATE]
+        pushed = notifier.wait_delivered(2, user)
+        time.sleep(0.3)
+        assert len(notifier.delivered(user)) == 2
+        assert sorted(p.idempotency_key for p in pushed) == sorted(m.idempotency_key for m in batch)

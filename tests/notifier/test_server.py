@@ -1,0 +1,130 @@
+"""The notifier as a process: health, /metrics, the logging adapter's discretion, and
+`python -m notifier` (what `reminders notifier` runs) migrating, serving and stopping on
+SIGTERM."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from genproto.notification.v1 import notification_pb2 as pb
+from genproto.notification.v1 import notification_pb2_grpc as pb_grpc
+from notifier.rpc.server import NOTIFICATION_SERVICE
+from notifier.settings import NotifierSettings
+from tests.api.serving import cassandra_env
+from tests.notifier.conftest import Client, item, running_notifier
+from tests.platform.helpers import free_port
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+
+
+def health_of(target: str, service: str = "") -> int:
+    with grpc.insecure_channel(target) as channel:
+        request = health_pb2.HealthCheckRequest(service=service)
+        status: int = health_pb2_grpc.HealthStub(channel).Check(request, timeout=5).status
+        return status
+
+
+def wait_serving(target: str, process: subprocess.Popen[str] | None = None) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the notifier exited early:\n{process.communicate()[0]}")
+        try:
+            if health_of(target) == SERVING:
+                return
+        except grpc.RpcError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("the notifier did not become SERVING")
+
+
+def test_health_and_metrics(notifier: Client, user: str) -> None:
+    wait_serving(notifier.target)
+    assert health_of(notifier.target, NOTIFICATION_SERVICE) == SERVING
+    message = item(user)
+    notifier.send_batch(message, message, item(user, key=""))
+    notifier.wait_delivered(1, user)
+
+    samples = notifier.metrics()
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, frozenset(labels.items()))]
+
+    assert value("notifier_items_total", outcome="accepted") >= 1
+    assert value("notifier_items_total", outcome="duplicate") >= 1
+    assert value("notifier_items_total", outcome="rejected") >= 1
+    assert value("notifier_pushes_total", adapter="recording", result="ok") >= 1
+    assert value("notifier_queue_depth", priority="urgent") == 0
+    assert value("notifier_push_lateness_seconds_count", priority="urgent") >= 1
+    assert value("notifier_storage_up") == 1
+    assert not any(user in v for _, labels in samples for _, v in labels)
+
+
+def test_logging_adapter_logs_keys_and_sizes_never_texts(
+    notifier_settings: NotifierSettings, user: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = dataclasses.replace(notifier_settings, adapter="logging")
+    title, body, data = "SECRET-TITLE-7f3", "SECRET-BODY-91c", "SECRET-DATA-55e"
+    message = item(user, title=title, body=body)
+    message.data["note"] = data
+    with caplog.at_level(logging.DEBUG), running_notifier(settings) as notifier:
+        notifier.send_batch(message)
+        deadline = time.monotonic() + 10
+        while message.idempotency_key not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(grpc.RpcError) as refused:
+            notifier.delivered(user)
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert message.idempotency_key in caplog.text
+    assert f"title_bytes={len(title)}" in caplog.text
+    assert f"body_bytes={len(body)}" in caplog.text
+    for secret in (title, body, data):
+        assert secret not in caplog.text
+
+
+def test_process_migrates_serves_and_stops_on_sigterm(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    port, metrics_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "REMINDERS_ENV": "dev",
+        **cassandra_env(notifier_settings.cassandra),
+        "REMINDERS_NOTIFIER_KEYSPACE": notifier_settings.cassandra.keyspace,
+        "REMINDERS_NOTIFIER_PORT": str(port),
+        "REMINDERS_NOTIFIER_METRICS_PORT": str(metrics_port),
+        "REMINDERS_NOTIFIER_HEALTH_PROBE_INTERVAL_S": "0.5",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "notifier"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        target = f"127.0.0.1:{port}"
+        wait_serving(target, process)
+        with grpc.insecure_channel(target) as channel:
+            stub = pb_grpc.NotificationServiceStub(channel)
+            reply = stub.SendBatch(pb.SendBatchRequest(notifications=[item(user)]), timeout=10)
+            assert reply.results[0].outcome == pb.SendResult.OUTCOME_ACCEPTED
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert process.returncode == 0, output
+    assert "already applied ['0001_initial']" in output  # the fixture migrated it first
+    assert "stopped" in output
