@@ -1,0 +1,56 @@
+"""Building checked schedules from user input."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from reminders_svc.schedule.errors import ScheduleError
+from reminders_svc.schedule.expand import HORIZON_YEARS, first_ring
+from reminders_svc.schedule.model import OneOff, Repeat
+from reminders_svc.schedule.rule import Rule, parse_rule_text
+from reminders_svc.schedule.zones import load_zone, to_utc_in
+
+
+def _naive(value: datetime, field: str) -> datetime:
+    if value.tzinfo is not None:
+        raise ScheduleError(field, f"{value.isoformat()} must be a local time without offset")
+    return value
+
+
+def one_off_local(local: datetime, zone: str) -> OneOff:
+    """Rings once at ``local`` wall time (naive) in ``zone``."""
+    load_zone(zone)
+    return OneOff(zone=zone, local=_naive(local, "at").replace(microsecond=0), instant=None)
+
+
+def one_off_instant(instant: datetime, zone: str = "UTC") -> OneOff:
+    """Rings once at an aware ``instant``; ``zone`` is the user's, for display."""
+    load_zone(zone)
+    if instant.tzinfo is None or instant.utcoffset() is None:
+        raise ScheduleError("at", f"{instant.isoformat()} must be an aware instant")
+    return OneOff(zone=zone, local=None, instant=instant.astimezone(UTC).replace(microsecond=0))
+
+
+def parse_rrule(text: str, zone: str, start: datetime) -> Repeat:
+    """A repeat from RFC 5545 RRULE text, DTSTART = ``start`` (naive local) in ``zone``."""
+    return repeat_from_rule(parse_rule_text(text, load_zone(zone)), zone, start, "rrule")
+
+
+def repeat_from_rule(rule: Rule, zone: str, start: datetime, field: str) -> Repeat:
+    """The canonical Repeat for a parsed rule; ``field`` names the input it came from."""
+    zone_info = load_zone(zone)
+    # Reminders ring on whole minutes; seconds in the start would only shift DTSTART.
+    start = _naive(start, "start").replace(second=0, microsecond=0)
+    if rule.until is not None and rule.until < to_utc_in(start, zone_info):
+        raise ScheduleError(
+            "until",
+            f"end {rule.until:%Y-%m-%dT%H:%M:%SZ} is before the start {start.isoformat()}",
+        )
+    repeat = Repeat(rrule=rule.text(), zone=zone, start=start)
+    if first_ring(repeat) is None:
+        if rule.until is not None or rule.count is not None:
+            raise ScheduleError(field, "never occurs between the start and its end")
+        raise ScheduleError(
+            field, f"never occurs: no occurrence within {HORIZON_YEARS} years of the start"
+        )
+    return repeat

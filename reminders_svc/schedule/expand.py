@@ -1,0 +1,364 @@
+"""Expanding schedules into UTC rings.
+
+Repeats are expanded in naive local wall time (periods, BYxxx parts, BYSETPOS, INTERVAL
+counted from the start), then each local time is mapped to UTC by zones.to_utc_in, and a
+ring whose instant is not strictly after the previous ring is dropped.
+
+Bounds: a search looks at most HORIZON_YEARS ahead, and spends at most STEP_BUDGET
+steps per ring found; exceeding the budget is a ScheduleError, never an endless loop.
+"""
+
+from __future__ import annotations
+
+import calendar
+import functools
+import itertools
+import math
+from bisect import bisect_left
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import MAXYEAR, UTC, date, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from reminders_svc.schedule.errors import ScheduleError
+from reminders_svc.schedule.model import OneOff, Repeat, Schedule
+from reminders_svc.schedule.rule import Freq, Rule, parse_rule_text
+from reminders_svc.schedule.zones import load_zone, to_local, to_utc_in
+
+HORIZON_YEARS = 400
+STEP_BUDGET = 20_000
+# The longest gap in the tz database is a whole day (Pacific/Apia, 2011-12-30): local
+# times that far before a point can still map after it, so resuming starts this early.
+_RESUME_MARGIN = timedelta(days=3)
+_CALENDAR_END = date(MAXYEAR, 12, 31)
+
+
+class _Budget:
+    """Counts expansion steps; pathological rules fail fast instead of spinning."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def spend(self) -> None:
+        self.steps += 1
+        if self.steps > STEP_BUDGET:
+            raise ScheduleError(
+                "rrule", f"too sparse: no occurrence found within {STEP_BUDGET} steps"
+            )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A rule with the defaults RFC 5545 takes from DTSTART filled in."""
+
+    rule: Rule
+    start: datetime
+    months: frozenset[int]  # empty: every month
+    month_days: frozenset[int]  # empty: every day; negative counts from the month's end
+    weekdays: frozenset[int]  # plain BYDAY weekdays
+    nth_weekdays: frozenset[tuple[int, int]]  # (weekday, ordinal) from BYDAY
+    ordinals_in_year: bool  # YEARLY without BYMONTH: "20MO" is the year's 20th Monday
+    hours: tuple[int, ...]
+    minute: int
+    _days_cache: dict[tuple[int, bool, int], tuple[int, ...]] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
+
+    @property
+    def filters_by_day(self) -> bool:
+        return bool(self.weekdays or self.nth_weekdays)
+
+    def days_in_month(self, year: int, month: int) -> tuple[int, ...]:
+        """The month's days passing BYMONTHDAY and BYDAY, cached by calendar shape."""
+        key = (month, calendar.isleap(year), date(year, 1, 1).weekday())
+        days = self._days_cache.get(key)
+        if days is None:
+            days = tuple(day for day in _month_range(year, month) if self._keeps(year, month, day))
+            self._days_cache[key] = days
+        return days
+
+    def _keeps(self, year: int, month: int, day: int) -> bool:
+        month_length = calendar.monthrange(year, month)[1]
+        if self.month_days and not self.month_days & {day, day - month_length - 1}:
+            return False
+        if not self.filters_by_day:
+            return True
+        weekday = date(year, month, day).weekday()
+        if weekday in self.weekdays:
+            return True
+        if self.ordinals_in_year:
+            position = date(year, month, day).timetuple().tm_yday
+            period_length = 366 if calendar.isleap(year) else 365
+        else:
+            position, period_length = day, month_length
+        from_start = (position - 1) // 7 + 1
+        from_end = -((period_length - position) // 7 + 1)
+        return bool(self.nth_weekdays & {(weekday, from_start), (weekday, from_end)})
+
+
+def _month_range(year: int, month: int) -> range:
+    return range(1, calendar.monthrange(year, month)[1] + 1)
+
+
+def make_plan(rule: Rule, start: datetime) -> _Plan:
+    months, month_days = set(rule.by_month), set(rule.by_month_day)
+    weekdays = {entry.weekday for entry in rule.by_day if entry.ordinal is None}
+    if rule.freq is Freq.YEARLY and not (rule.by_month_day or rule.by_day):
+        months = months or {start.month}
+        month_days = {start.day}
+    elif rule.freq is Freq.MONTHLY and not (rule.by_month_day or rule.by_day):
+        month_days = {start.day}
+    elif rule.freq is Freq.WEEKLY and not rule.by_day:
+        weekdays = {start.weekday()}
+    every_hour = tuple(range(24)) if rule.freq is Freq.HOURLY else (start.hour,)
+    hours = rule.by_hour or every_hour
+    return _Plan(
+        rule=rule,
+        start=start,
+        months=frozenset(months),
+        month_days=frozenset(month_days),
+        weekdays=frozenset(weekdays),
+        nth_weekdays=frozenset(
+            (entry.weekday, entry.ordinal) for entry in rule.by_day if entry.ordinal is not None
+        ),
+        ordinals_in_year=rule.freq is Freq.YEARLY and not rule.by_month,
+        hours=hours,
+        minute=rule.by_minute[0] if rule.by_minute else start.minute,
+    )
+
+
+def interval_can_reach(plan: _Plan) -> bool:
+    """False when INTERVAL keeps every aligned period off the BYDAY/BYHOUR values.
+
+    Daily steps revisit weekdays with period gcd(INTERVAL, 7); hourly steps revisit
+    hours of the week with period gcd(INTERVAL, 168). Catching this up front saves
+    walking 400 years of misses.
+    """
+    step, start = plan.rule.interval, plan.start
+    weekdays = (plan.weekdays or set(range(7))) if plan.filters_by_day else set(range(7))
+    if plan.rule.freq is Freq.DAILY:
+        period = math.gcd(step, 7)
+        return any((weekday - start.weekday()) % period == 0 for weekday in weekdays)
+    if plan.rule.freq is Freq.HOURLY:
+        period = math.gcd(step, 7 * 24)
+        start_hour = start.weekday() * 24 + start.hour
+        return any(
+            (weekday * 24 + hour - start_hour) % period == 0
+            for weekday in weekdays
+            for hour in plan.hours
+        )
+    return True
+
+
+def _week_start(plan: _Plan, day: date) -> int:
+    """Ordinal of the first day (per WKST) of the week holding ``day``."""
+    return day.toordinal() - (day.weekday() - plan.rule.week_start) % 7
+
+
+def _next_aligned_day(plan: _Plan, day: date) -> date | None:
+    """The first day at or after ``day`` inside a period that INTERVAL selects."""
+    step, start = plan.rule.interval, plan.start
+    if step == 1:
+        return day
+    freq = plan.rule.freq
+    if freq is Freq.YEARLY:
+        year = day.year + (start.year - day.year) % step
+        return day if year == day.year else _day_or_none(year, 1, 1)
+    if freq is Freq.MONTHLY:
+        index = day.year * 12 + day.month - 1
+        index += (start.year * 12 + start.month - 1 - index) % step
+        year, month_index = divmod(index, 12)
+        aligned = (year, month_index + 1)
+        return day if aligned == (day.year, day.month) else _day_or_none(year, month_index + 1, 1)
+    if freq is Freq.WEEKLY:
+        first_week = _week_start(plan, start.date())
+        week = (day.toordinal() - first_week) // 7
+        skip = -week % step
+        ordinal = day.toordinal() if skip == 0 else first_week + 7 * (week + skip)
+    elif freq is Freq.DAILY:
+        ordinal = day.toordinal() + (start.toordinal() - day.toordinal()) % step
+    else:
+        hour = (day.toordinal() - start.toordinal()) * 24 - start.hour
+        hour += -hour % step
+        ordinal = start.toordinal() + (hour + start.hour) // 24
+    return date.fromordinal(ordinal) if ordinal <= _CALENDAR_END.toordinal() else None
+
+
+def _day_or_none(year: int, month: int, day: int) -> date | None:
+    return date(year, month, day) if year <= MAXYEAR else None
+
+
+def _aligned_hours(plan: _Plan, day: date) -> list[int]:
+    """The day's hours that INTERVAL selects (all of plan.hours above HOURLY)."""
+    if plan.rule.freq is not Freq.HOURLY:
+        return list(plan.hours)
+    base = (day.toordinal() - plan.start.toordinal()) * 24 - plan.start.hour
+    return [hour for hour in plan.hours if (base + hour) % plan.rule.interval == 0]
+
+
+def _raw_local(plan: _Plan, first: date, last: date, budget: _Budget) -> Iterator[datetime]:
+    """Local datetimes on days first..last passing INTERVAL and the day/time parts."""
+    cursor: date | None = first
+    while cursor is not None and cursor <= last:
+        budget.spend()
+        cursor = _next_aligned_day(plan, cursor)
+        if cursor is None or cursor > last:
+            return
+        year, month = cursor.year, cursor.month
+        if not plan.months or month in plan.months:
+            days = plan.days_in_month(year, month)
+            index = bisect_left(days, cursor.day)
+            if index < len(days) and days[index] == cursor.day:
+                on = date(year, month, days[index])
+                for hour in _aligned_hours(plan, on):
+                    yield datetime(year, month, on.day, hour, plan.minute)
+                cursor = on + timedelta(days=1) if on < _CALENDAR_END else None
+                continue
+            if index < len(days):
+                # Leap to the next kept day; the loop re-aligns it to INTERVAL.
+                cursor = date(year, month, days[index])
+                continue
+        cursor = _day_or_none(year + month // 12, month % 12 + 1, 1)
+
+
+def _period_key(plan: _Plan, local: datetime) -> tuple[int, ...]:
+    freq = plan.rule.freq
+    if freq is Freq.YEARLY:
+        return (local.year,)
+    if freq is Freq.MONTHLY:
+        return (local.year, local.month)
+    if freq is Freq.WEEKLY:
+        return (_week_start(plan, local.date()),)
+    if freq is Freq.DAILY:
+        return (local.toordinal(),)
+    return (local.toordinal(), local.hour)
+
+
+def _period_first_day(plan: _Plan, day: date) -> date:
+    freq = plan.rule.freq
+    if freq is Freq.YEARLY:
+        return date(day.year, 1, 1)
+    if freq is Freq.MONTHLY:
+        return date(day.year, day.month, 1)
+    if freq is Freq.WEEKLY:
+        return date.fromordinal(max(1, _week_start(plan, day)))
+    return day
+
+
+def _select_positions(period: list[datetime], positions: tuple[int, ...]) -> list[datetime]:
+    chosen = set()
+    for position in positions:
+        index = position - 1 if position > 0 else len(period) + position
+        if 0 <= index < len(period):
+            chosen.add(period[index])
+    return sorted(chosen)
+
+
+def local_occurrences(
+    plan: _Plan, lower: datetime, last: date, budget: _Budget
+) -> Iterator[datetime]:
+    """The rule's local datetimes at or after max(lower, start), on days up to ``last``."""
+    lower = max(lower, plan.start)
+    if not interval_can_reach(plan):
+        return
+    positions = plan.rule.by_set_pos
+    if not positions:
+        raw = _raw_local(plan, lower.date(), last, budget)
+        yield from (local for local in raw if local >= lower)
+        return
+    # BYSETPOS picks from a whole period, so start at its first day and finish it.
+    whole_last_period = min(last + timedelta(days=366), _CALENDAR_END)
+    raw = _raw_local(plan, _period_first_day(plan, lower.date()), whole_last_period, budget)
+    for _, period in itertools.groupby(raw, key=functools.partial(_period_key, plan)):
+        for local in _select_positions(list(period), positions):
+            if lower <= local and local.date() <= last:
+                yield local
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile(repeat: Repeat) -> tuple[ZoneInfo, Rule, _Plan]:
+    zone = load_zone(repeat.zone)
+    rule = parse_rule_text(repeat.rrule, zone)
+    return zone, rule, make_plan(rule, repeat.start)
+
+
+def _horizon(local: datetime) -> date:
+    return date(min(local.year + HORIZON_YEARS, MAXYEAR), 12, 31)
+
+
+def _repeat_rings(repeat: Repeat, near: datetime) -> Iterator[datetime]:
+    """The repeat's rings in increasing UTC order, from a little before ``near`` on.
+
+    Callers filter to the exact bound. With COUNT the walk starts at the start, since
+    COUNT counts rings from there.
+    """
+    zone, rule, plan = _compile(repeat)
+    near_local = max(to_local(near, zone), repeat.start)
+    last = _horizon(near_local)
+    if rule.until is not None:
+        last = min(last, to_local(rule.until, zone).date() + _RESUME_MARGIN)
+    lower = repeat.start if rule.count is not None else near_local - _RESUME_MARGIN
+    budget = _Budget()
+    previous: datetime | None = None
+    rung = 0
+    for local in local_occurrences(plan, lower, last, budget):
+        instant = to_utc_in(local, zone)
+        if previous is not None and instant <= previous:
+            continue  # a gap-shifted time landing on or before a ring already given
+        previous = instant
+        if rule.until is not None and instant > rule.until:
+            continue
+        budget.steps = 0
+        yield instant
+        rung += 1
+        if rung == rule.count:
+            return
+
+
+def _one_off_ring(one_off: OneOff) -> datetime:
+    if one_off.instant is not None:
+        return one_off.instant
+    assert one_off.local is not None
+    return to_utc_in(one_off.local, load_zone(one_off.zone))
+
+
+def _check_instant(instant: datetime, name: str) -> None:
+    if instant.tzinfo is None or instant.utcoffset() is None:
+        raise ScheduleError(name, f"{instant.isoformat()} must be an aware instant")
+
+
+def occurrences(schedule: Schedule, after: datetime, limit: int) -> list[datetime]:
+    """Up to ``limit`` rings at or after ``after`` (aware), in increasing order."""
+    _check_instant(after, "from")
+    if limit < 0:
+        raise ScheduleError("count", f"limit {limit} must not be negative")
+    if isinstance(schedule, OneOff):
+        ring = _one_off_ring(schedule)
+        return [ring] if ring >= after and limit > 0 else []
+    rings = (ring for ring in _repeat_rings(schedule, after) if ring >= after)
+    return list(itertools.islice(rings, limit))
+
+
+def next_after(schedule: Schedule, instant: datetime) -> datetime | None:
+    """The first ring strictly after ``instant``; None when the schedule has ended."""
+    found = occurrences(schedule, instant + timedelta(seconds=1), 1)
+    return found[0] if found else None
+
+
+def validate_new(schedule: Schedule, now: datetime) -> datetime:
+    """The first ring at or after ``now``, or ScheduleError if there is none."""
+    found = occurrences(schedule, now, 1)
+    if found:
+        return found[0]
+    if isinstance(schedule, OneOff):
+        ring = _one_off_ring(schedule)
+        raise ScheduleError("at", f"{ring:%Y-%m-%dT%H:%M:%SZ} is in the past")
+    raise ScheduleError(
+        "repeat", f"no occurrence at or after {now.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
+    )
+
+
+def first_ring(repeat: Repeat) -> datetime | None:
+    """The repeat's first ring from its start, or None if it never rings."""
+    zone = load_zone(repeat.zone)
+    return next(_repeat_rings(repeat, to_utc_in(repeat.start, zone)), None)

@@ -1,0 +1,271 @@
+"""The natural repeat grammar, compiled to a Rule.
+
+    every [N] (hour|hours)
+    every [N] (day|days) TIME
+    every (weekday|weekend) TIME
+    every DAYS TIME                                  DAYS: Monday | Mon,Wed,Fri
+    every [N] (week|weeks) [on DAYS] TIME
+    every [N] (month|months) on [the] (1st | last day | 2nd Tue | last Fri) TIME
+    every [N] (year|years) on MONTH DAY TIME         MONTH DAY: Oct 26
+    ... followed by an optional end: until YYYY-MM-DD | for N times
+
+TIME is [at] HH:MM (24-hour). Words are case-insensitive.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, datetime
+
+from reminders_svc.schedule.build import repeat_from_rule
+from reminders_svc.schedule.errors import ScheduleError
+from reminders_svc.schedule.model import Repeat
+from reminders_svc.schedule.rule import (
+    MAX_COUNT,
+    MAX_INTERVAL,
+    ByDay,
+    Freq,
+    Rule,
+    check_bounded,
+    end_of_day,
+)
+from reminders_svc.schedule.zones import load_zone
+
+_TOKEN = re.compile(r"\s*(?:(\d{4}-\d{2}-\d{2})|(\d{1,2}:\d{2})|(\d+)(st|nd|rd|th)?|([a-z]+)|(,))")
+_WEEKDAYS = {
+    name: index
+    for index, names in enumerate(
+        (("mon", "monday"), ("tue", "tues", "tuesday"), ("wed", "wednesday"),
+         ("thu", "thur", "thurs", "thursday"), ("fri", "friday"), ("sat", "saturday"),
+         ("sun", "sunday"))
+    )
+    for name in names
+}  # fmt: skip
+_MONTHS = {
+    name: index
+    for index, names in enumerate(
+        (("jan", "january"), ("feb", "february"), ("mar", "march"), ("apr", "april"),
+         ("may",), ("jun", "june"), ("jul", "july"), ("aug", "august"),
+         ("sep", "sept", "september"), ("oct", "october"), ("nov", "november"),
+         ("dec", "december")),
+        start=1,
+    )
+    for name in names
+}  # fmt: skip
+_ORDINAL_WORDS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "last": -1}
+
+
+@dataclass(frozen=True)
+class _Token:
+    kind: str  # "date", "time", "number", "word", "comma"
+    text: str
+    position: int  # 0-based character offset in the expression
+    number: int = 0
+    suffixed: bool = False  # "1st", "2nd": an ordinal
+
+
+def _tokenize(expression: str) -> list[_Token]:
+    tokens: list[_Token] = []
+    lowered, offset = expression.lower(), 0
+    while lowered[offset:].strip():
+        match = _TOKEN.match(lowered, offset)
+        if match is None:
+            bad = len(lowered) - len(lowered[offset:].lstrip())
+            raise ScheduleError("repeat", f"at character {bad + 1}: unexpected {expression[bad]!r}")
+        start = match.start(match.lastindex or 0)
+        on_date, at_time, digits, suffix, word, _comma = match.groups()
+        if on_date:
+            tokens.append(_Token("date", on_date, start))
+        elif at_time:
+            tokens.append(_Token("time", at_time, start))
+        elif digits:
+            text = match.group(0).strip()
+            tokens.append(_Token("number", text, start, int(digits), bool(suffix)))
+        elif word:
+            tokens.append(_Token("word", word, start))
+        else:
+            tokens.append(_Token("comma", ",", start))
+        offset = match.end()
+    return tokens
+
+
+class _Parser:
+    def __init__(self, expression: str) -> None:
+        self.tokens = _tokenize(expression)
+        self.index = 0
+
+    def peek(self) -> _Token | None:
+        return self.tokens[self.index] if self.index < len(self.tokens) else None
+
+    def fail(self, expected: str) -> ScheduleError:
+        token = self.peek()
+        where = (
+            "at end of input"
+            if token is None
+            else (f"at character {token.position + 1} ({token.text!r})")
+        )
+        return ScheduleError("repeat", f"{where}: expected {expected}")
+
+    def take(self, kind: str, expected: str) -> _Token:
+        token = self.peek()
+        if token is None or token.kind != kind:
+            raise self.fail(expected)
+        self.index += 1
+        return token
+
+    def accept(self, *words: str) -> str | None:
+        token = self.peek()
+        if token is not None and token.kind == "word" and token.text in words:
+            self.index += 1
+            return token.text
+        return None
+
+    def weekday(self) -> int:
+        token = self.take("word", "a weekday (Mon..Sun)")
+        if token.text not in _WEEKDAYS:
+            self.index -= 1
+            raise self.fail("a weekday (Mon..Sun)")
+        return _WEEKDAYS[token.text]
+
+    def weekdays(self) -> tuple[ByDay, ...]:
+        days = [self.weekday()]
+        while (token := self.peek()) is not None and token.kind == "comma":
+            self.index += 1
+            days.append(self.weekday())
+        return tuple(ByDay(day) for day in sorted(set(days)))
+
+    def time_of_day(self) -> tuple[int, int]:
+        self.accept("at")
+        token = self.take("time", "a time HH:MM")
+        hour, minute = (int(part) for part in token.text.split(":"))
+        if hour > 23 or minute > 59:
+            self.index -= 1
+            raise self.fail("a time HH:MM between 00:00 and 23:59")
+        return hour, minute
+
+
+def _clock(rule_args: dict[str, object], parser: _Parser) -> None:
+    hour, minute = parser.time_of_day()
+    rule_args["by_hour"], rule_args["by_minute"] = (hour,), (minute,)
+
+
+def _monthly_day(parser: _Parser, rule_args: dict[str, object]) -> None:
+    """'the 1st', 'the 15', 'last day', 'last Fri', '2nd Tue', 'second Tue'."""
+    parser.accept("the")
+    token = parser.peek()
+    if token is not None and token.kind == "number":
+        parser.index += 1
+        if not 1 <= token.number <= 31:
+            parser.index -= 1
+            raise parser.fail("a day of the month 1..31")
+        ordinal = token.number
+        if not token.suffixed or (after := parser.peek()) is None or after.text not in _WEEKDAYS:
+            rule_args["by_month_day"] = (ordinal,)
+            return
+        if ordinal > 5:
+            raise parser.fail("an ordinal 1st..5th before a weekday")
+    else:
+        word = parser.accept(*_ORDINAL_WORDS)
+        if word is None:
+            raise parser.fail("a day like 1st, last day, last Fri or 2nd Tue")
+        ordinal = _ORDINAL_WORDS[word]
+        if ordinal == -1 and parser.accept("day"):
+            rule_args["by_month_day"] = (-1,)
+            return
+    rule_args["by_day"] = (ByDay(parser.weekday(), ordinal),)
+
+
+def _yearly_day(parser: _Parser, rule_args: dict[str, object]) -> None:
+    token = parser.take("word", "a month name (Jan..Dec)")
+    if token.text not in _MONTHS:
+        parser.index -= 1
+        raise parser.fail("a month name (Jan..Dec)")
+    day = parser.take("number", "a day of the month")
+    if not 1 <= day.number <= 31:
+        parser.index -= 1
+        raise parser.fail("a day of the month 1..31")
+    rule_args["by_month"], rule_args["by_month_day"] = (_MONTHS[token.text],), (day.number,)
+
+
+_DayOfPeriod = Callable[[_Parser, dict[str, object]], None]
+_ON_A_DAY: dict[str, tuple[Freq, _DayOfPeriod, str]] = {
+    "month": (Freq.MONTHLY, _monthly_day, "every month on the 1st 09:00"),
+    "year": (Freq.YEARLY, _yearly_day, "every year on Oct 26 09:00"),
+}
+
+
+def _body(parser: _Parser, rule_args: dict[str, object]) -> None:
+    interval_token = parser.peek()
+    if interval_token is not None and interval_token.kind == "number":
+        parser.index += 1
+        rule_args["interval"] = check_bounded(
+            "interval", interval_token.number, "repeat", MAX_INTERVAL
+        )
+    counted = "interval" in rule_args
+    unit = parser.peek()
+    if unit is None or unit.kind != "word":
+        raise parser.fail("a unit (hours, day, week, month, year) or a weekday")
+    parser.index += 1
+    word = unit.text.removesuffix("s") if unit.text not in _WEEKDAYS else unit.text
+    if word == "hour":
+        rule_args["freq"] = Freq.HOURLY
+    elif word == "day":
+        rule_args["freq"] = Freq.DAILY
+        _clock(rule_args, parser)
+    elif word in ("week", "weekday", "weekend") or unit.text in _WEEKDAYS:
+        rule_args["freq"] = Freq.WEEKLY
+        if word == "week":
+            if parser.accept("on"):
+                rule_args["by_day"] = parser.weekdays()
+        elif counted:
+            parser.index -= 1
+            raise parser.fail("'weeks' after a number (e.g. every 2 weeks on Mon)")
+        elif word == "weekday":
+            rule_args["by_day"] = tuple(ByDay(day) for day in range(5))
+        elif word == "weekend":
+            rule_args["by_day"] = (ByDay(5), ByDay(6))
+        else:
+            parser.index -= 1
+            rule_args["by_day"] = parser.weekdays()
+        _clock(rule_args, parser)
+    elif word in _ON_A_DAY:
+        rule_args["freq"], day_of_period, example = _ON_A_DAY[word]
+        if parser.accept("on") is None:
+            raise parser.fail(f"'on' (e.g. {example})")
+        day_of_period(parser, rule_args)
+        _clock(rule_args, parser)
+    else:
+        parser.index -= 1
+        raise parser.fail("a unit (hours, day, week, month, year) or a weekday")
+
+
+def _end(parser: _Parser, rule_args: dict[str, object], zone: str) -> None:
+    if parser.accept("until"):
+        token = parser.take("date", "a date YYYY-MM-DD")
+        try:
+            on = date.fromisoformat(token.text)
+        except ValueError:
+            parser.index -= 1
+            raise parser.fail("a valid date YYYY-MM-DD") from None
+        rule_args["until"] = end_of_day(on, load_zone(zone))
+    elif parser.accept("for"):
+        token = parser.take("number", "a number of times")
+        rule_args["count"] = check_bounded("count", token.number, "count", MAX_COUNT)
+        if parser.accept("times", "time") is None:
+            raise parser.fail("'times'")
+    if parser.peek() is not None:
+        raise parser.fail("the end, or 'until YYYY-MM-DD' or 'for N times'")
+
+
+def parse_repeat(expression: str, zone: str, start: datetime) -> Repeat:
+    """A repeat from the natural grammar, beginning at ``start`` (naive local) in ``zone``."""
+    load_zone(zone)
+    parser = _Parser(expression)
+    if parser.accept("every") is None:
+        raise parser.fail("'every'")
+    rule_args: dict[str, object] = {}
+    _body(parser, rule_args)
+    _end(parser, rule_args, zone)
+    return repeat_from_rule(Rule(**rule_args), zone, start, "repeat")  # type: ignore[arg-type]

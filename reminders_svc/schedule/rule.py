@@ -1,0 +1,255 @@
+"""RFC 5545 RRULE text <-> Rule, the parsed and checked form of a recurrence.
+
+Canonical text: parts in a fixed order (FREQ, INTERVAL, COUNT, UNTIL, BYMONTH,
+BYMONTHDAY, BYDAY, BYHOUR, BYMINUTE, BYSETPOS, WKST), values sorted and unique,
+defaults (INTERVAL=1, WKST=MO, BYSECOND=0) left out, UNTIL as a UTC 'Z' value.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time
+from enum import StrEnum
+from zoneinfo import ZoneInfo
+
+from reminders_svc.schedule.errors import ScheduleError
+from reminders_svc.schedule.zones import to_utc_in
+
+WEEKDAY_CODES = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
+MAX_INTERVAL = 10_000
+# COUNT is honoured by counting from the start; the cap keeps that walk short.
+MAX_COUNT = 1_000
+
+
+class Freq(StrEnum):
+    YEARLY = "YEARLY"
+    MONTHLY = "MONTHLY"
+    WEEKLY = "WEEKLY"
+    DAILY = "DAILY"
+    HOURLY = "HOURLY"
+
+
+@dataclass(frozen=True, order=True)
+class ByDay:
+    """A BYDAY entry: a weekday (0 = Monday), optionally the nth (-1 = last) in the period."""
+
+    weekday: int
+    ordinal: int | None = None
+
+    def text(self) -> str:
+        prefix = "" if self.ordinal is None else str(self.ordinal)
+        return prefix + WEEKDAY_CODES[self.weekday]
+
+
+@dataclass(frozen=True)
+class Rule:
+    freq: Freq
+    interval: int = 1
+    count: int | None = None
+    until: datetime | None = None  # aware UTC, inclusive
+    by_month: tuple[int, ...] = ()
+    by_month_day: tuple[int, ...] = ()
+    by_day: tuple[ByDay, ...] = ()
+    by_hour: tuple[int, ...] = ()
+    by_minute: tuple[int, ...] = ()
+    by_set_pos: tuple[int, ...] = ()
+    week_start: int = 0
+
+    def text(self) -> str:
+        """The canonical RRULE text (without DTSTART)."""
+        parts = [f"FREQ={self.freq.value}"]
+        if self.interval != 1:
+            parts.append(f"INTERVAL={self.interval}")
+        if self.count is not None:
+            parts.append(f"COUNT={self.count}")
+        if self.until is not None:
+            parts.append(f"UNTIL={self.until.strftime('%Y%m%dT%H%M%SZ')}")
+        numbered = (
+            ("BYMONTH", self.by_month),
+            ("BYMONTHDAY", self.by_month_day),
+        )
+        parts.extend(f"{name}={_join(values)}" for name, values in numbered if values)
+        if self.by_day:
+            parts.append("BYDAY=" + ",".join(entry.text() for entry in self.by_day))
+        timed = (("BYHOUR", self.by_hour), ("BYMINUTE", self.by_minute))
+        parts.extend(f"{name}={_join(values)}" for name, values in timed if values)
+        if self.by_set_pos:
+            parts.append(f"BYSETPOS={_join(self.by_set_pos)}")
+        if self.week_start != 0:
+            parts.append(f"WKST={WEEKDAY_CODES[self.week_start]}")
+        return ";".join(parts)
+
+
+def _join(values: tuple[int, ...]) -> str:
+    return ",".join(str(value) for value in values)
+
+
+_BYDAY_ENTRY = re.compile(r"([+-]?\d{1,2})?(MO|TU|WE|TH|FR|SA|SU)")
+_INTEGER = re.compile(r"[+-]?\d{1,9}")
+_UNTIL = re.compile(r"(\d{4})(\d{2})(\d{2})(?:T(\d{2})(\d{2})(\d{2})(Z?))?")
+_END_OF_DAY = time(23, 59, 59)
+_SUPPORTED = (
+    "FREQ", "INTERVAL", "COUNT", "UNTIL", "BYMONTH", "BYMONTHDAY", "BYDAY",
+    "BYHOUR", "BYMINUTE", "BYSECOND", "BYSETPOS", "WKST",
+)  # fmt: skip
+_REFUSED = {
+    "BYYEARDAY": "BYYEARDAY is not supported",
+    "BYWEEKNO": "BYWEEKNO is not supported",
+    "RSCALE": "RSCALE (non-Gregorian calendars) is not supported",
+    "SKIP": "SKIP is not supported",
+}
+# (lowest, highest, zero allowed) for each numeric list part
+_RANGES = {
+    "BYMONTH": (1, 12, False),
+    "BYMONTHDAY": (-31, 31, False),
+    "BYHOUR": (0, 23, True),
+    "BYMINUTE": (0, 59, True),
+    "BYSETPOS": (-366, 366, False),
+}
+
+
+def parse_rule_text(text: str, zone: ZoneInfo) -> Rule:
+    """Parse RRULE text (with or without "RRULE:"); a local UNTIL is read in ``zone``."""
+    body = text.strip()
+    if body.upper().startswith("RRULE:"):
+        body = body[len("RRULE:") :]
+    if not body:
+        raise ScheduleError("rrule", "empty RRULE")
+    parts: dict[str, str] = {}
+    for position, raw in enumerate(body.split(";"), start=1):
+        name, equals, value = raw.strip().partition("=")
+        name = name.upper()
+        where = f"part {position} {raw.strip()!r}"
+        if not equals or not value:
+            raise ScheduleError("rrule", f"{where}: expected NAME=VALUE")
+        if name in _REFUSED:
+            raise ScheduleError("rrule", f"{where}: {_REFUSED[name]}")
+        if name not in _SUPPORTED:
+            raise ScheduleError("rrule", f"{where}: unknown RRULE part {name}")
+        if name in parts:
+            raise ScheduleError("rrule", f"{where}: {name} given twice")
+        parts[name] = value.strip().upper()
+    return _rule_from_parts(parts, zone)
+
+
+def _rule_from_parts(parts: dict[str, str], zone: ZoneInfo) -> Rule:
+    if "FREQ" not in parts:
+        raise ScheduleError("rrule", "FREQ is required")
+    freq = _freq(parts["FREQ"])
+    if "COUNT" in parts and "UNTIL" in parts:
+        raise ScheduleError("rrule", "COUNT and UNTIL cannot both be given")
+    if parts.get("BYSECOND", "0") != "0":
+        raise ScheduleError("rrule", "BYSECOND must be 0 (reminders ring on whole minutes)")
+    by_day = _by_day(parts.get("BYDAY"), freq)
+    by_month_day = _numbers("BYMONTHDAY", parts)
+    if by_month_day and freq is Freq.WEEKLY:
+        raise ScheduleError("rrule", "BYMONTHDAY cannot be used with FREQ=WEEKLY")
+    by_minute = _numbers("BYMINUTE", parts)
+    if len(by_minute) > 1:
+        raise ScheduleError("rrule", "BYMINUTE takes one value: at most one ring an hour")
+    by_set_pos = _numbers("BYSETPOS", parts)
+    others = ("BYMONTH", "BYMONTHDAY", "BYDAY", "BYHOUR", "BYMINUTE")
+    if by_set_pos and not any(name in parts for name in others):
+        raise ScheduleError("rrule", "BYSETPOS needs another BYxxx part to select from")
+    count = parts.get("COUNT")
+    return Rule(
+        freq=freq,
+        interval=_bounded_int("INTERVAL", parts.get("INTERVAL", "1"), "rrule", MAX_INTERVAL),
+        count=None if count is None else _bounded_int("COUNT", count, "count", MAX_COUNT),
+        until=parse_until(parts["UNTIL"], zone) if "UNTIL" in parts else None,
+        by_month=_numbers("BYMONTH", parts),
+        by_month_day=by_month_day,
+        by_day=by_day,
+        by_hour=_numbers("BYHOUR", parts),
+        by_minute=by_minute,
+        by_set_pos=by_set_pos,
+        week_start=_weekday("WKST", parts.get("WKST", "MO")),
+    )
+
+
+def _freq(value: str) -> Freq:
+    if value in ("MINUTELY", "SECONDLY"):
+        raise ScheduleError("rrule", f"FREQ={value} is too frequent (HOURLY at most)")
+    try:
+        return Freq(value)
+    except ValueError:
+        raise ScheduleError("rrule", f"FREQ={value} is not a frequency") from None
+
+
+def _bounded_int(name: str, value: str, field: str, highest: int) -> int:
+    if not _INTEGER.fullmatch(value):
+        raise ScheduleError(field, f"{name}={value} is not a whole number")
+    return check_bounded(name, int(value), field, highest)
+
+
+def check_bounded(name: str, number: int, field: str, highest: int) -> int:
+    """``number`` if it is within 1..highest, else ScheduleError(field)."""
+    if not 1 <= number <= highest:
+        raise ScheduleError(field, f"{name}={number} must be between 1 and {highest}")
+    return number
+
+
+def _numbers(name: str, parts: dict[str, str]) -> tuple[int, ...]:
+    if name not in parts:
+        return ()
+    lowest, highest, zero_allowed = _RANGES[name]
+    numbers: set[int] = set()
+    for item in parts[name].split(","):
+        if not _INTEGER.fullmatch(item):
+            raise ScheduleError("rrule", f"{name}: {item!r} is not a whole number")
+        number = int(item)
+        if not lowest <= number <= highest or (number == 0 and not zero_allowed):
+            raise ScheduleError("rrule", f"{name}: {number} is out of range")
+        numbers.add(number)
+    return tuple(sorted(numbers))
+
+
+def _weekday(name: str, code: str) -> int:
+    if code not in WEEKDAY_CODES:
+        raise ScheduleError("rrule", f"{name}: {code!r} is not a weekday (MO..SU)")
+    return WEEKDAY_CODES.index(code)
+
+
+def _by_day(value: str | None, freq: Freq) -> tuple[ByDay, ...]:
+    if value is None:
+        return ()
+    entries: set[ByDay] = set()
+    for item in value.split(","):
+        match = _BYDAY_ENTRY.fullmatch(item)
+        if match is None:
+            raise ScheduleError("rrule", f"BYDAY: {item!r} is not a weekday like MO, 1FR, -1SU")
+        ordinal = int(match.group(1)) if match.group(1) else None
+        if ordinal is not None:
+            if freq not in (Freq.MONTHLY, Freq.YEARLY):
+                raise ScheduleError(
+                    "rrule", f"BYDAY: {item} has an ordinal, allowed only with MONTHLY or YEARLY"
+                )
+            if ordinal == 0 or abs(ordinal) > 53:
+                raise ScheduleError("rrule", f"BYDAY: ordinal in {item} must be 1..53 or -53..-1")
+        entries.add(ByDay(WEEKDAY_CODES.index(match.group(2)), ordinal))
+    return tuple(sorted(entries, key=lambda entry: (entry.ordinal or 0, entry.weekday)))
+
+
+def parse_until(value: str, zone: ZoneInfo) -> datetime:
+    """UNTIL as a UTC instant: 'Z' values are UTC, others are local; a date means its end."""
+    match = _UNTIL.fullmatch(value)
+    if match is None:
+        raise ScheduleError("until", f"UNTIL={value} is not YYYYMMDD or YYYYMMDDTHHMMSS[Z]")
+    year, month, day, hour, minute, second, utc_marker = match.groups()
+    try:
+        on = date(int(year), int(month), int(day))
+        at = time(int(hour), int(minute), int(second)) if hour is not None else None
+    except ValueError as error:
+        raise ScheduleError("until", f"UNTIL={value}: {error}") from None
+    if at is None:
+        return end_of_day(on, zone)
+    local = datetime.combine(on, at)
+    if utc_marker:
+        return local.replace(tzinfo=UTC)
+    return to_utc_in(local, zone)
+
+
+def end_of_day(on: date, zone: ZoneInfo) -> datetime:
+    """The UTC instant ending local day ``on``: "until <date>" includes that day."""
+    return to_utc_in(datetime.combine(on, _END_OF_DAY), zone)

@@ -1,0 +1,69 @@
+"""Zones from the pinned ``tzdata`` package, and the local -> UTC rules.
+
+zoneinfo looks at the system's /usr/share/zoneinfo before the tzdata package; we read
+the package's files ourselves so every machine uses the same pinned database.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+from datetime import UTC, datetime
+from importlib import resources
+from zoneinfo import ZoneInfo
+
+from reminders_svc.schedule.errors import ScheduleError
+
+
+@functools.cache
+def zone_names() -> frozenset[str]:
+    """Every zone name the pinned tz database knows."""
+    listing = resources.files("tzdata").joinpath("zones").read_text(encoding="utf-8")
+    return frozenset(line.strip() for line in listing.splitlines() if line.strip())
+
+
+@functools.cache
+def _zone_from_package(name: str) -> ZoneInfo:
+    zone_file = resources.files("tzdata.zoneinfo").joinpath(*name.split("/"))
+    with zone_file.open("rb") as handle:
+        return ZoneInfo.from_file(handle, key=name)
+
+
+def load_zone(name: str) -> ZoneInfo:
+    """The zone ``name`` from the pinned database; ScheduleError(field="zone") if unknown."""
+    # Checking against the package's list also keeps names like "../x" off the filesystem.
+    if name not in zone_names():
+        raise ScheduleError("zone", f"unknown time zone {name!r} (want an IANA name)")
+    return _zone_from_package(name)
+
+
+@functools.cache
+def tzdata_version() -> str:
+    """The tz database in use: its IANA release and the pinned package's version."""
+    # tzdata.zi starts with "# version 2026f", the release the package was built from.
+    header = resources.files("tzdata.zoneinfo").joinpath("tzdata.zi").open("r").readline()
+    release = header.removeprefix("# version").strip()
+    return f"{release} (tzdata {importlib.metadata.version('tzdata')})"
+
+
+def to_utc_in(local: datetime, zone: ZoneInfo) -> datetime:
+    """Map a naive local wall time to a UTC instant with the engine's rules.
+
+    fold=0 picks the first of a repeated time; for a time in a gap, fold=0 applies the
+    offset in force before the gap (PEP 495), which is the same as shifting the wall time
+    forward by the gap's length (02:30 -> 03:30).
+    """
+    aware = local.replace(tzinfo=zone, fold=0)
+    return aware.astimezone(UTC).replace(microsecond=0)
+
+
+def to_utc(local: datetime, zone: str) -> datetime:
+    """Map a naive local wall time in ``zone`` to an aware UTC instant (see to_utc_in)."""
+    if local.tzinfo is not None:
+        raise ScheduleError("at", f"local time {local.isoformat()} must not carry an offset")
+    return to_utc_in(local, load_zone(zone))
+
+
+def to_local(instant: datetime, zone: ZoneInfo) -> datetime:
+    """The naive wall time in ``zone`` at an aware instant."""
+    return instant.astimezone(zone).replace(tzinfo=None)
