@@ -1,0 +1,104 @@
+"""Every offset change of every zone, 2000-2037: daily rings around each gap and fold.
+
+Expected rings are computed here from UTC offsets alone (no fold arithmetic): a local
+time L is the instants U with U + offset(U) == L; the first of those, or for none (a
+gap) L read with the offset before the change; then only strictly increasing rings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+from reminders_svc.schedule import load_zone, occurrences, parse_rrule
+from reminders_svc.schedule.zones import zone_names
+
+FIRST, LAST = datetime(2000, 1, 1, tzinfo=UTC), datetime(2037, 12, 31, tzinfo=UTC)
+SCAN_STEP = timedelta(days=3)
+DAYS_AROUND = 3
+
+
+@dataclass(frozen=True)
+class Transition:
+    at: datetime  # first UTC instant with the new offset
+    before: timedelta
+    after: timedelta
+
+
+def offset(zone: ZoneInfo, instant: datetime) -> timedelta:
+    value = instant.astimezone(zone).utcoffset()
+    assert value is not None
+    return value
+
+
+def transitions(zone: ZoneInfo) -> Iterator[Transition]:
+    """Offset changes, found by a coarse scan and bisected to the second."""
+    instant, current = FIRST, offset(zone, FIRST)
+    while instant < LAST:
+        probe = instant + SCAN_STEP
+        changed = offset(zone, probe)
+        if changed != current:
+            low, high = instant, probe
+            while high - low > timedelta(seconds=1):
+                middle = low + (high - low) / 2
+                middle = middle.replace(microsecond=0)
+                low, high = (low, middle) if offset(zone, middle) != current else (middle, high)
+            yield Transition(high, current, offset(zone, high))
+            current = changed
+        instant = probe
+
+
+def expected_ring(zone: ZoneInfo, local: datetime, change: Transition) -> datetime:
+    instants = [
+        (local - shift).replace(tzinfo=UTC)
+        for shift in {change.before, change.after}
+        if offset(zone, (local - shift).replace(tzinfo=UTC)) == shift
+    ]
+    return min(instants) if instants else (local - change.before).replace(tzinfo=UTC)
+
+
+def wall_times(change: Transition) -> list[datetime]:
+    """Local wall times just before, inside and at the end of the gap or fold."""
+    edge_early = (change.at + min(change.before, change.after)).replace(tzinfo=None)
+    edge_late = (change.at + max(change.before, change.after)).replace(tzinfo=None)
+    inside = edge_early + (edge_late - edge_early) / 2
+    return [edge_early - timedelta(minutes=1), inside.replace(second=0, microsecond=0), edge_late]
+
+
+def check_zone(name: str) -> int:
+    zone = load_zone(name)
+    checked = 0
+    for change in transitions(zone):
+        for wall in wall_times(change):
+            first_day = wall.date() - timedelta(days=DAYS_AROUND)
+            start = datetime.combine(first_day, time(wall.hour, wall.minute))
+            rule = f"FREQ=DAILY;COUNT={2 * DAYS_AROUND + 1}"
+            repeat = parse_rrule(rule, name, start)
+            got = occurrences(repeat, FIRST, 2 * DAYS_AROUND + 1)
+            expected: list[datetime] = []
+            for day in range(2 * DAYS_AROUND + 1):
+                ring = expected_ring(zone, start + timedelta(days=day), change)
+                if not expected or ring > expected[-1]:
+                    expected.append(ring)
+            # COUNT counts rings, so a dropped duplicate lets one more day in.
+            assert got[: len(expected)] == expected, (name, change, wall)
+            assert all(a < b for a, b in zip(got, got[1:], strict=False)), (name, wall)
+            checked += 1
+    return checked
+
+
+def test_every_transition_of_every_zone_2000_2037() -> None:
+    checked = sum(check_zone(name) for name in sorted(zone_names()))
+    assert checked > 10_000  # the scan did find the world's transitions
+
+
+def test_new_york_2026_fall_back_found_exactly() -> None:
+    found = [
+        change for change in transitions(load_zone("America/New_York")) if change.at.year == 2026
+    ]
+    assert [change.at for change in found] == [
+        datetime(2026, 3, 8, 7, tzinfo=UTC),
+        datetime(2026, 11, 1, 6, tzinfo=UTC),
+    ]
