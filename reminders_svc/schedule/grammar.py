@@ -74,7 +74,7 @@ def _tokenize(expression: str) -> list[_Token]:
         if match is None:
             bad = len(lowered) - len(lowered[offset:].lstrip())
             raise ScheduleError("repeat", f"at character {bad + 1}: unexpected {expression[bad]!r}")
-        start = match.start(match.lastindex or 0)
+        start = match.start() + len(match.group(0)) - len(match.group(0).lstrip())
         on_date, at_time, digits, suffix, word, _comma = match.groups()
         if on_date:
             tokens.append(_Token("date", on_date, start))

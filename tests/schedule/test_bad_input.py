@@ -1,0 +1,134 @@
+"""Bad inputs, each with the field and message it must give."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pytest
+
+from reminders_svc.schedule import (
+    ScheduleError,
+    load_zone,
+    one_off_instant,
+    one_off_local,
+    parse_repeat,
+    parse_rrule,
+    validate_new,
+)
+
+START = datetime(2026, 10, 20, 8, 0)
+NOW = datetime(2026, 10, 20, 12, 0, tzinfo=UTC)
+NY = "America/New_York"
+
+
+def rrule(text: str) -> Callable[[], object]:
+    return lambda: parse_rrule(text, NY, START)
+
+
+def repeat(text: str) -> Callable[[], object]:
+    return lambda: parse_repeat(text, NY, START)
+
+
+BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
+    ("unknown zone", lambda: load_zone("Mars/Olympus"), "zone",
+     "unknown time zone 'Mars/Olympus' (want an IANA name)"),
+    ("zone path", lambda: load_zone("../../etc/passwd"), "zone",
+     "unknown time zone '../../etc/passwd' (want an IANA name)"),
+    ("empty rrule", rrule(""), "rrule", "empty RRULE"),
+    ("no FREQ", rrule("BYDAY=MO"), "rrule", "FREQ is required"),
+    ("minutely", rrule("FREQ=MINUTELY"), "rrule", "FREQ=MINUTELY is too frequent (HOURLY at most)"),
+    ("secondly", rrule("FREQ=SECONDLY"), "rrule", "FREQ=SECONDLY is too frequent (HOURLY at most)"),
+    ("bad FREQ", rrule("FREQ=SOMETIMES"), "rrule", "FREQ=SOMETIMES is not a frequency"),
+    ("unknown part", rrule("FREQ=DAILY;COLOR=RED"), "rrule",
+     "part 2 'COLOR=RED': unknown RRULE part COLOR"),
+    ("no value", rrule("FREQ=DAILY;BYDAY"), "rrule", "part 2 'BYDAY': expected NAME=VALUE"),
+    ("BYYEARDAY", rrule("FREQ=YEARLY;BYYEARDAY=100"), "rrule",
+     "part 2 'BYYEARDAY=100': BYYEARDAY is not supported"),
+    ("twice", rrule("FREQ=DAILY;FREQ=WEEKLY"), "rrule", "part 2 'FREQ=WEEKLY': FREQ given twice"),
+    ("BYSECOND", rrule("FREQ=DAILY;BYSECOND=30"), "rrule",
+     "BYSECOND must be 0 (reminders ring on whole minutes)"),
+    ("bad weekday", rrule("FREQ=WEEKLY;BYDAY=XX"), "rrule",
+     "BYDAY: 'XX' is not a weekday like MO, 1FR, -1SU"),
+    ("ordinal weekly", rrule("FREQ=WEEKLY;BYDAY=1MO"), "rrule",
+     "BYDAY: 1MO has an ordinal, allowed only with MONTHLY or YEARLY"),
+    ("BYMONTHDAY weekly", rrule("FREQ=WEEKLY;BYMONTHDAY=1"), "rrule",
+     "BYMONTHDAY cannot be used with FREQ=WEEKLY"),
+    ("hour range", rrule("FREQ=DAILY;BYHOUR=24"), "rrule", "BYHOUR: 24 is out of range"),
+    ("month zero", rrule("FREQ=YEARLY;BYMONTH=0"), "rrule", "BYMONTH: 0 is out of range"),
+    ("two minutes", rrule("FREQ=DAILY;BYMINUTE=0,30"), "rrule",
+     "BYMINUTE takes one value: at most one ring an hour"),
+    ("lone BYSETPOS", rrule("FREQ=MONTHLY;BYSETPOS=1"), "rrule",
+     "BYSETPOS needs another BYxxx part to select from"),
+    ("interval 0", rrule("FREQ=DAILY;INTERVAL=0"), "rrule",
+     "INTERVAL=0 must be between 1 and 10000"),
+    ("count 0", rrule("FREQ=DAILY;COUNT=0"), "count", "COUNT=0 must be between 1 and 1000"),
+    ("count negative", rrule("FREQ=DAILY;COUNT=-3"), "count",
+     "COUNT=-3 must be between 1 and 1000"),
+    ("count and until", rrule("FREQ=DAILY;COUNT=3;UNTIL=20270101"), "rrule",
+     "COUNT and UNTIL cannot both be given"),
+    ("bad until", rrule("FREQ=DAILY;UNTIL=tomorrow"), "until",
+     "UNTIL=TOMORROW is not YYYYMMDD or YYYYMMDDTHHMMSS[Z]"),
+    ("until before start", rrule("FREQ=DAILY;UNTIL=20260101T000000Z"), "until",
+     "end 2026-01-01T00:00:00Z is before the start 2026-10-20T08:00:00"),
+    ("feb 30", rrule("FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30"), "rrule",
+     "never occurs: no occurrence within 400 years of the start"),
+    ("6th monday", rrule("FREQ=MONTHLY;BYDAY=6MO"), "rrule",
+     "never occurs: no occurrence within 400 years of the start"),
+    ("interval misses weekday", rrule("FREQ=DAILY;INTERVAL=7;BYDAY=MO"), "rrule",
+     "never occurs: no occurrence within 400 years of the start"),
+    ("interval misses hour", rrule("FREQ=HOURLY;INTERVAL=48;BYHOUR=9"), "rrule",
+     "never occurs: no occurrence within 400 years of the start"),
+    ("ends before first", rrule("FREQ=YEARLY;BYMONTH=1;UNTIL=20261231"), "rrule",
+     "never occurs between the start and its end"),
+    ("not every", repeat("each day 08:00"), "repeat",
+     "at character 1 ('each'): expected 'every'"),
+    ("no unit", repeat("every"), "repeat",
+     "at end of input: expected a unit (hours, day, week, month, year) or a weekday"),
+    ("bad unit", repeat("every fortnight 08:00"), "repeat",
+     "at character 7 ('fortnight'): expected a unit (hours, day, week, month, year) or a weekday"),
+    ("no time", repeat("every day"), "repeat", "at end of input: expected a time HH:MM"),
+    ("bad time", repeat("every day 24:00"), "repeat",
+     "at character 11 ('24:00'): expected a time HH:MM between 00:00 and 23:59"),
+    ("bad char", repeat("every day 08:00 !"), "repeat", "at character 17: unexpected '!'"),
+    ("trailing", repeat("every day 08:00 please"), "repeat",
+     "at character 17 ('please'): expected the end, or 'until YYYY-MM-DD' or 'for N times'"),
+    ("month without on", repeat("every month 09:00"), "repeat",
+     "at character 13 ('09:00'): expected 'on' (e.g. every month on the 1st 09:00)"),
+    ("32nd", repeat("every month on the 32nd 09:00"), "repeat",
+     "at character 20 ('32nd'): expected a day of the month 1..31"),
+    ("bad month", repeat("every year on Smarch 3 09:00"), "repeat",
+     "at character 15 ('smarch'): expected a month name (Jan..Dec)"),
+    ("grammar feb 30", repeat("every year on Feb 30 09:00"), "repeat",
+     "never occurs: no occurrence within 400 years of the start"),
+    ("for 0 times", repeat("every day 08:00 for 0 times"), "count",
+     "count=0 must be between 1 and 1000"),
+    ("bad date", repeat("every day 08:00 until 2027-02-30"), "repeat",
+     "at character 23 ('2027-02-30'): expected a valid date YYYY-MM-DD"),
+    ("grammar until before start", repeat("every day 08:00 until 2026-01-01"), "until",
+     "end 2026-01-02T04:59:59Z is before the start 2026-10-20T08:00:00"),
+    ("aware local", lambda: one_off_local(datetime(2026, 11, 1, tzinfo=UTC), NY), "at",
+     "2026-11-01T00:00:00+00:00 must be a local time without offset"),
+    ("naive instant", lambda: one_off_instant(datetime(2026, 11, 1)), "at",
+     "2026-11-01T00:00:00 must be an aware instant"),
+    ("aware start", lambda: parse_rrule("FREQ=DAILY", NY, NOW), "start",
+     "2026-10-20T12:00:00+00:00 must be a local time without offset"),
+    ("one-off in the past",
+     lambda: validate_new(one_off_local(datetime(2026, 10, 20, 7, 59), NY), NOW), "at",
+     "2026-10-20T11:59:00Z is in the past"),
+    ("repeat ended",
+     lambda: validate_new(parse_rrule("FREQ=DAILY;COUNT=1", NY, datetime(2026, 10, 19)), NOW),
+     "repeat",
+     "no occurrence at or after 2026-10-20T12:00:00Z"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("call", "field", "message"),
+    [pytest.param(call, field, message, id=name) for name, call, field, message in BAD_INPUTS],
+)
+def test_bad_input(call: Callable[[], object], field: str, message: str) -> None:
+    with pytest.raises(ScheduleError) as caught:
+        call()
+    assert (caught.value.field, caught.value.message) == (field, message)
+    assert str(caught.value) == f"{field}: {message}"
