@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Literal, TypeVar
 
 ConsistencyName = Literal["ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"]
@@ -17,6 +18,16 @@ _Choice = TypeVar("_Choice", bound=str)
 
 class ConfigError(ValueError):
     """An environment variable is missing or malformed; the message names it."""
+
+
+@dataclass(frozen=True)
+class Retention:
+    # Bucket entries live until due + this: longer than any outage we recover from.
+    bucket: timedelta = timedelta(days=7)
+    idempotency: timedelta = timedelta(days=7)
+    history: timedelta = timedelta(days=90)
+    # Deleted rows stay as tombstones past the dispatcher's retry horizon.
+    tombstone: timedelta = timedelta(days=30)
 
 
 @dataclass(frozen=True)

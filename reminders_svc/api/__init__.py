@@ -1,0 +1,1 @@
+"""The gRPC layer: a thin adapter between protobuf messages and the domain."""

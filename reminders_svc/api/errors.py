@@ -1,0 +1,93 @@
+"""Domain errors -> gRPC status codes, with google.rpc.BadRequest naming the field at fault.
+
+Anything unexpected is logged (without request contents) and answered INTERNAL, never
+UNKNOWN and never with a stack trace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+from cassandra import DriverException
+from cassandra.cluster import NoHostAvailable
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+
+from reminders_svc.domain import errors
+from reminders_svc.storage.session import StorageUnavailable
+
+log = logging.getLogger(__name__)
+
+_CODES: dict[type[errors.ReminderError], grpc.StatusCode] = {
+    errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.NotFound: grpc.StatusCode.NOT_FOUND,
+    errors.VersionConflict: grpc.StatusCode.ABORTED,
+    errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.QuotaExceeded: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    errors.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
+}
+
+
+def code_of(error: errors.ReminderError) -> grpc.StatusCode:
+    for cls in type(error).__mro__:
+        if cls in _CODES:
+            return _CODES[cls]
+    return grpc.StatusCode.INTERNAL
+
+
+async def abort(
+    context: grpc.aio.ServicerContext[Any, Any], error: errors.ReminderError
+) -> NoReturn:
+    code = code_of(error)
+    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=error.message)
+    if isinstance(error, errors.InvalidArgument):
+        detail = any_pb2.Any()
+        detail.Pack(
+            error_details_pb2.BadRequest(
+                field_violations=[
+                    error_details_pb2.BadRequest.FieldViolation(
+                        field=error.field, description=error.description
+                    )
+                ]
+            )
+        )
+        status.details.append(detail)
+    await context.abort(
+        code,
+        error.message,
+        trailing_metadata=(("grpc-status-details-bin", status.SerializeToString()),),
+    )
+    raise AssertionError("unreachable: abort raises")  # pragma: no cover
+
+
+Handler = TypeVar("Handler", bound=Callable[..., Awaitable[Any]])
+
+
+def translated(method: Handler) -> Handler:
+    """Answer every failure of an RPC handler with the status code that says what it is."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            return await method(self, request, context)
+        except errors.ReminderError as error:
+            await abort(context, error)
+        except (StorageUnavailable, NoHostAvailable, DriverException, TimeoutError) as error:
+            log.warning("%s: storage unavailable: %s", method.__name__, type(error).__name__)
+            await abort(context, errors.Unavailable("storage unavailable; retry with backoff"))
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            if isinstance(error, grpc.aio.AbortError):
+                raise
+            log.exception("%s failed", method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+
+    return wrapper  # type: ignore[return-value]

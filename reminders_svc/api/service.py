@@ -1,0 +1,265 @@
+"""The gRPC servicers: authenticate, convert, call the use case, convert back. Nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import grpc
+
+from genproto.reminders.v1 import reminders_pb2 as pb
+from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
+from reminders_svc.api import convert
+from reminders_svc.api.auth import Authenticator
+from reminders_svc.api.errors import translated
+from reminders_svc.api.settings import ApiSettings
+from reminders_svc.app import Clock, RemindersApp, utc_now
+from reminders_svc.domain.errors import InvalidArgument
+from reminders_svc.schedule import occurrences, tzdata_version
+from reminders_svc.schedule.zones import load_zone, to_utc
+from reminders_svc.storage.history import DeliveryHistory
+from reminders_svc.storage.reminders_store import ReminderStore
+from reminders_svc.storage.session import CassandraConnection
+
+Context = grpc.aio.ServicerContext[Any, Any]
+_UPDATABLE = frozenset({"text", "schedule"})
+_MAX_PREVIEW = 100
+
+
+def metadata_of(context: Context) -> tuple[tuple[str, str | bytes], ...]:
+    return tuple((key, value) for key, value in context.invocation_metadata() or ())
+
+
+class RemindersServicer(pb_grpc.RemindersServiceServicer):
+    def __init__(
+        self,
+        app: RemindersApp,
+        history: DeliveryHistory,
+        auth: Authenticator,
+        settings: ApiSettings,
+        clock: Clock = utc_now,
+    ) -> None:
+        self._app = app
+        self._clock = clock
+        self._history = history
+        self._auth = auth
+        self._limits = settings.limits
+        self._write_deadline = settings.write_deadline.total_seconds()
+
+    def _user(self, context: Context) -> str:
+        return self._auth.user_id(metadata_of(context))
+
+    @translated
+    async def CreateReminder(
+        self, request: pb.CreateReminderRequest, context: Context
+    ) -> pb.Reminder:
+        user = self._user(context)
+        schedule = convert.schedule_from_proto(
+            request.reminder.schedule, self._clock(), "reminder.schedule"
+        )
+        # The payload that a replay must repeat: what the caller asked for, not when.
+        payload = pb.Reminder(text=request.reminder.text, schedule=request.reminder.schedule)
+        with convert.schedule_errors(request.reminder.schedule, "reminder.schedule"):
+            async with asyncio.timeout(self._write_deadline):
+                created = await self._app.create(
+                    user,
+                    request.request_id,
+                    request.reminder.text,
+                    schedule,
+                    payload.SerializeToString(deterministic=True),
+                )
+        return convert.reminder_to_proto(created)
+
+    @translated
+    async def GetReminder(self, request: pb.GetReminderRequest, context: Context) -> pb.Reminder:
+        user = self._user(context)
+        return convert.reminder_to_proto(await self._app.get(user, convert.reminder_id(request.id)))
+
+    @translated
+    async def ListReminders(
+        self, request: pb.ListRemindersRequest, context: Context
+    ) -> pb.ListRemindersResponse:
+        user = self._user(context)
+        status = convert.state_filter(request.state)
+        kind = f"reminders:{status or ''}"
+        after = convert.page_cursor(request.page_token, kind, uuid.UUID)
+        size = convert.page_size(
+            request.page_size, self._limits.default_page_size, self._limits.max_page_size
+        )
+        page, next_after = await self._app.list(user, after, size, status)
+        return pb.ListRemindersResponse(
+            reminders=[convert.reminder_to_proto(r) for r in page],
+            next_page_token=convert.page_token(str(next_after) if next_after else None, kind),
+        )
+
+    @translated
+    async def UpdateReminder(
+        self, request: pb.UpdateReminderRequest, context: Context
+    ) -> pb.Reminder:
+        user = self._user(context)
+        paths = set(request.update_mask.paths)
+        if not paths:
+            raise InvalidArgument("update_mask", "name the fields to change: text, schedule")
+        if unknown := paths - _UPDATABLE:
+            raise InvalidArgument("update_mask", f"cannot update {', '.join(sorted(unknown))}")
+        if request.reminder.version <= 0:
+            raise InvalidArgument("reminder.version", "the version you last saw is required")
+        target = convert.reminder_id(request.reminder.id, "reminder.id")
+        schedule = None
+        if "schedule" in paths:
+            schedule = convert.schedule_from_proto(
+                request.reminder.schedule, self._clock(), "reminder.schedule"
+            )
+        text = request.reminder.text if "text" in paths else None
+        with convert.schedule_errors(request.reminder.schedule, "reminder.schedule"):
+            async with asyncio.timeout(self._write_deadline):
+                updated = await self._app.update(
+                    user, target, request.reminder.version, text, schedule
+                )
+        return convert.reminder_to_proto(updated)
+
+    @translated
+    async def DeleteReminder(
+        self, request: pb.DeleteReminderRequest, context: Context
+    ) -> pb.DeleteReminderResponse:
+        user = self._user(context)
+        target = convert.reminder_id(request.id)
+        async with asyncio.timeout(self._write_deadline):
+            deleted = await self._app.delete(user, target, request.version or None)
+        return pb.DeleteReminderResponse(
+            reminder=convert.reminder_to_proto(deleted.reminder), was_sending=deleted.was_sending
+        )
+
+    @translated
+    async def SnoozeReminder(
+        self, request: pb.SnoozeReminderRequest, context: Context
+    ) -> pb.Reminder:
+        user = self._user(context)
+        target = convert.reminder_id(request.id)
+        which = request.WhichOneof("until")
+        if which is None:
+            raise InvalidArgument(
+                "until", "one of duration, snooze_until_time or snooze_until_local_time is required"
+            )
+        if which == "duration":
+            until: Any = request.duration.ToTimedelta()
+        elif which == "snooze_until_time":
+            until = convert.instant_of(request.snooze_until_time)
+        else:
+            current = await self._app.get(user, target)
+            local = convert.local_time(request.snooze_until_local_time, which)
+            until = to_utc(local, current.schedule.zone)  # the gap and fold rules apply
+        async with asyncio.timeout(self._write_deadline):
+            snoozed = await self._app.snooze(user, target, until, which)
+        return convert.reminder_to_proto(snoozed)
+
+    @translated
+    async def PauseReminder(
+        self, request: pb.PauseReminderRequest, context: Context
+    ) -> pb.Reminder:
+        user = self._user(context)
+        target = convert.reminder_id(request.id)
+        async with asyncio.timeout(self._write_deadline):
+            paused = await self._app.pause(user, target, request.version or None)
+        return convert.reminder_to_proto(paused)
+
+    @translated
+    async def ResumeReminder(
+        self, request: pb.ResumeReminderRequest, context: Context
+    ) -> pb.Reminder:
+        user = self._user(context)
+        target = convert.reminder_id(request.id)
+        async with asyncio.timeout(self._write_deadline):
+            resumed = await self._app.resume(user, target, request.version or None)
+        return convert.reminder_to_proto(resumed)
+
+    @translated
+    async def PreviewSchedule(
+        self, request: pb.PreviewScheduleRequest, context: Context
+    ) -> pb.PreviewScheduleResponse:
+        self._user(context)
+        start = (
+            convert.instant_of(request.from_time)
+            if request.HasField("from_time")
+            else self._clock()
+        )
+        if not 0 <= request.count <= _MAX_PREVIEW:
+            raise InvalidArgument("count", f"0 to {_MAX_PREVIEW}")
+        schedule = convert.schedule_from_proto(request.schedule, start, "schedule")
+        zone = load_zone(schedule.zone)
+        found = occurrences(schedule, start, request.count or 10)
+        return pb.PreviewScheduleResponse(
+            occurrences=[
+                pb.Occurrence(
+                    time=convert.timestamp(instant),
+                    local_time=instant.astimezone(zone).isoformat(),
+                )
+                for instant in found
+            ],
+            schedule=convert.schedule_to_proto(schedule),
+            tzdata_version=tzdata_version(),
+        )
+
+    @translated
+    async def ListDeliveries(
+        self, request: pb.ListDeliveriesRequest, context: Context
+    ) -> pb.ListDeliveriesResponse:
+        user = self._user(context)
+        target = convert.reminder_id(request.reminder_id, "reminder_id")
+        await self._app.get(user, target)  # NOT_FOUND for what the caller does not own
+        kind = f"deliveries:{target}"
+        before = convert.page_cursor(request.page_token, kind, datetime.fromisoformat)
+        size = convert.page_size(
+            request.page_size, self._limits.default_page_size, self._limits.max_page_size
+        )
+        page, next_before = await self._history.list_page(user, target, before, size)
+        return pb.ListDeliveriesResponse(
+            deliveries=[convert.delivery_to_proto(d) for d in page],
+            next_page_token=convert.page_token(
+                next_before.isoformat() if next_before else None, kind
+            ),
+        )
+
+
+class AdminServicer(pb_grpc.RemindersAdminServiceServicer):
+    def __init__(self, store: ReminderStore, history: DeliveryHistory, auth: Authenticator) -> None:
+        self._store = store
+        self._history = history
+        self._auth = auth
+
+    @translated
+    async def DeleteUserData(
+        self, request: pb.DeleteUserDataRequest, context: Context
+    ) -> pb.DeleteUserDataResponse:
+        self._auth.require_admin(metadata_of(context))
+        if not request.user_id:
+            raise InvalidArgument("user_id", "required")
+        reminders, requests = await self._store.purge_user(request.user_id)
+        deliveries = await self._history.purge_user(request.user_id)
+        return pb.DeleteUserDataResponse(
+            reminders_deleted=reminders, deliveries_deleted=deliveries, requests_deleted=requests
+        )
+
+
+@dataclass(frozen=True)
+class ApiServicers:
+    reminders: RemindersServicer
+    admin: AdminServicer
+
+
+def build_servicers(
+    connection: CassandraConnection,
+    auth: Authenticator,
+    settings: ApiSettings,
+    clock: Clock = utc_now,
+) -> ApiServicers:
+    store = ReminderStore(connection.session, settings.retention)
+    history = DeliveryHistory(connection.session, settings.retention.history)
+    app = RemindersApp(store, settings.limits, clock)
+    return ApiServicers(
+        reminders=RemindersServicer(app, history, auth, settings, clock),
+        admin=AdminServicer(store, history, auth),
+    )

@@ -1,0 +1,192 @@
+"""The reminders use cases: read the row, apply a domain step, write it back by LWT.
+
+Takes and returns domain values only; the gRPC layer converts at its boundary. A step
+whose LWT loses (a dispatcher or another call changed the row in between) is re-read and
+re-applied a bounded number of times; a caller-supplied version that no longer matches
+is a VersionConflict, never silently re-applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from reminders_svc.api.settings import Limits
+from reminders_svc.domain import reminder as steps
+from reminders_svc.domain.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+    VersionConflict,
+)
+from reminders_svc.domain.reminder import Reminder, Status
+from reminders_svc.schedule import Schedule, validate_new
+from reminders_svc.storage.reminders_store import CreateRecord, ReminderStore, StoredReminder
+
+Clock = Callable[[], datetime]
+_MAX_ATTEMPTS = 10
+
+
+async def _backoff(attempt: int) -> None:
+    """Lost an LWT race: wait a little, with jitter, so contenders spread out."""
+    if attempt:
+        await asyncio.sleep(random.uniform(0, 0.005 * 2**attempt))
+
+
+def utc_now() -> datetime:
+    # Cassandra keeps milliseconds; the domain works at that precision so values round-trip.
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+@dataclass(frozen=True)
+class Deleted:
+    reminder: Reminder
+    was_sending: bool
+
+
+def validate_text(text: str, limits: Limits, field: str = "reminder.text") -> str:
+    if not text.strip():
+        raise InvalidArgument(field, "must not be empty")
+    if len(text) > limits.max_text_chars:
+        raise InvalidArgument(field, f"at most {limits.max_text_chars} characters")
+    return text
+
+
+def first_ring(schedule: Schedule, now: datetime) -> datetime:
+    """The first ring at or after now; a ScheduleError names the schedule input at fault."""
+    return validate_new(schedule, now)
+
+
+class RemindersApp:
+    def __init__(self, store: ReminderStore, limits: Limits, clock: Clock = utc_now) -> None:
+        self._store = store
+        self._limits = limits
+        self._clock = clock
+
+    async def create(
+        self, user_id: str, request_id: str, text: str, schedule: Schedule, payload: bytes
+    ) -> Reminder:
+        """Idempotent per (user, request_id); `payload` is the request's canonical bytes."""
+        if not 1 <= len(request_id) <= 128:
+            raise InvalidArgument("request_id", "1 to 128 characters required")
+        validate_text(text, self._limits)
+        now = self._clock()
+        first = first_ring(schedule, now)
+        proposed = steps.new_reminder(user_id, text, schedule, first, now)
+        wanted = CreateRecord(hashlib.sha256(payload).digest(), proposed.reminder_id)
+        record = await self._store.record_create_request(user_id, request_id, wanted, now)
+        if record.payload_hash != wanted.payload_hash:
+            raise FailedPrecondition(
+                "request_id was already used for a different reminder: use a new request_id"
+            )
+        if record.reminder_id != proposed.reminder_id:
+            # A replay: answer with what the first request made, completing it if the first
+            # attempt crashed between the record and the row.
+            existing = await self._store.get_serial(user_id, record.reminder_id)
+            if existing is not None:
+                return existing.reminder
+            proposed = steps.new_reminder(
+                user_id, text, schedule, first, now, reminder_id=record.reminder_id
+            )
+        for attempt in range(_MAX_ATTEMPTS):
+            await _backoff(attempt)
+            count = await self._store.active_count(user_id)
+            if await self._store.create(proposed, count, self._limits.max_active_per_user):
+                return proposed
+            existing = await self._store.get_serial(user_id, proposed.reminder_id)
+            if existing is not None:
+                return existing.reminder  # a concurrent replay of this request made it
+        raise Unavailable("too much contention on this user's reminders; retry")
+
+    async def get(self, user_id: str, reminder_id: uuid.UUID) -> Reminder:
+        return (await self._visible(user_id, reminder_id)).reminder
+
+    async def list(
+        self, user_id: str, after: uuid.UUID | None, page_size: int, status: Status | None
+    ) -> tuple[list[Reminder], uuid.UUID | None]:
+        return await self._store.list_page(user_id, after, page_size, status)
+
+    async def update(
+        self,
+        user_id: str,
+        reminder_id: uuid.UUID,
+        version: int,
+        text: str | None,
+        schedule: Schedule | None,
+    ) -> Reminder:
+        if text is not None:
+            validate_text(text, self._limits)
+
+        def step(current: Reminder, now: datetime) -> Reminder:
+            new_text = current.text if text is None else text
+            if schedule is None:
+                return steps.edit_text(current, new_text, now)
+            first = first_ring(schedule, now)
+            return steps.edit_schedule(current, new_text, schedule, first, now)
+
+        return await self._apply(user_id, reminder_id, version, step)
+
+    async def snooze(
+        self, user_id: str, reminder_id: uuid.UUID, until: datetime | timedelta, field: str
+    ) -> Reminder:
+        def step(current: Reminder, now: datetime) -> Reminder:
+            at = now + until if isinstance(until, timedelta) else until
+            ahead = at - now
+            if not self._limits.min_snooze <= ahead <= self._limits.max_snooze:
+                raise InvalidArgument(field, "must be 1 minute to 7 days from now")
+            return steps.snooze(current, at.replace(microsecond=0), now)
+
+        return await self._apply(user_id, reminder_id, None, step)
+
+    async def pause(self, user_id: str, reminder_id: uuid.UUID, version: int | None) -> Reminder:
+        return await self._apply(user_id, reminder_id, version, steps.pause)
+
+    async def resume(self, user_id: str, reminder_id: uuid.UUID, version: int | None) -> Reminder:
+        return await self._apply(user_id, reminder_id, version, steps.resume)
+
+    async def delete(self, user_id: str, reminder_id: uuid.UUID, version: int | None) -> Deleted:
+        was_sending = False
+
+        def step(current: Reminder, now: datetime) -> Reminder:
+            nonlocal was_sending
+            was_sending = current.status is Status.SENDING
+            return steps.delete(current, now)
+
+        deleted = await self._apply(user_id, reminder_id, version, step)
+        return Deleted(deleted, was_sending)
+
+    async def _visible(self, user_id: str, reminder_id: uuid.UUID) -> StoredReminder:
+        stored = await self._store.get(user_id, reminder_id)
+        if stored is None or stored.reminder.status is Status.DELETED:
+            raise NotFound("reminder not found")
+        return stored
+
+    async def _apply(
+        self,
+        user_id: str,
+        reminder_id: uuid.UUID,
+        version: int | None,
+        step: Callable[[Reminder, datetime], Reminder],
+    ) -> Reminder:
+        for attempt in range(_MAX_ATTEMPTS):
+            await _backoff(attempt)
+            stored = await self._visible(user_id, reminder_id)
+            current = stored.reminder
+            if version is not None and current.version != version:
+                raise VersionConflict(
+                    f"version {version} is stale: the reminder is at version {current.version}"
+                )
+            now = self._clock()
+            changed = step(current, now)
+            if changed is current:
+                return current
+            if await self._store.replace(stored, changed, now):
+                return changed
+        raise Unavailable("too much contention on this reminder; retry")

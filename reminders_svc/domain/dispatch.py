@@ -1,0 +1,133 @@
+"""The dispatcher's steps of the row's state machine (DESIGN.md), as pure functions.
+
+- `decide`: invariant 1. The bucket entry only says which row to look at; the row, read
+  fresh at max(entry due, now), decides: claim it, wait for it, or skip it (by reason).
+- `claimed` / `reclaimed`: pending -> sending with a claim token and the due being handed
+  off (`claim.due`, which with the reminder id is the ring's idempotency key). A re-claim
+  keeps that due, so a retry after a crash reuses the key.
+- `finalized`: after the notifier answered. A snoozed ring clears the snooze; a regular
+  ring moves the occurrence to the next one after max(occurrence, now) (the misfire
+  policy: after an outage a repeat rings once, late, then continues in the future).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from reminders_svc.domain.reminder import Claim, Reminder, Status, earliest
+from reminders_svc.schedule import OneOff, next_after
+
+
+class SkipReason(StrEnum):
+    DELETED = "deleted"  # gone, or a tombstone
+    PAUSED = "paused"
+    DONE = "done"
+    RESCHEDULED = "rescheduled"  # pending with a due in a later minute: its own entry covers it
+    IN_FLIGHT = "in_flight"  # sending under a live claim of this same ring, being handled
+
+
+@dataclass(frozen=True)
+class Claimable:
+    """Pending and due: claim it with this due and version."""
+
+    due: datetime
+    version: int
+
+
+@dataclass(frozen=True)
+class Reclaimable:
+    """Sending under an expired claim: take the claim over, same due, same key."""
+
+    claim: Claim
+
+
+@dataclass(frozen=True)
+class WaitUntil:
+    """Not yet: look again at this instant (a due later in this minute, or a live claim)."""
+
+    instant: datetime
+
+
+@dataclass(frozen=True)
+class Skip:
+    reason: SkipReason
+
+
+Decision = Claimable | Reclaimable | WaitUntil | Skip
+
+
+def decide(row: Reminder | None, now: datetime, horizon: datetime) -> Decision:
+    """What to do with a row read at `now`; `horizon` ends the window being worked (the
+    minute's end): a due before it is waited for, a due after it is someone else's entry."""
+    if row is None or row.status is Status.DELETED:
+        return Skip(SkipReason.DELETED)
+    if row.status is Status.PAUSED:
+        return Skip(SkipReason.PAUSED)
+    if row.status is Status.DONE:
+        return Skip(SkipReason.DONE)
+    if row.status is Status.SENDING:
+        assert row.claim is not None, "a sending row always carries its claim"
+        if row.claim.expires <= now:
+            return Reclaimable(row.claim)
+        return WaitUntil(row.claim.expires)
+    assert row.due is not None, "a pending row always has a due"
+    if row.due <= now:
+        return Claimable(row.due, row.version)
+    if row.due < horizon:
+        return WaitUntil(row.due)
+    return Skip(SkipReason.RESCHEDULED)
+
+
+def claimed(row: Reminder, token: uuid.UUID, now: datetime, lease: timedelta) -> Reminder:
+    assert row.due is not None
+    return dataclasses.replace(
+        row, status=Status.SENDING, claim=Claim(token, row.due, now + lease), op_id=uuid.uuid4()
+    )
+
+
+def reclaimed(row: Reminder, token: uuid.UUID, now: datetime, lease: timedelta) -> Reminder:
+    assert row.claim is not None
+    return dataclasses.replace(
+        row, claim=Claim(token, row.claim.due, now + lease), op_id=uuid.uuid4()
+    )
+
+
+def renewed(row: Reminder, now: datetime, lease: timedelta) -> Reminder:
+    assert row.claim is not None
+    return dataclasses.replace(row, claim=dataclasses.replace(row.claim, expires=now + lease))
+
+
+def finalized(row: Reminder, now: datetime) -> Reminder:
+    """The row after its claimed ring was handed off (or given up for good)."""
+    assert row.claim is not None
+    rung = row.claim.due
+    snooze_until = (
+        None if row.snooze_until is not None and row.snooze_until <= rung else (row.snooze_until)
+    )
+    occurrence = row.occurrence
+    if occurrence is not None and occurrence <= rung:
+        if isinstance(row.schedule, OneOff):
+            occurrence = None
+        else:
+            # Misfire policy: the series continues after now, whatever was missed.
+            occurrence = next_after(row.schedule, max(occurrence, now))
+    due = earliest(occurrence, snooze_until)
+    return dataclasses.replace(
+        row,
+        status=Status.PENDING if due is not None else Status.DONE,
+        occurrence=occurrence,
+        snooze_until=snooze_until,
+        due=due,
+        claim=None,
+        op_id=uuid.uuid4(),
+    )
+
+
+def idempotency_key(row: Reminder) -> str:
+    """`<reminder id>/<claimed due, RFC 3339 UTC>`: one alert per key, reused by retries."""
+    assert row.claim is not None
+    return f"{row.reminder_id}/{row.claim.due.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"

@@ -1,0 +1,52 @@
+"""The service's error hierarchy. The gRPC layer maps each class to one status code.
+
+Every error carries a message safe to show the caller (never a reminder text, never a
+stack trace). `InvalidArgument` also names the request field at fault.
+"""
+
+from __future__ import annotations
+
+
+class ReminderError(Exception):
+    """Base of every error the API answers on purpose."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgument(ReminderError):
+    """The request is malformed; `field` is its path in the request, e.g. "reminder.text"."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.description = message
+
+
+class NotFound(ReminderError):
+    """No such reminder for this caller (missing and not-owned look the same)."""
+
+
+class VersionConflict(ReminderError):
+    """The caller's version is stale: re-read and retry (gRPC ABORTED, HTTP 409)."""
+
+
+class FailedPrecondition(ReminderError):
+    """Valid, but not in the reminder's current state (or a reused request_id)."""
+
+
+class QuotaExceeded(ReminderError):
+    """The per-user cap of active reminders is reached."""
+
+
+class Unauthenticated(ReminderError):
+    """Missing, malformed, expired or wrongly signed credentials."""
+
+
+class PermissionDenied(ReminderError):
+    """Authenticated, but not allowed (e.g. a user token on an admin RPC)."""
+
+
+class Unavailable(ReminderError):
+    """Storage cannot be reached or did not answer in time; safe to retry."""

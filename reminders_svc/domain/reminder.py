@@ -1,0 +1,188 @@
+"""A reminder and the user-driven steps of its state machine (DESIGN.md), as pure functions.
+
+Each step takes the row as read and returns the row to write (or raises a domain error);
+the storage layer writes it with an LWT conditioned on what was read, so a step computed
+from a stale read never lands. The dispatcher's steps (claim, finalize) live with it.
+
+Rules every step keeps:
+- `due` is always the earlier of `occurrence` and `snooze_until` while the reminder can
+  ring (pending, or sending with a snooze queued), and null when paused, done or deleted.
+- Every user change bumps `version` and records a fresh `op_id`.
+- A user change that takes over from a dispatcher (edit of the schedule, pause, delete)
+  clears the claim, so that dispatcher's finalize fails and the user's change wins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from reminders_svc.domain.errors import FailedPrecondition, NotFound
+from reminders_svc.schedule import OneOff, Schedule, next_after
+
+
+class Status(StrEnum):
+    PENDING = "pending"
+    SENDING = "sending"
+    DONE = "done"
+    PAUSED = "paused"
+    DELETED = "deleted"
+
+
+@dataclass(frozen=True)
+class Claim:
+    token: uuid.UUID
+    due: datetime
+    expires: datetime
+
+
+@dataclass(frozen=True)
+class Reminder:
+    user_id: str
+    reminder_id: uuid.UUID
+    text: str
+    schedule: Schedule
+    status: Status
+    occurrence: datetime | None
+    snooze_until: datetime | None
+    due: datetime | None
+    version: int
+    claim: Claim | None
+    op_id: uuid.UUID
+    created_at: datetime
+    updated_at: datetime
+
+
+def earliest(*instants: datetime | None) -> datetime | None:
+    present = [instant for instant in instants if instant is not None]
+    return min(present) if present else None
+
+
+def _changed(reminder: Reminder, now: datetime, **changes: object) -> Reminder:
+    return dataclasses.replace(
+        reminder,
+        version=reminder.version + 1,
+        op_id=uuid.uuid4(),
+        updated_at=now,
+        **changes,  # type: ignore[arg-type]
+    )
+
+
+def new_reminder(
+    user_id: str,
+    text: str,
+    schedule: Schedule,
+    first: datetime,
+    now: datetime,
+    *,
+    reminder_id: uuid.UUID | None = None,
+) -> Reminder:
+    """A pending reminder whose first ring is `first` (validated by the time engine)."""
+    return Reminder(
+        user_id=user_id,
+        reminder_id=reminder_id or uuid.uuid4(),
+        text=text,
+        schedule=schedule,
+        status=Status.PENDING,
+        occurrence=first,
+        snooze_until=None,
+        due=first,
+        version=1,
+        claim=None,
+        op_id=uuid.uuid4(),
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def edit_text(reminder: Reminder, text: str, now: datetime) -> Reminder:
+    """Only the text changes: state, claim and rings stay as they are."""
+    _require_not_deleted(reminder)
+    return _changed(reminder, now, text=text)
+
+
+def edit_schedule(
+    reminder: Reminder, text: str, schedule: Schedule, first: datetime, now: datetime
+) -> Reminder:
+    """A new schedule: next ring recomputed, snooze and claim cleared, paused stays paused."""
+    _require_not_deleted(reminder)
+    paused = reminder.status is Status.PAUSED
+    return _changed(
+        reminder,
+        now,
+        text=text,
+        schedule=schedule,
+        occurrence=first,
+        snooze_until=None,
+        due=None if paused else first,
+        status=Status.PAUSED if paused else Status.PENDING,
+        claim=None,
+    )
+
+
+def snooze(reminder: Reminder, until: datetime, now: datetime) -> Reminder:
+    """An extra one-time ring at `until`; the series is untouched.
+
+    While sending, the claim stays: the dispatcher's finalize sees the snooze and keeps it.
+    """
+    if reminder.status not in (Status.PENDING, Status.SENDING, Status.DONE):
+        raise FailedPrecondition(f"a {reminder.status} reminder cannot be snoozed")
+    if reminder.status is Status.SENDING:
+        return _changed(reminder, now, snooze_until=until)
+    return _changed(
+        reminder,
+        now,
+        snooze_until=until,
+        due=earliest(reminder.occurrence, until),
+        status=Status.PENDING,
+    )
+
+
+def pause(reminder: Reminder, now: datetime) -> Reminder:
+    if reminder.status is Status.PAUSED:
+        return reminder  # already paused: nothing to change, no new version
+    if reminder.status not in (Status.PENDING, Status.SENDING):
+        raise FailedPrecondition(f"a {reminder.status} reminder cannot be paused")
+    return _changed(reminder, now, status=Status.PAUSED, due=None, claim=None)
+
+
+def resume(reminder: Reminder, now: datetime) -> Reminder:
+    """A repeat continues from its next occurrence after now; a passed one-off is refused."""
+    if reminder.status is not Status.PAUSED:
+        raise FailedPrecondition(f"only a paused reminder can be resumed (it is {reminder.status})")
+    snooze_until = reminder.snooze_until if _in_future(reminder.snooze_until, now) else None
+    if isinstance(reminder.schedule, OneOff):
+        if not _in_future(reminder.occurrence, now) and snooze_until is None:
+            raise FailedPrecondition(
+                "this one-off reminder's time has passed: edit its time instead of resuming"
+            )
+        occurrence = reminder.occurrence if _in_future(reminder.occurrence, now) else None
+    else:
+        occurrence = next_after(reminder.schedule, now)
+    due = earliest(occurrence, snooze_until)
+    return _changed(
+        reminder,
+        now,
+        status=Status.PENDING if due is not None else Status.DONE,
+        occurrence=occurrence,
+        snooze_until=snooze_until,
+        due=due,
+    )
+
+
+def delete(reminder: Reminder, now: datetime) -> Reminder:
+    _require_not_deleted(reminder)
+    return _changed(reminder, now, status=Status.DELETED, due=None, claim=None)
+
+
+def _in_future(instant: datetime | None, now: datetime) -> bool:
+    return instant is not None and instant > now
+
+
+def _require_not_deleted(reminder: Reminder) -> None:
+    if reminder.status is Status.DELETED:
+        # Deleted rows are invisible to their owner, exactly like missing ones.
+        raise NotFound("reminder not found")

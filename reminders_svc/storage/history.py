@@ -1,0 +1,87 @@
+"""Delivery history: per user, reminder and ring, newest first, kept for a TTL."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+
+from cassandra.cluster import Session
+
+from reminders_svc.domain.delivery import Answer, Delivery
+from reminders_svc.storage import aio
+from reminders_svc.storage.rows import utc
+
+_FAR_FUTURE = datetime(9999, 12, 31)
+
+
+class DeliveryHistory:
+    def __init__(self, session: Session, retention: timedelta = timedelta(days=90)) -> None:
+        self._session = session
+        self._ttl = int(retention.total_seconds())
+        self._page = session.prepare(
+            "SELECT user_id, reminder_id, claim_due, claim_token, claimed_at, handed_off_at,"
+            " answer, reason, late FROM deliveries"
+            " WHERE user_id = ? AND reminder_id = ? AND claim_due < ? LIMIT ?"
+        )
+        self._record = session.prepare(
+            "UPDATE deliveries USING TTL ? SET claim_token = ?, claimed_at = ?,"
+            " handed_off_at = ?, answer = ?, reason = ?, lateness_ms = ?, late = ?"
+            " WHERE user_id = ? AND reminder_id = ? AND claim_due = ?"
+        )
+
+    async def record(self, delivery: Delivery) -> None:
+        await aio.execute(
+            self._session,
+            self._record,
+            (
+                self._ttl,
+                delivery.claim_token,
+                delivery.claimed_at,
+                delivery.handed_off_at,
+                delivery.answer.value if delivery.answer else None,
+                delivery.reason,
+                delivery.lateness_ms,
+                delivery.late,
+                delivery.user_id,
+                delivery.reminder_id,
+                delivery.claim_due,
+            ),
+        )
+
+    async def list_page(
+        self, user_id: str, reminder_id: uuid.UUID, before: datetime | None, limit: int
+    ) -> tuple[list[Delivery], datetime | None]:
+        """Newest first, strictly before `before`; returns the page and the next cursor."""
+        params = (user_id, reminder_id, before or _FAR_FUTURE, limit + 1)
+        rows = list(await aio.execute(self._session, self._page, params))
+        page = [_delivery(row) for row in rows[:limit]]
+        return page, page[-1].claim_due if len(rows) > limit else None
+
+    async def purge_user(self, user_id: str) -> int:
+        rows = list(
+            await aio.execute(
+                self._session,
+                "SELECT reminder_id FROM deliveries WHERE user_id = %s",
+                (user_id,),
+            )
+        )
+        await aio.execute(self._session, "DELETE FROM deliveries WHERE user_id = %s", (user_id,))
+        return len(rows)
+
+
+def _delivery(row: object) -> Delivery:
+    get = row.__getattribute__
+    claim_due = utc(get("claim_due"))
+    assert claim_due is not None
+    answer = get("answer")
+    return Delivery(
+        user_id=get("user_id"),
+        reminder_id=get("reminder_id"),
+        claim_due=claim_due,
+        claim_token=get("claim_token"),
+        claimed_at=utc(get("claimed_at")),
+        handed_off_at=utc(get("handed_off_at")),
+        answer=Answer(answer) if answer else None,
+        reason=get("reason"),
+        late=bool(get("late")),
+    )

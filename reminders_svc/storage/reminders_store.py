@@ -1,0 +1,304 @@
+"""The reminders table, the due buckets it feeds, and the create idempotency records.
+
+Rules (DESIGN.md invariants 2 and 4):
+- Every write to a `reminders` partition is an LWT, the per-user `active_count` included.
+- Bucket first, row second: a write that yields a new due writes that due's bucket entry
+  before the row, so a crash between leaves an orphan entry, never an unreachable row.
+- An LWT whose outcome is unknown (a timeout) is settled by a SERIAL read: the write
+  landed if and only if the row carries the write's own `op_id`.
+- Rows are created with `UPDATE ... IF status = null` (not INSERT), so no row marker
+  outlives the cells: a deleted row's cells carry the tombstone TTL and the whole row
+  disappears past the retry horizon.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from cassandra import ConsistencyLevel
+from cassandra.cluster import ResultSet, Session
+from cassandra.query import BatchStatement, BatchType, PreparedStatement
+
+from reminders_svc.config import Retention
+from reminders_svc.domain.errors import QuotaExceeded
+from reminders_svc.domain.reminder import Reminder, Status
+from reminders_svc.storage import aio
+from reminders_svc.storage.parts import PartCounts, bucket_minute, entry_ttl, part_of
+from reminders_svc.storage.rows import MUTABLE_COLUMNS, SELECT_COLUMNS, from_row, to_columns
+
+Executor = Callable[[Session, Any, Any], Awaitable[ResultSet]]
+
+
+async def _default_executor(session: Session, statement: Any, params: Any) -> ResultSet:
+    return await aio.execute(session, statement, params)
+
+
+@dataclass(frozen=True)
+class StoredReminder:
+    """A row as read, with its partition's active count (the LWT conditions use both)."""
+
+    reminder: Reminder
+    active_count: int | None  # null until the user's first reminder
+
+
+@dataclass(frozen=True)
+class CreateRecord:
+    payload_hash: bytes
+    reminder_id: uuid.UUID
+
+
+def _active(reminder: Reminder | None) -> int:
+    return 0 if reminder is None or reminder.status is Status.DELETED else 1
+
+
+class ReminderStore:
+    def __init__(
+        self,
+        session: Session,
+        retention: Retention,
+        *,
+        parts: PartCounts | None = None,
+        executor: Executor = _default_executor,
+    ) -> None:
+        self._session = session
+        self._retention = retention
+        self._parts = parts or PartCounts(session)
+        self._execute = executor
+        assignments = ", ".join(f"{column} = ?" for column in MUTABLE_COLUMNS)
+        where = "WHERE user_id = ? AND reminder_id = ?"
+        prepare = session.prepare
+        self._select = prepare(f"SELECT {', '.join(SELECT_COLUMNS)} FROM reminders {where}")
+        self._select_serial = prepare(f"SELECT {', '.join(SELECT_COLUMNS)} FROM reminders {where}")
+        self._select_serial.consistency_level = ConsistencyLevel.SERIAL
+        self._list = prepare(
+            f"SELECT {', '.join(SELECT_COLUMNS)} FROM reminders"
+            " WHERE user_id = ? AND reminder_id > ? LIMIT ?"
+        )
+        self._claim_expiry = prepare(
+            f"UPDATE reminders SET claim_expires = ? {where}"
+            " IF status = 'sending' AND claim_token = ?"
+        )
+        self._count_of = prepare("SELECT active_count FROM reminders WHERE user_id = ? LIMIT 1")
+        self._create = prepare(
+            f"UPDATE reminders SET {assignments}, created_at = ? {where} IF status = null"
+        )
+        self._update = prepare(
+            f"UPDATE reminders USING TTL ? SET {assignments} {where}"
+            " IF version = ? AND status = ? AND claim_token = ? AND due = ?"
+        )
+        self._count = prepare(
+            "UPDATE reminders SET active_count = ? WHERE user_id = ? IF active_count = ?"
+        )
+        self._bucket = prepare(
+            "INSERT INTO due_buckets (minute, part, written_at, reminder_id, user_id, due)"
+            " VALUES (?, ?, now(), ?, ?, ?) USING TTL ?"
+        )
+        self._record_request = prepare(
+            "INSERT INTO create_requests (user_id, request_id, payload_hash, reminder_id,"
+            " created_at) VALUES (?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
+        )
+
+    # -- reads ---------------------------------------------------------------------------
+
+    async def get(self, user_id: str, reminder_id: uuid.UUID) -> StoredReminder | None:
+        return await self._get(self._select, user_id, reminder_id)
+
+    async def get_serial(self, user_id: str, reminder_id: uuid.UUID) -> StoredReminder | None:
+        """Read through Paxos: completes any LWT in flight, so its outcome is settled."""
+        return await self._get(self._select_serial, user_id, reminder_id)
+
+    async def _get(
+        self, statement: PreparedStatement, user_id: str, reminder_id: uuid.UUID
+    ) -> StoredReminder | None:
+        row = (await aio.execute(self._session, statement, (user_id, reminder_id))).one()
+        if row is None or row.status is None:
+            return None
+        return StoredReminder(from_row(row), row.active_count)
+
+    async def active_count(self, user_id: str) -> int | None:
+        row = (await aio.execute(self._session, self._count_of, (user_id,))).one()
+        return None if row is None else row.active_count
+
+    async def list_page(
+        self, user_id: str, after: uuid.UUID | None, limit: int, status: Status | None
+    ) -> tuple[list[Reminder], uuid.UUID | None]:
+        """Up to `limit` reminders after `after` (by id), deleted ones never included.
+
+        Returns the page and the id to continue after (None on the last page).
+        """
+        page: list[Reminder] = []
+        cursor = after or uuid.UUID(int=0)
+        while len(page) < limit:
+            fetch = limit - len(page) + 1
+            rows = list(await aio.execute(self._session, self._list, (user_id, cursor, fetch)))
+            for row in rows:
+                if row.status is None:
+                    continue  # the partition's static row, or a row past its tombstone TTL
+                reminder = from_row(row)
+                wanted = reminder.status is not Status.DELETED and status in (None, reminder.status)
+                if wanted:
+                    if len(page) == limit:
+                        return page, page[-1].reminder_id
+                    page.append(reminder)
+                cursor = row.reminder_id
+            if len(rows) < fetch:
+                return page, None
+        return page, page[-1].reminder_id if page else None
+
+    async def create_record(self, user_id: str, request_id: str) -> CreateRecord | None:
+        row = (
+            await aio.execute(
+                self._session,
+                "SELECT payload_hash, reminder_id FROM create_requests"
+                " WHERE user_id = %s AND request_id = %s",
+                (user_id, request_id),
+            )
+        ).one()
+        return None if row is None else CreateRecord(row.payload_hash, row.reminder_id)
+
+    # -- writes --------------------------------------------------------------------------
+
+    async def record_create_request(
+        self, user_id: str, request_id: str, record: CreateRecord, now: datetime
+    ) -> CreateRecord:
+        """Record the request unless one exists; returns the record that stands."""
+        ttl = int(self._retention.idempotency.total_seconds())
+        params = (user_id, request_id, record.payload_hash, record.reminder_id, now, ttl)
+        row = (await self._execute(self._session, self._record_request, params)).one()
+        if row.applied:
+            return record
+        return CreateRecord(row.payload_hash, row.reminder_id)
+
+    async def write_bucket_entry(self, reminder: Reminder, now: datetime) -> None:
+        assert reminder.due is not None
+        minute = bucket_minute(reminder.due, now)
+        part = part_of(reminder.user_id, await self._parts.parts_at(minute))
+        ttl = entry_ttl(reminder.due, now, self._retention.bucket)
+        params = (minute, part, reminder.reminder_id, reminder.user_id, reminder.due, ttl)
+        await self._execute(self._session, self._bucket, params)
+
+    async def create(self, reminder: Reminder, active_count: int | None, max_active: int) -> bool:
+        """Insert a new row and count it, atomically. False if the id exists or the count moved.
+
+        Raises QuotaExceeded when the user is at the cap.
+        """
+        if (active_count or 0) >= max_active:
+            raise QuotaExceeded(f"at most {max_active} active reminders per user")
+        if reminder.due is not None:
+            await self.write_bucket_entry(reminder, reminder.created_at)
+        columns = to_columns(reminder)
+        batch = self._batch()
+        batch.add(self._count, ((active_count or 0) + 1, reminder.user_id, active_count))
+        batch.add(
+            self._create,
+            (*columns.values(), reminder.created_at, reminder.user_id, reminder.reminder_id),
+        )
+        return await self._lwt(batch, reminder)
+
+    async def replace(self, before: StoredReminder, after: Reminder, now: datetime) -> bool:
+        """Write `after` if the row's state is still exactly as `before` was read. Bucket first.
+
+        The compare covers version, status, claim token and due: a dispatcher's
+        claim-and-finalize in between changes no version but moves the due, and a step
+        computed from the older due must not land.
+        """
+        old = before.reminder
+        if after.due is not None and after.due != old.due:
+            await self.write_bucket_entry(after, now)
+        ttl = int(self._retention.tombstone.total_seconds()) if _active(after) == 0 else 0
+        update_params = (
+            ttl,
+            *to_columns(after).values(),
+            old.user_id,
+            old.reminder_id,
+            old.version,
+            old.status.value,
+            old.claim.token if old.claim else None,
+            old.due,
+        )
+        delta = _active(after) - _active(old)
+        if delta == 0:
+            return await self._lwt(self._bound(self._update, update_params), after)
+        batch = self._batch()
+        count = before.active_count
+        batch.add(self._count, ((count or 0) + delta, old.user_id, count))
+        batch.add(self._update, update_params)
+        return await self._lwt(batch, after)
+
+    def _batch(self) -> BatchStatement:
+        return BatchStatement(batch_type=BatchType.UNLOGGED)
+
+    @staticmethod
+    def _bound(statement: PreparedStatement, params: tuple[Any, ...]) -> Any:
+        return statement.bind(params)
+
+    async def _lwt(self, statement: Any, written: Reminder) -> bool:
+        try:
+            row = (await self._execute(self._session, statement, None)).one()
+        except Exception as error:
+            if not aio.outcome_unknown(error):
+                raise
+            settled = await self.get_serial(written.user_id, written.reminder_id)
+            return settled is not None and settled.reminder.op_id == written.op_id
+        return bool(row.applied)
+
+    # -- account data --------------------------------------------------------------------
+
+    async def purge_user(self, user_id: str) -> tuple[int, int]:
+        """Remove every row of a user (each by LWT), then their create records.
+
+        Returns (reminder rows removed, create records removed). Bucket entries are left
+        to expire: they then point at nothing and dispatchers skip them.
+        """
+        rows = list(
+            await aio.execute(
+                self._session, "SELECT reminder_id FROM reminders WHERE user_id = %s", (user_id,)
+            )
+        )
+        removed = 0
+        for row in rows:
+            if row.reminder_id is None:
+                continue
+            deleted = await aio.execute(
+                self._session,
+                "DELETE FROM reminders WHERE user_id = %s AND reminder_id = %s IF EXISTS",
+                (user_id, row.reminder_id),
+            )
+            removed += bool(deleted.one().applied)
+        await aio.execute(
+            self._session,
+            "DELETE active_count FROM reminders WHERE user_id = %s IF EXISTS",
+            (user_id,),
+        )
+        requests = list(
+            await aio.execute(
+                self._session,
+                "SELECT request_id FROM create_requests WHERE user_id = %s",
+                (user_id,),
+            )
+        )
+        await aio.execute(
+            self._session, "DELETE FROM create_requests WHERE user_id = %s", (user_id,)
+        )
+        return removed, len(requests)
+
+    # -- the dispatcher's claim --------------------------------------------------------
+
+    async def set_claim_expiry(
+        self, user_id: str, reminder_id: uuid.UUID, token: uuid.UUID, expires: datetime
+    ) -> bool:
+        """Renew (or, with a past instant, release) a claim, only while it is still ours.
+
+        Conditioned on the claim alone: a snooze or text edit that bumped the version does
+        not take the ring over, so it must not stop the renewal either.
+        """
+        row = (
+            await self._execute(
+                self._session, self._claim_expiry, (expires, user_id, reminder_id, token)
+            )
+        ).one()
+        return bool(row.applied)

@@ -1,0 +1,162 @@
+"""A real API server (grpc.aio, in a background thread) on the real Cassandra, and clients.
+
+The server's clock is a `FakeClock` the test sets, so schedules and DST cases are
+deterministic; Cassandra, gRPC, auth and the wire are all real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from genproto.reminders.v1 import reminders_pb2 as pb
+from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
+from reminders_svc.api.auth import Authenticator, AuthSettings, mint_token
+from reminders_svc.api.server import ApiServer
+from reminders_svc.api.service import build_servicers
+from reminders_svc.api.settings import ApiSettings, Limits
+from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.session import CassandraConnection
+
+DEV_ENV = {"REMINDERS_ENV": "dev"}
+
+
+class FakeClock:
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
+
+
+@dataclass
+class Api:
+    target: str
+    channel: grpc.Channel
+    reminders: pb_grpc.RemindersServiceStub
+    admin: pb_grpc.RemindersAdminServiceStub
+    auth: AuthSettings
+    clock: FakeClock
+
+    def token(self, user: str, ttl_s: float = 600) -> str:
+        return mint_token(self.auth.user, user, ttl_s)
+
+    def as_user(self, user: str) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.token(user)}"),)
+
+    def as_admin(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {mint_token(self.auth.admin, 'ops', 600)}"),)
+
+
+class _ServerThread:
+    """Runs an ApiServer on its own event loop, as a separate process would."""
+
+    def __init__(self, server: ApiServer) -> None:
+        self.server = server
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(30)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(60)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def _wait_serving(channel: grpc.Channel, timeout_s: float = 60) -> None:
+    stub = health_pb2_grpc.HealthStub(channel)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if stub.Check(health_pb2.HealthCheckRequest(service="")).status == 1:
+                return
+        except grpc.RpcError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("the API server did not become SERVING")
+
+
+def start_api(
+    cassandra: CassandraSettings, clock: FakeClock, limits: Limits | None = None
+) -> tuple[_ServerThread, Api]:
+    settings = dataclasses.replace(
+        ApiSettings.from_env(DEV_ENV), port=0, metrics_port=0, limits=limits or Limits()
+    )
+    auth_settings = AuthSettings.from_env(DEV_ENV)
+
+    def factory(connection: CassandraConnection, auth: Authenticator, api: ApiSettings) -> Any:
+        return build_servicers(connection, auth, api, clock)
+
+    thread = _ServerThread(ApiServer(settings, cassandra, Authenticator(auth_settings), factory))
+    thread.start()
+    target = f"127.0.0.1:{thread.server.port}"
+    channel = grpc.insecure_channel(target)
+    _wait_serving(channel)
+    api = Api(
+        target=target,
+        channel=channel,
+        reminders=pb_grpc.RemindersServiceStub(channel),
+        admin=pb_grpc.RemindersAdminServiceStub(channel),
+        auth=auth_settings,
+        clock=clock,
+    )
+    return thread, api
+
+
+# Monday 2026-10-19 12:00 UTC: before the seed's Oct 26 and the Nov 1 DST change.
+SEED_NOW = datetime(2026, 10, 19, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="session")
+def api_session(migrated_settings: CassandraSettings) -> Iterator[Api]:
+    thread, api = start_api(migrated_settings, FakeClock(SEED_NOW))
+    yield api
+    api.channel.close()
+    thread.stop()
+
+
+@pytest.fixture
+def api(api_session: Api) -> Api:
+    api_session.clock.now = SEED_NOW
+    return api_session
+
+
+@pytest.fixture
+def user() -> str:
+    return f"user-{uuid.uuid4().hex[:10]}"
+
+
+def code_of(call: Callable[[], Any]) -> grpc.StatusCode:
+    try:
+        call()
+    except grpc.RpcError as error:
+        return error.code()
+    return grpc.StatusCode.OK
+
+
+def weekly_monday_nine(zone: str = "America/New_York") -> pb.Schedule:
+    return pb.Schedule(
+        time_zone=zone,
+        repeat=pb.Repeat(expression="every Monday 09:00", start_local_time="2026-10-19T10:00:00"),
+    )
+
+
+def one_off(local: str, zone: str = "America/New_York") -> pb.Schedule:
+    return pb.Schedule(time_zone=zone, once=pb.OneOff(local_time=local))

@@ -1,0 +1,159 @@
+"""Every RPC x {own reminder, another user's, no token, bad signature, expired token}."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import jwt
+import pytest
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.field_mask_pb2 import FieldMask
+
+from genproto.reminders.v1 import reminders_pb2 as pb
+from reminders_svc.api.auth import USER_AUDIENCE
+from tests.api.conftest import Api, code_of, weekly_monday_nine
+
+Metadata = tuple[tuple[str, str], ...]
+Call = Callable[[Api, str, Metadata], Any]
+
+OK = grpc.StatusCode.OK
+NOT_FOUND = grpc.StatusCode.NOT_FOUND
+UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
+
+# Each RPC, called on reminder `rid` with metadata `md`.
+CALLS: dict[str, Call] = {
+    "GetReminder": lambda api, rid, md: api.reminders.GetReminder(
+        pb.GetReminderRequest(id=rid), metadata=md
+    ),
+    "UpdateReminder": lambda api, rid, md: api.reminders.UpdateReminder(
+        pb.UpdateReminderRequest(
+            reminder=pb.Reminder(id=rid, version=1, text="x"), update_mask=FieldMask(paths=["text"])
+        ),
+        metadata=md,
+    ),
+    "SnoozeReminder": lambda api, rid, md: api.reminders.SnoozeReminder(
+        pb.SnoozeReminderRequest(id=rid, duration=Duration(seconds=300)), metadata=md
+    ),
+    "PauseReminder": lambda api, rid, md: api.reminders.PauseReminder(
+        pb.PauseReminderRequest(id=rid), metadata=md
+    ),
+    "ResumeReminder": lambda api, rid, md: api.reminders.ResumeReminder(
+        pb.ResumeReminderRequest(id=rid), metadata=md
+    ),
+    "ListDeliveries": lambda api, rid, md: api.reminders.ListDeliveries(
+        pb.ListDeliveriesRequest(reminder_id=rid), metadata=md
+    ),
+    "DeleteReminder": lambda api, rid, md: api.reminders.DeleteReminder(
+        pb.DeleteReminderRequest(id=rid), metadata=md
+    ),
+}
+# RPCs that name no reminder: only the credential matters.
+UNTARGETED: dict[str, Call] = {
+    "CreateReminder": lambda api, rid, md: api.reminders.CreateReminder(
+        pb.CreateReminderRequest(
+            reminder=pb.Reminder(text="x", schedule=weekly_monday_nine()),
+            request_id=uuid.uuid4().hex,
+        ),
+        metadata=md,
+    ),
+    "ListReminders": lambda api, rid, md: api.reminders.ListReminders(
+        pb.ListRemindersRequest(), metadata=md
+    ),
+    "PreviewSchedule": lambda api, rid, md: api.reminders.PreviewSchedule(
+        pb.PreviewScheduleRequest(schedule=weekly_monday_nine()), metadata=md
+    ),
+}
+
+
+def _bearer(token: str) -> Metadata:
+    return (("authorization", f"Bearer {token}"),)
+
+
+def _credentials(api: Api, owner: str) -> dict[str, Metadata]:
+    now = int(time.time())
+    return {
+        "no token": (),
+        "bad signature": _bearer(
+            jwt.encode(
+                {"sub": owner, "aud": USER_AUDIENCE, "exp": now + 600},
+                "an-attacker-secret-that-is-long-enough-0000",
+                algorithm="HS256",
+            )
+        ),
+        "expired": _bearer(
+            jwt.encode(
+                {"sub": owner, "aud": USER_AUDIENCE, "exp": now - 3600},
+                api.auth.user.key.value,
+                algorithm="HS256",
+            )
+        ),
+    }
+
+
+def _owned_reminder(api: Api, owner: str) -> pb.Reminder:
+    return api.reminders.CreateReminder(
+        pb.CreateReminderRequest(
+            reminder=pb.Reminder(text="mine", schedule=weekly_monday_nine()),
+            request_id=uuid.uuid4().hex,
+        ),
+        metadata=api.as_user(owner),
+    )
+
+
+@pytest.mark.parametrize("rpc", sorted(CALLS))
+def test_targeted_rpcs(api: Api, user: str, rpc: str) -> None:
+    reminder = _owned_reminder(api, user)
+    call = CALLS[rpc]
+    before = api.reminders.GetReminder(
+        pb.GetReminderRequest(id=reminder.id), metadata=api.as_user(user)
+    )
+
+    outcomes = {
+        "another user's": code_of(lambda: call(api, reminder.id, api.as_user(f"{user}-mallory"))),
+        **{
+            name: code_of(lambda md=md: call(api, reminder.id, md))  # type: ignore[misc]
+            for name, md in _credentials(api, user).items()
+        },
+    }
+    unchanged = api.reminders.GetReminder(
+        pb.GetReminderRequest(id=reminder.id), metadata=api.as_user(user)
+    )
+    own = code_of(lambda: call(api, reminder.id, api.as_user(user)))
+
+    assert outcomes == {
+        "another user's": NOT_FOUND,
+        "no token": UNAUTHENTICATED,
+        "bad signature": UNAUTHENTICATED,
+        "expired": UNAUTHENTICATED,
+    }
+    assert unchanged == before  # nothing a refused call did changed the reminder
+    # Resume of a pending reminder is a valid call in the wrong state.
+    assert own == (grpc.StatusCode.FAILED_PRECONDITION if rpc == "ResumeReminder" else OK)
+
+
+@pytest.mark.parametrize("rpc", sorted(UNTARGETED))
+def test_untargeted_rpcs(api: Api, user: str, rpc: str) -> None:
+    call = UNTARGETED[rpc]
+    outcomes = {
+        name: code_of(lambda md=md: call(api, "", md))  # type: ignore[misc]
+        for name, md in _credentials(api, user).items()
+    }
+    assert set(outcomes.values()) == {UNAUTHENTICATED}, outcomes
+    assert code_of(lambda: call(api, "", api.as_user(user))) == OK
+
+
+def test_a_missing_reminder_looks_exactly_like_another_users(api: Api, user: str) -> None:
+    theirs = _owned_reminder(api, f"{user}-bob")
+    md = api.as_user(user)
+    with pytest.raises(grpc.RpcError) as missing:
+        api.reminders.GetReminder(pb.GetReminderRequest(id=str(uuid.uuid4())), metadata=md)
+    with pytest.raises(grpc.RpcError) as foreign:
+        api.reminders.GetReminder(pb.GetReminderRequest(id=theirs.id), metadata=md)
+    assert (missing.value.code(), missing.value.details()) == (
+        foreign.value.code(),
+        foreign.value.details(),
+    )

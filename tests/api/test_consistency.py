@@ -1,0 +1,241 @@
+"""Idempotent creates, version conflicts, races and LWTs of unknown outcome, on real Cassandra."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any
+
+import grpc
+import pytest
+from cassandra import WriteTimeout, WriteType
+from cassandra.cluster import ResultSet, Session
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.field_mask_pb2 import FieldMask
+
+from genproto.reminders.v1 import reminders_pb2 as pb
+from reminders_svc.api.settings import Limits
+from reminders_svc.app import RemindersApp
+from reminders_svc.config import CassandraSettings, Retention
+from reminders_svc.domain.reminder import Status
+from reminders_svc.schedule import parse_repeat
+from reminders_svc.storage import aio
+from reminders_svc.storage.reminders_store import ReminderStore
+from reminders_svc.storage.session import CassandraConnection
+from tests.api.conftest import SEED_NOW, Api, FakeClock, code_of, start_api, weekly_monday_nine
+
+
+def _request(request_id: str, text: str = "call mom") -> pb.CreateReminderRequest:
+    return pb.CreateReminderRequest(
+        reminder=pb.Reminder(text=text, schedule=weekly_monday_nine()), request_id=request_id
+    )
+
+
+def _rows(connection: CassandraConnection, user: str) -> list[Any]:
+    rows = connection.session.execute(
+        "SELECT reminder_id, status, version, active_count FROM reminders WHERE user_id = %s",
+        (user,),
+    )
+    return [r for r in rows if r.status is not None]
+
+
+def test_replaying_a_create_returns_the_same_reminder_and_writes_nothing_new(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    md = api.as_user(user)
+    first = api.reminders.CreateReminder(_request("req-1"), metadata=md)
+    again = api.reminders.CreateReminder(_request("req-1"), metadata=md)
+
+    assert again == first
+    assert len(_rows(cassandra, user)) == 1
+
+
+def test_a_reused_request_id_with_another_payload_is_refused(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    md = api.as_user(user)
+    api.reminders.CreateReminder(_request("req-1", "call mom"), metadata=md)
+    with pytest.raises(grpc.RpcError) as refused:
+        api.reminders.CreateReminder(_request("req-1", "call dad"), metadata=md)
+
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert len(_rows(cassandra, user)) == 1
+
+
+def test_concurrent_replays_of_one_request_create_one_reminder(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    md = api.as_user(user)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(
+            pool.map(
+                lambda _: api.reminders.CreateReminder(_request("same"), metadata=md), range(16)
+            )
+        )
+
+    assert len({a.id for a in answers}) == 1
+    rows = _rows(cassandra, user)
+    assert len(rows) == 1
+    assert rows[0].active_count == 1
+
+
+def test_a_replay_after_a_crash_between_record_and_row_completes_the_row(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    # The first attempt recorded the request, then died before writing the row.
+    request = _request("crashed")
+    payload = pb.Reminder(text=request.reminder.text, schedule=request.reminder.schedule)
+    orphan_id = uuid.uuid4()
+    cassandra.session.execute(
+        "INSERT INTO create_requests (user_id, request_id, payload_hash, reminder_id)"
+        " VALUES (%s, %s, %s, %s)",
+        (
+            user,
+            "crashed",
+            hashlib.sha256(payload.SerializeToString(deterministic=True)).digest(),
+            orphan_id,
+        ),
+    )
+
+    replay = api.reminders.CreateReminder(request, metadata=api.as_user(user))
+
+    assert replay.id == str(orphan_id)
+    assert [r.reminder_id for r in _rows(cassandra, user)] == [orphan_id]
+
+
+def test_concurrent_edits_snoozes_and_a_delete_end_in_an_allowed_state(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    md = api.as_user(user)
+    created = api.reminders.CreateReminder(_request("race"), metadata=md)
+
+    def act(i: int) -> grpc.StatusCode:
+        if i == 10:
+            return code_of(
+                lambda: api.reminders.DeleteReminder(
+                    pb.DeleteReminderRequest(id=created.id), metadata=md
+                )
+            )
+        if i % 2:
+            return code_of(
+                lambda: api.reminders.SnoozeReminder(
+                    pb.SnoozeReminderRequest(
+                        id=created.id, duration=Duration(seconds=60 * (i + 1))
+                    ),
+                    metadata=md,
+                )
+            )
+        try:
+            version = api.reminders.GetReminder(
+                pb.GetReminderRequest(id=created.id), metadata=md
+            ).version
+        except grpc.RpcError as error:
+            return error.code()
+        return code_of(
+            lambda: api.reminders.UpdateReminder(
+                pb.UpdateReminderRequest(
+                    reminder=pb.Reminder(id=created.id, version=version, text=f"t{i}"),
+                    update_mask=FieldMask(paths=["text"]),
+                ),
+                metadata=md,
+            )
+        )
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        codes = list(pool.map(act, range(20)))
+
+    allowed = {grpc.StatusCode.OK, grpc.StatusCode.ABORTED, grpc.StatusCode.NOT_FOUND}
+    assert set(codes) <= allowed, codes
+    row = cassandra.session.execute(
+        "SELECT status, version, due, claim_token, active_count FROM reminders"
+        " WHERE user_id = %s AND reminder_id = %s",
+        (user, uuid.UUID(created.id)),
+    ).one()
+    assert row.status == "deleted"  # the delete always lands: it needs no caller version
+    assert row.due is None
+    assert row.claim_token is None
+    assert row.active_count == 0
+    successes = codes.count(grpc.StatusCode.OK)
+    assert row.version == 1 + successes  # every accepted change bumped the version once
+
+
+class _TimeoutAfterApplying:
+    """Runs the first LWT for real, then reports a timeout, as a lost reply would."""
+
+    def __init__(self, apply_first: bool) -> None:
+        self.apply_first = apply_first
+        self.injected = 0
+
+    async def __call__(self, session: Session, statement: Any, params: Any) -> ResultSet:
+        if self.injected == 0 and "IF" in str(getattr(statement, "query_string", statement)):
+            self.injected += 1
+            if self.apply_first:
+                await aio.execute(session, statement, params)
+            raise WriteTimeout("injected", write_type=WriteType.CAS)
+        return await aio.execute(session, statement, params)
+
+
+@pytest.fixture
+def app_factory(cassandra: CassandraConnection) -> Any:
+    def make(injector: _TimeoutAfterApplying) -> RemindersApp:
+        store = ReminderStore(cassandra.session, Retention(), executor=injector)
+        return RemindersApp(store, Limits(), FakeClock(SEED_NOW))
+
+    return make
+
+
+@pytest.mark.parametrize("apply_first", [True, False], ids=["landed", "lost"])
+def test_an_lwt_timeout_is_settled_by_a_serial_read(
+    app_factory: Any, cassandra: CassandraConnection, user: str, apply_first: bool
+) -> None:
+    schedule = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19, 10))
+    honest = RemindersApp(
+        ReminderStore(cassandra.session, Retention()), Limits(), FakeClock(SEED_NOW)
+    )
+    created = asyncio.run(honest.create(user, "r", "call mom", schedule, b"p"))
+
+    injector = _TimeoutAfterApplying(apply_first)
+    app = app_factory(injector)
+    paused = asyncio.run(app.pause(user, created.reminder_id, None))
+
+    assert injector.injected == 1
+    assert paused.status is Status.PAUSED
+    row = cassandra.session.execute(
+        "SELECT status, version FROM reminders WHERE user_id = %s AND reminder_id = %s",
+        (user, created.reminder_id),
+    ).one()
+    # Landed: settled as applied, not applied twice. Lost: re-read and applied once.
+    assert (row.status, row.version) == ("paused", 2)
+
+
+def test_the_per_user_cap_holds_under_concurrent_creates(
+    migrated_settings: CassandraSettings, cassandra: CassandraConnection, user: str
+) -> None:
+    thread, api = start_api(migrated_settings, FakeClock(SEED_NOW), Limits(max_active_per_user=3))
+    try:
+        md = api.as_user(user)
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            codes = list(
+                pool.map(
+                    lambda i: code_of(
+                        lambda: api.reminders.CreateReminder(_request(f"cap-{i}"), metadata=md)
+                    ),
+                    range(6),
+                )
+            )
+        assert codes.count(grpc.StatusCode.OK) == 3
+        assert codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) == 3
+        rows = _rows(cassandra, user)
+        assert len(rows) == 3
+
+        api.reminders.DeleteReminder(
+            pb.DeleteReminderRequest(id=str(rows[0].reminder_id)), metadata=md
+        )
+        again = code_of(lambda: api.reminders.CreateReminder(_request("cap-after"), metadata=md))
+        assert again == grpc.StatusCode.OK
+    finally:
+        api.channel.close()
+        thread.stop()

@@ -1,0 +1,325 @@
+"""Each RPC's behaviour through real gRPC on the real Cassandra."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.field_mask_pb2 import FieldMask
+
+from genproto.reminders.v1 import reminders_pb2 as pb
+from reminders_svc.domain.delivery import Answer, Delivery
+from reminders_svc.storage.history import DeliveryHistory
+from reminders_svc.storage.parts import PartCounts, floor_minute, part_of
+from reminders_svc.storage.session import CassandraConnection
+from tests.api.conftest import Api, code_of, one_off, weekly_monday_nine
+
+Z = UTC
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def create(api: Api, user: str, schedule: pb.Schedule, text: str = "call mom") -> pb.Reminder:
+    request = pb.CreateReminderRequest(
+        reminder=pb.Reminder(text=text, schedule=schedule), request_id=uuid.uuid4().hex
+    )
+    return api.reminders.CreateReminder(request, metadata=api.as_user(user))
+
+
+def test_create_returns_the_id_and_the_dst_correct_next_ring(api: Api, user: str) -> None:
+    created = create(api, user, weekly_monday_nine())
+
+    assert uuid.UUID(created.id)
+    assert created.next_ring_time.ToDatetime(tzinfo=Z) == at("2026-10-26T13:00:00")
+    assert created.state == pb.Reminder.STATE_PENDING
+    assert created.version == 1
+    assert created.schedule.description == "Every Monday at 09:00, America/New_York"
+    assert created.schedule.repeat.canonical_rrule.startswith("FREQ=WEEKLY")
+
+    api.clock.now = at("2026-10-27T00:00:00")  # after the Oct 26 ring, before Nov 1 DST
+    edited = api.reminders.UpdateReminder(
+        pb.UpdateReminderRequest(
+            reminder=pb.Reminder(id=created.id, version=1, schedule=weekly_monday_nine()),
+            update_mask=FieldMask(paths=["schedule"]),
+        ),
+        metadata=api.as_user(user),
+    )
+    # Nov 2 is after the fall-back: 09:00 EST is 14:00Z, not 13:00Z.
+    assert edited.next_ring_time.ToDatetime(tzinfo=Z) == at("2026-11-02T14:00:00")
+    assert edited.version == 2
+
+
+def test_one_off_in_the_repeated_hour_rings_at_the_first(api: Api, user: str) -> None:
+    created = create(api, user, one_off("2026-11-01T01:30:00"))
+    assert created.next_ring_time.ToDatetime(tzinfo=Z) == at("2026-11-01T05:30:00")
+
+
+def test_create_writes_the_bucket_entry_for_the_first_ring(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    created = create(api, user, weekly_monday_nine())
+    minute = floor_minute(at("2026-10-26T13:00:00"))
+    part = part_of(user, 64)
+    rows = cassandra.session.execute(
+        "SELECT reminder_id, user_id, due, TTL(due) AS ttl FROM due_buckets"
+        " WHERE minute = %s AND part = %s",
+        (minute, part),
+    )
+    entries = [r for r in rows if str(r.reminder_id) == created.id]
+    assert len(entries) == 1
+    assert entries[0].user_id == user
+    # TTL: until due (from the server's clock) plus 7 days of retention, counted from
+    # the real now, so it is shorter than the fake clock suggests but of that order.
+    assert entries[0].ttl > 0
+
+
+def test_get_and_list_show_only_the_callers_reminders_in_stable_pages(api: Api, user: str) -> None:
+    mine = {create(api, user, weekly_monday_nine(), text=f"r{i}").id for i in range(5)}
+    create(api, f"{user}-other", weekly_monday_nine())
+
+    seen: list[str] = []
+    token = ""
+    while True:
+        page = api.reminders.ListReminders(
+            pb.ListRemindersRequest(page_size=2, page_token=token), metadata=api.as_user(user)
+        )
+        assert len(page.reminders) <= 2
+        seen += [r.id for r in page.reminders]
+        token = page.next_page_token
+        if not token:
+            break
+    assert seen == sorted(seen, key=uuid.UUID)
+    assert set(seen) == mine
+    one = next(iter(mine))
+    got = api.reminders.GetReminder(pb.GetReminderRequest(id=one), metadata=api.as_user(user))
+    assert got.id == one
+
+
+def test_list_filters_by_state_and_hides_deleted(api: Api, user: str) -> None:
+    paused = create(api, user, weekly_monday_nine())
+    pending = create(api, user, weekly_monday_nine())
+    deleted = create(api, user, weekly_monday_nine())
+    md = api.as_user(user)
+    api.reminders.PauseReminder(pb.PauseReminderRequest(id=paused.id), metadata=md)
+    api.reminders.DeleteReminder(pb.DeleteReminderRequest(id=deleted.id), metadata=md)
+
+    def ids(state: pb.Reminder.State.ValueType) -> set[str]:
+        page = api.reminders.ListReminders(pb.ListRemindersRequest(state=state), metadata=md)
+        return {r.id for r in page.reminders}
+
+    assert ids(pb.Reminder.STATE_PAUSED) == {paused.id}
+    assert ids(pb.Reminder.STATE_PENDING) == {pending.id}
+    assert ids(pb.Reminder.STATE_UNSPECIFIED) == {paused.id, pending.id}
+
+
+def test_update_needs_the_current_version(api: Api, user: str) -> None:
+    created = create(api, user, weekly_monday_nine())
+    md = api.as_user(user)
+
+    def update(version: int, text: str) -> pb.Reminder:
+        return api.reminders.UpdateReminder(
+            pb.UpdateReminderRequest(
+                reminder=pb.Reminder(id=created.id, version=version, text=text),
+                update_mask=FieldMask(paths=["text"]),
+            ),
+            metadata=md,
+        )
+
+    updated = update(1, "call dad")
+    assert (updated.text, updated.version) == ("call dad", 2)
+    assert updated.next_ring_time == created.next_ring_time  # a text edit keeps the rings
+    with pytest.raises(grpc.RpcError) as stale:
+        update(1, "call grandma")
+    assert stale.value.code() == grpc.StatusCode.ABORTED
+    got = api.reminders.GetReminder(pb.GetReminderRequest(id=created.id), metadata=md)
+    assert (got.text, got.version) == ("call dad", 2)
+
+
+def test_snooze_adds_a_ring_and_leaves_the_series_untouched(api: Api, user: str) -> None:
+    created = create(api, user, weekly_monday_nine())
+    md = api.as_user(user)
+
+    snoozed = api.reminders.SnoozeReminder(
+        pb.SnoozeReminderRequest(id=created.id, duration=Duration(seconds=600)), metadata=md
+    )
+
+    assert snoozed.snooze_until_time.ToDatetime(tzinfo=Z) == at("2026-10-19T12:10:00")
+    assert snoozed.next_ring_time.ToDatetime(tzinfo=Z) == at("2026-10-19T12:10:00")
+    assert snoozed.next_occurrence_time == created.next_occurrence_time
+    assert snoozed.version == 2
+
+    too_long = code_of(
+        lambda: api.reminders.SnoozeReminder(
+            pb.SnoozeReminderRequest(id=created.id, duration=Duration(seconds=8 * 86400)),
+            metadata=md,
+        )
+    )
+    assert too_long == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_snooze_to_a_local_time_follows_the_zone_rules(api: Api, user: str) -> None:
+    created = create(api, user, weekly_monday_nine())
+    api.clock.now = at("2026-10-31T12:00:00")
+    snoozed = api.reminders.SnoozeReminder(
+        pb.SnoozeReminderRequest(id=created.id, snooze_until_local_time="2026-11-01T01:30:00"),
+        metadata=api.as_user(user),
+    )
+    assert snoozed.snooze_until_time.ToDatetime(tzinfo=Z) == at("2026-11-01T05:30:00")
+
+
+def test_pause_stops_and_resume_continues_from_the_next_occurrence(api: Api, user: str) -> None:
+    created = create(api, user, weekly_monday_nine())
+    md = api.as_user(user)
+
+    paused = api.reminders.PauseReminder(pb.PauseReminderRequest(id=created.id), metadata=md)
+    assert paused.state == pb.Reminder.STATE_PAUSED
+    assert not paused.HasField("next_ring_time")
+
+    api.clock.now = at("2026-11-10T00:00:00")
+    resumed = api.reminders.ResumeReminder(pb.ResumeReminderRequest(id=created.id), metadata=md)
+    assert resumed.state == pb.Reminder.STATE_PENDING
+    assert resumed.next_ring_time.ToDatetime(tzinfo=Z) == at("2026-11-16T14:00:00")
+    assert resumed.version == 3
+
+
+def test_resuming_a_one_off_whose_time_passed_is_refused(api: Api, user: str) -> None:
+    created = create(api, user, one_off("2026-10-20T09:00:00"))
+    md = api.as_user(user)
+    api.reminders.PauseReminder(pb.PauseReminderRequest(id=created.id), metadata=md)
+    api.clock.now = at("2026-10-21T00:00:00")
+
+    with pytest.raises(grpc.RpcError) as refused:
+        api.reminders.ResumeReminder(pb.ResumeReminderRequest(id=created.id), metadata=md)
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "edit its time" in (refused.value.details() or "")
+
+
+def test_delete_makes_it_invisible_and_says_whether_a_ring_was_in_flight(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    quiet = create(api, user, weekly_monday_nine())
+    ringing = create(api, user, weekly_monday_nine())
+    md = api.as_user(user)
+    claimed = cassandra.session.execute(
+        "UPDATE reminders SET status = 'sending', claim_token = %s"
+        " WHERE user_id = %s AND reminder_id = %s IF status = 'pending'",
+        (uuid.uuid4(), user, uuid.UUID(ringing.id)),
+    ).one()
+    assert claimed.applied
+
+    first = api.reminders.DeleteReminder(pb.DeleteReminderRequest(id=quiet.id), metadata=md)
+    second = api.reminders.DeleteReminder(pb.DeleteReminderRequest(id=ringing.id), metadata=md)
+
+    assert (first.was_sending, second.was_sending) == (False, True)
+    assert second.reminder.state == pb.Reminder.STATE_DELETED
+    row = cassandra.session.execute(
+        "SELECT status, claim_token FROM reminders WHERE user_id = %s AND reminder_id = %s",
+        (user, uuid.UUID(ringing.id)),
+    ).one()
+    assert (row.status, row.claim_token) == ("deleted", None)  # the dispatcher's claim is void
+    gone = code_of(
+        lambda: api.reminders.GetReminder(pb.GetReminderRequest(id=quiet.id), metadata=md)
+    )
+    assert gone == grpc.StatusCode.NOT_FOUND
+
+
+def test_preview_schedule_lists_occurrences_without_storing(api: Api, user: str) -> None:
+    answer = api.reminders.PreviewSchedule(
+        pb.PreviewScheduleRequest(schedule=weekly_monday_nine(), count=3),
+        metadata=api.as_user(user),
+    )
+    assert [o.time.ToDatetime(tzinfo=Z) for o in answer.occurrences] == [
+        at("2026-10-26T13:00:00"),
+        at("2026-11-02T14:00:00"),
+        at("2026-11-09T14:00:00"),
+    ]
+    assert answer.occurrences[1].local_time == "2026-11-02T09:00:00-05:00"
+    assert answer.tzdata_version
+    listed = api.reminders.ListReminders(pb.ListRemindersRequest(), metadata=api.as_user(user))
+    assert list(listed.reminders) == []
+
+
+def test_list_deliveries_reads_the_history_newest_first(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    created = create(api, user, weekly_monday_nine())
+    history = DeliveryHistory(cassandra.session)
+    import asyncio
+
+    async def record() -> None:
+        for day in (26, 27, 28):
+            due = at(f"2026-10-{day}T13:00:00")
+            await history.record(
+                Delivery(
+                    user_id=user,
+                    reminder_id=uuid.UUID(created.id),
+                    claim_due=due,
+                    claim_token=uuid.uuid4(),
+                    claimed_at=due,
+                    handed_off_at=due + timedelta(seconds=2),
+                    answer=Answer.ACCEPTED,
+                    reason=None,
+                    late=False,
+                )
+            )
+
+    asyncio.run(record())
+    md = api.as_user(user)
+    first = api.reminders.ListDeliveries(
+        pb.ListDeliveriesRequest(reminder_id=created.id, page_size=2), metadata=md
+    )
+    rest = api.reminders.ListDeliveries(
+        pb.ListDeliveriesRequest(reminder_id=created.id, page_token=first.next_page_token),
+        metadata=md,
+    )
+    dues = [d.due_time.ToDatetime(tzinfo=Z).day for d in [*first.deliveries, *rest.deliveries]]
+    assert dues == [28, 27, 26]
+    assert first.deliveries[0].answer == pb.Delivery.ANSWER_ACCEPTED
+    assert first.deliveries[0].lateness.ToMilliseconds() == 2000
+    assert not rest.next_page_token
+    other = code_of(
+        lambda: api.reminders.ListDeliveries(
+            pb.ListDeliveriesRequest(reminder_id=created.id), metadata=api.as_user(f"{user}-x")
+        )
+    )
+    assert other == grpc.StatusCode.NOT_FOUND
+
+
+def test_admin_deletes_all_of_one_users_data(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    for _ in range(3):
+        create(api, user, weekly_monday_nine())
+    survivor = create(api, f"{user}-keep", weekly_monday_nine())
+
+    user_token_refused = code_of(
+        lambda: api.admin.DeleteUserData(
+            pb.DeleteUserDataRequest(user_id=user), metadata=api.as_user(user)
+        )
+    )
+    answer = api.admin.DeleteUserData(
+        pb.DeleteUserDataRequest(user_id=user), metadata=api.as_admin()
+    )
+
+    assert user_token_refused in (
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+    )
+    assert (answer.reminders_deleted, answer.requests_deleted) == (3, 3)
+    left = cassandra.session.execute("SELECT * FROM reminders WHERE user_id = %s", (user,))
+    assert list(left) == []
+    kept = api.reminders.GetReminder(
+        pb.GetReminderRequest(id=survivor.id), metadata=api.as_user(f"{user}-keep")
+    )
+    assert kept.id == survivor.id
+
+
+def test_the_part_table_defaults_to_64_parts(cassandra: CassandraConnection) -> None:
+    import asyncio
+
+    assert asyncio.run(PartCounts(cassandra.session).parts_at(at("2026-10-26T13:00:00"))) == 64
