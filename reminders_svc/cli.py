@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 
 from devnode import cli as devnode_cli
+from devnode import demo as demo_cli
+from dispatcher import cli as dispatcher_cli
 from notifier import cli as notifier_cli
 from reminders_svc.api import client_cli, serve_cli, token_cli
 from reminders_svc.schedule import preview_cli
@@ -27,6 +29,8 @@ _SUBCOMMANDS = (
     token_cli,
     client_cli,
     notifier_cli,
+    dispatcher_cli,
+    demo_cli,
 )
 
 

@@ -46,7 +46,7 @@ class StorageHealth:
         """Probe every `interval_s` until cancelled."""
         while True:
             try:
-                await execute(session, PROBE_QUERY, timeout=interval_s)
+                await execute(session, PROBE_QUERY, timeout_s=interval_s)
                 answers = True
             except Exception as error:  # any driver error means "not answering"
                 log.warning("Cassandra health probe failed: %s", type(error).__name__)

@@ -33,13 +33,11 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
         self._adapter = adapter
         self._replies_to_drop = faults.drop_reply
 
-    async def Send(  # noqa: N802 (the gRPC method's name)
-        self, request: pb.SendRequest, context: Context
-    ) -> pb.SendResponse:
+    async def Send(self, request: pb.SendRequest, context: Context) -> pb.SendResponse:
         result = await self._intake.accept(convert.notification(request.notification))
         return pb.SendResponse(result=convert.send_result(result))
 
-    async def SendBatch(  # noqa: N802 (the gRPC method's name)
+    async def SendBatch(
         self, request: pb.SendBatchRequest, context: Context
     ) -> pb.SendBatchResponse:
         count = len(request.notifications)
@@ -57,7 +55,7 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "fault injected: reply dropped")
         return pb.SendBatchResponse(results=[convert.send_result(r) for r in results])
 
-    async def RegisterDevice(  # noqa: N802 (the gRPC method's name)
+    async def RegisterDevice(
         self, request: pb.RegisterDeviceRequest, context: Context
     ) -> pb.RegisterDeviceResponse:
         device = convert.device(request.device)
@@ -70,7 +68,7 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
             await _storage_unavailable(context, error)
         return pb.RegisterDeviceResponse(device=convert.device_message(registered))
 
-    async def ListDevices(  # noqa: N802 (the gRPC method's name)
+    async def ListDevices(
         self, request: pb.ListDevicesRequest, context: Context
     ) -> pb.ListDevicesResponse:
         if not request.user_id:
@@ -81,7 +79,7 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
             await _storage_unavailable(context, error)
         return pb.ListDevicesResponse(devices=[convert.device_message(d) for d in devices])
 
-    async def ListDelivered(  # noqa: N802 (the gRPC method's name)
+    async def ListDelivered(
         self, request: pb.ListDeliveredRequest, context: Context
     ) -> pb.ListDeliveredResponse:
         if not isinstance(self._adapter, RecordingPushAdapter):

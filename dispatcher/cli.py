@@ -1,0 +1,34 @@
+"""`reminders dispatch`: run one dispatcher of the fleet."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from dispatcher.service import serve
+from dispatcher.settings import DispatcherSettings
+from reminders_svc.config import CassandraSettings, ConfigError
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "dispatch", help="run a dispatcher: lease parts, claim due reminders, hand them off"
+    )
+    parser.add_argument("--log-level", default="INFO")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        settings = DispatcherSettings.from_env()
+        cassandra = CassandraSettings.from_env()
+    except ConfigError as error:
+        print(f"reminders dispatch: {error}", file=sys.stderr)
+        return 2
+    asyncio.run(serve(settings, cassandra))
+    return 0

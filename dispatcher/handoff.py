@@ -1,0 +1,91 @@
+"""Hand-off to the Notification Service: one SendBatch, one answer per ring."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from genproto.notification.v1 import notification_pb2 as npb
+from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
+
+
+class Outcome(StrEnum):
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+    REJECTED = "rejected"
+    RETRYABLE = "retryable"
+
+
+@dataclass(frozen=True)
+class Ring:
+    key: str
+    user_id: str
+    text: str
+    due: datetime
+    expires: datetime
+
+
+@dataclass(frozen=True)
+class Answer:
+    outcome: Outcome
+    reason: str
+
+
+_OUTCOMES = {
+    npb.SendResult.OUTCOME_ACCEPTED: Outcome.ACCEPTED,
+    npb.SendResult.OUTCOME_DUPLICATE: Outcome.DUPLICATE,
+    npb.SendResult.OUTCOME_REJECTED: Outcome.REJECTED,
+    npb.SendResult.OUTCOME_RETRYABLE: Outcome.RETRYABLE,
+}
+
+
+def _stamp(instant: datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(instant)
+    return stamp
+
+
+class NotifierClient:
+    def __init__(self, target: str, timeout_s: float = 10.0) -> None:
+        self._channel = grpc.aio.insecure_channel(target)
+        self._stub = npb_grpc.NotificationServiceStub(self._channel)
+        self._timeout_s = timeout_s
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def send(self, rings: Sequence[Ring]) -> dict[str, Answer]:
+        """Answers by key; a failed call answers every ring RETRYABLE (same keys next time)."""
+        request = npb.SendBatchRequest(
+            notifications=[
+                npb.Notification(
+                    idempotency_key=ring.key,
+                    user_id=ring.user_id,
+                    priority=npb.PRIORITY_URGENT,
+                    title="Reminder",
+                    body=ring.text,
+                    data={"reminder_key": ring.key},
+                    due_time=_stamp(ring.due),
+                    expire_time=_stamp(ring.expires),
+                )
+                for ring in rings
+            ]
+        )
+        try:
+            response = await self._stub.SendBatch(request, timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as error:
+            reason = f"notifier call failed: {error.code().name}"
+            return {ring.key: Answer(Outcome.RETRYABLE, reason) for ring in rings}
+        answers = {
+            result.idempotency_key: Answer(
+                _OUTCOMES.get(result.outcome, Outcome.RETRYABLE), result.reason
+            )
+            for result in response.results
+        }
+        missing = Answer(Outcome.RETRYABLE, "no result for this item")
+        return {ring.key: answers.get(ring.key, missing) for ring in rings}

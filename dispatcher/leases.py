@@ -1,0 +1,163 @@
+"""Part leases with epochs, expiring on the database's clock (DESIGN.md invariant 9).
+
+Rules:
+- `owner` is written with a TTL of the lease length, so a lease lapses on Cassandra's
+  clock even if its holder is frozen; `epoch` never expires and grows with each new lease.
+- Taking a part: `IF owner = null AND epoch = <read>`; every later write of the holder
+  (renew, checkpoint, release) is `IF owner = me AND epoch = <mine>`, so a holder that
+  lost its lease (expired, taken over) can write nothing.
+- The holder also keeps a local deadline (monotonic, counted from before it sent the
+  LWT, minus a margin): past it, it stops handing off even before it learns it lost.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from cassandra import ConsistencyLevel
+from cassandra.cluster import Session
+from cassandra.query import BatchStatement, BatchType
+
+from reminders_svc.storage import aio
+
+
+@dataclass
+class Lease:
+    part: int
+    epoch: int
+    checkpoint: datetime | None  # last minute fully finished
+    valid_until: float  # time.monotonic() deadline; local, conservative
+
+    def held(self) -> bool:
+        return time.monotonic() < self.valid_until
+
+
+@dataclass(frozen=True)
+class PartState:
+    part: int
+    owner: str | None
+    epoch: int
+    checkpoint: datetime | None
+    lease_until: datetime | None
+
+
+class PartLeases:
+    def __init__(self, session: Session, owner: str, lease: timedelta) -> None:
+        self._session = session
+        self.owner = owner
+        self._lease_s = int(lease.total_seconds())
+        # A frozen process must not act on a lease it may have lost: keep a margin.
+        self._margin_s = max(1.0, self._lease_s / 5)
+        prepare = session.prepare
+        self._read = prepare(
+            "SELECT part, owner, epoch, checkpoint, lease_until FROM dispatch_parts"
+        )
+        self._read_one = prepare(
+            "SELECT part, owner, epoch, checkpoint, lease_until FROM dispatch_parts WHERE part = ?"
+        )
+        self._read_one.consistency_level = ConsistencyLevel.SERIAL
+        self._take_owner = prepare(
+            "UPDATE dispatch_parts USING TTL ? SET owner = ?, lease_until = ? WHERE part = ?"
+            " IF owner = null AND epoch = ?"
+        )
+        self._take_epoch = prepare("UPDATE dispatch_parts SET epoch = ? WHERE part = ?")
+        self._renew = prepare(
+            "UPDATE dispatch_parts USING TTL ? SET owner = ?, lease_until = ? WHERE part = ?"
+            " IF owner = ? AND epoch = ?"
+        )
+        self._checkpoint = prepare(
+            "UPDATE dispatch_parts SET checkpoint = ? WHERE part = ? IF owner = ? AND epoch = ?"
+        )
+        self._release = prepare(
+            "DELETE owner, lease_until FROM dispatch_parts WHERE part = ?"
+            " IF owner = ? AND epoch = ?"
+        )
+
+    async def states(self) -> list[PartState]:
+        rows = await aio.execute(self._session, self._read)
+        return [_state(row) for row in rows]
+
+    async def try_take(self, part: int) -> Lease | None:
+        row = (await aio.execute(self._session, self._read_one, (part,))).one()
+        state = _state(row) if row is not None else PartState(part, None, 0, None, None)
+        if state.owner is not None:
+            return None
+        started = time.monotonic()
+        epoch = state.epoch + 1
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        batch.add(
+            self._take_owner,
+            (self._lease_s, self.owner, _until(self._lease_s), part, state.epoch or None),
+        )
+        batch.add(self._take_epoch, (epoch, part))
+        applied = (await aio.execute(self._session, batch)).one().applied
+        if not applied:
+            return None
+        return Lease(part, epoch, state.checkpoint, started + self._lease_s - self._margin_s)
+
+    async def renew(self, lease: Lease) -> bool:
+        started = time.monotonic()
+        applied = (
+            (
+                await aio.execute(
+                    self._session,
+                    self._renew,
+                    (
+                        self._lease_s,
+                        self.owner,
+                        _until(self._lease_s),
+                        lease.part,
+                        self.owner,
+                        lease.epoch,
+                    ),
+                )
+            )
+            .one()
+            .applied
+        )
+        if applied:
+            lease.valid_until = started + self._lease_s - self._margin_s
+        else:
+            lease.valid_until = 0.0
+        return bool(applied)
+
+    async def checkpoint(self, lease: Lease, minute: datetime) -> bool:
+        if not lease.held():
+            return False
+        applied = (
+            (
+                await aio.execute(
+                    self._session, self._checkpoint, (minute, lease.part, self.owner, lease.epoch)
+                )
+            )
+            .one()
+            .applied
+        )
+        if applied:
+            lease.checkpoint = minute
+        else:
+            lease.valid_until = 0.0
+        return bool(applied)
+
+    async def release(self, lease: Lease) -> None:
+        lease.valid_until = 0.0
+        await aio.execute(self._session, self._release, (lease.part, self.owner, lease.epoch))
+
+
+def _until(seconds: int) -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+def _state(row: object) -> PartState:
+    get = row.__getattribute__
+    checkpoint = get("checkpoint")
+    lease_until = get("lease_until")
+    return PartState(
+        part=get("part"),
+        owner=get("owner"),
+        epoch=get("epoch") or 0,
+        checkpoint=checkpoint.replace(tzinfo=UTC) if checkpoint else None,
+        lease_until=lease_until.replace(tzinfo=UTC) if lease_until else None,
+    )

@@ -1,0 +1,210 @@
+"""The dispatcher process: leases parts, works them, serves health and metrics.
+
+Part balance: every `lease_renew_every`, renew the leases held (a lease that cannot be
+renewed is dropped and its worker stopped), then take free parts while holding fewer
+than ceil(P / live dispatchers); hold more than that and the extra is let go at the next
+minute boundary. A dispatcher whose clock is off by more than the bound is not ready:
+it keeps its leases but hands nothing off.
+
+Shutdown (SIGTERM): take no new minute, let open minutes finish within the grace, release
+the claims still held (their rings are re-claimed by the next owner under the same key),
+then release the leases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import signal
+from datetime import timedelta
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import start_http_server
+
+from dispatcher.buckets import BucketReader
+from dispatcher.clock import DbClock
+from dispatcher.handoff import NotifierClient
+from dispatcher.leases import Lease, PartLeases
+from dispatcher.metrics import DispatcherMetrics
+from dispatcher.minutes import PartWorker, RateLimiter
+from dispatcher.ringer import HandoffBatcher, Ringer
+from dispatcher.settings import DispatcherSettings
+from reminders_svc.config import CassandraSettings, Retention
+from reminders_svc.storage.history import DeliveryHistory
+from reminders_svc.storage.parts import PartCounts, floor_minute
+from reminders_svc.storage.reminders_store import ReminderStore
+from reminders_svc.storage.session import CassandraConnection, connect
+
+log = logging.getLogger(__name__)
+
+
+class Dispatcher:
+    def __init__(self, settings: DispatcherSettings, cassandra: CassandraSettings) -> None:
+        self.settings = settings
+        self._cassandra = cassandra
+        self.metrics = DispatcherMetrics()
+        self._health = health.aio.HealthServicer()
+        self._workers: dict[int, tuple[PartWorker, asyncio.Task[None]]] = {}
+        self._stopping = asyncio.Event()
+        self._connection: CassandraConnection | None = None
+        self._server: grpc.aio.Server | None = None
+        self.port = settings.port
+        self.metrics_port = settings.metrics_port
+
+    async def run(self) -> None:
+        """Until `stop()` (or SIGTERM via `serve`), then drain and release."""
+        await self._start_health()
+        self._connection = await asyncio.to_thread(connect, self._cassandra)
+        session = self._connection.session
+        self.clock = DbClock(session, self.settings.max_clock_offset)
+        store = ReminderStore(session, Retention())
+        self._leases = PartLeases(session, self.settings.dispatcher_id, self.settings.lease)
+        self._parts = PartCounts(session)
+        self._notifier = NotifierClient(self.settings.notifier_target)
+        batcher = HandoffBatcher(self._notifier, self.settings.batch_size)
+        self._ringer = Ringer(
+            store, DeliveryHistory(session), batcher, self.clock, self.settings, self.metrics
+        )
+        self._reader = BucketReader(session)
+        self._catch_up = RateLimiter(self.settings.catch_up_minutes_per_s)
+        await self.clock.measure()
+        try:
+            while not self._stopping.is_set():
+                await self._tick()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._stopping.wait(), self.settings.lease_renew_every.total_seconds()
+                    )
+        finally:
+            await self._drain()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def _tick(self) -> None:
+        try:
+            await self.clock.measure()
+        except Exception as error:  # the probe failing is "not ready", not a crash
+            log.warning("clock check failed: %s", type(error).__name__)
+        ready = self.clock.ready()
+        self.metrics.clock_offset.set(self.clock.offset_s)
+        self.metrics.clock_ready.set(1 if ready else 0)
+        await self._health.set(
+            "",
+            health_pb2.HealthCheckResponse.SERVING
+            if ready
+            else health_pb2.HealthCheckResponse.NOT_SERVING,
+        )
+        await self._renew()
+        await self._balance()
+        self._report()
+
+    async def _renew(self) -> None:
+        for part, (worker, task) in list(self._workers.items()):
+            if task.done() or not await self._leases.renew(worker.lease):
+                if not task.done():
+                    self.metrics.leases_lost.inc()
+                    task.cancel()
+                del self._workers[part]
+
+    async def _balance(self) -> None:
+        parts = await self._parts.parts_at(floor_minute(self.clock.now()))
+        states = await self._leases.states()
+        owners = {s.owner for s in states if s.owner} | {self._leases.owner}
+        target = math.ceil(parts / len(owners))
+        held = len(self._workers)
+        for part in range(parts):
+            if held >= target:
+                break
+            if part in self._workers:
+                continue
+            previous = next((s for s in states if s.part == part), None)
+            if previous is not None and previous.owner is not None:
+                continue
+            lease = await self._leases.try_take(part)
+            if lease is None:
+                continue
+            if previous is not None and previous.epoch > 0:
+                self.metrics.lease_takeovers.inc()
+            self._start_worker(lease)
+            held += 1
+        for part in sorted(self._workers)[target + 1 :]:
+            self._workers[part][0].stop()  # let go at the next minute boundary
+
+    def _start_worker(self, lease: Lease) -> None:
+        worker = PartWorker(
+            lease,
+            self._leases,
+            self._reader,
+            self._ringer,
+            self.clock,
+            self.settings,
+            self.metrics,
+            self._catch_up,
+        )
+        task = asyncio.create_task(self._work(worker), name=f"part-{lease.part}")
+        self._workers[lease.part] = (worker, task)
+
+    async def _work(self, worker: PartWorker) -> None:
+        try:
+            await worker.run()
+        finally:
+            if worker.lease.held():
+                await self._leases.release(worker.lease)
+
+    def _report(self) -> None:
+        now = self.clock.now()
+        self.metrics.parts_owned.set(len(self._workers))
+        unfinished = [w.oldest_unfinished for w, _ in self._workers.values() if w.oldest_unfinished]
+        lag = max(((now - m).total_seconds() for m in unfinished), default=0.0)
+        self.metrics.checkpoint_lag.set(max(0.0, lag - 60 - self.settings.grace.total_seconds()))
+        self.metrics.catch_up_backlog.set(
+            sum(max(0.0, (now - m) / timedelta(minutes=1) - 2) for m in unfinished)
+        )
+        claims = self._ringer.claimed_since.values()
+        self.metrics.oldest_claim.set(max(((now - c).total_seconds() for c in claims), default=0))
+
+    async def _drain(self) -> None:
+        await self._health.enter_graceful_shutdown()
+        for worker, _ in self._workers.values():
+            worker.stop()
+        tasks = [task for _, task in self._workers.values()]
+        if tasks:
+            _, late = await asyncio.wait(
+                tasks, timeout=self.settings.shutdown_grace.total_seconds()
+            )
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        for worker, _ in self._workers.values():
+            if worker.lease.held():
+                await self._leases.release(worker.lease)
+        self._workers.clear()
+        await self._notifier.close()
+        if self._server is not None:
+            await self._server.stop(1)
+        if self._connection is not None:
+            await asyncio.to_thread(self._connection.close)
+
+    async def _start_health(self) -> None:
+        server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        await self._health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        await server.start()
+        self._server = server
+        http, _ = start_http_server(
+            self.settings.metrics_port, addr=self.settings.host, registry=self.metrics.registry
+        )
+        self.metrics_port = http.server_port
+
+
+async def serve(settings: DispatcherSettings, cassandra: CassandraSettings) -> None:
+    dispatcher = Dispatcher(settings, cassandra)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, dispatcher.stop)
+    await dispatcher.run()

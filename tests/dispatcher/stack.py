@@ -1,0 +1,192 @@
+"""The whole service as real processes for end-to-end tests: API, notifier, dispatchers.
+
+Each stack has keyspaces of its own, few parts (P = 4) and short timings (grace 3 s,
+claim lease 5 s, part lease 6 s), so rings a few seconds ahead finish within seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from genproto.notification.v1 import notification_pb2 as npb
+from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
+from genproto.reminders.v1 import reminders_pb2 as pb
+from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
+from reminders_svc.api.auth import AuthSettings, mint_token
+from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
+from reminders_svc.storage.session import CassandraConnection, connect
+
+REMINDERS = str(Path(sys.executable).with_name("reminders"))
+PARTS = 4
+FAST = {
+    "REMINDERS_DISPATCH_GRACE_S": "3",
+    "REMINDERS_DISPATCH_PREFETCH_S": "2",
+    "REMINDERS_DISPATCH_POLL_S": "0.5",
+    "REMINDERS_DISPATCH_SKEW_S": "2",
+    "REMINDERS_DISPATCH_LEASE_S": "6",
+    "REMINDERS_DISPATCH_LEASE_RENEW_S": "2",
+    "REMINDERS_DISPATCH_CLAIM_LEASE_S": "5",
+    "REMINDERS_DISPATCH_INITIAL_LOOKBACK_S": "120",
+    "REMINDERS_DISPATCH_SHUTDOWN_GRACE_S": "5",
+    "REMINDERS_API_WRITE_DEADLINE_S": "2",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def stamp(instant: datetime) -> Timestamp:
+    value = Timestamp()
+    value.FromDatetime(instant)
+    return value
+
+
+def wait_serving(target: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(), timeout=2).status == 1:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.2)
+    raise AssertionError(f"{target} did not become SERVING")
+
+
+class Stack:
+    def __init__(self, cassandra: CassandraSettings, **extra_env: str) -> None:
+        suffix = uuid.uuid4().hex[:8]
+        self.settings = dataclasses.replace(cassandra, keyspace=f"e2e_{suffix}")
+        self.api_port, self.notifier_port = free_port(), free_port()
+        self.env = {
+            **os.environ,
+            **FAST,
+            "REMINDERS_ENV": "dev",
+            "REMINDERS_CASSANDRA_KEYSPACE": self.settings.keyspace,
+            "REMINDERS_NOTIFIER_KEYSPACE": f"e2en_{suffix}",
+            "REMINDERS_API_PORT": str(self.api_port),
+            "REMINDERS_API_METRICS_PORT": "0",
+            "REMINDERS_NOTIFIER_PORT": str(self.notifier_port),
+            "REMINDERS_NOTIFIER_METRICS_PORT": "0",
+            "REMINDERS_NOTIFIER_TARGET": f"127.0.0.1:{self.notifier_port}",
+            "REMINDERS_DISPATCH_PORT": "0",
+            "REMINDERS_DISPATCH_METRICS_PORT": "0",
+            **extra_env,
+        }
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.logs = Path(f"/tmp/reminders-e2e-{suffix}")
+        self.logs.mkdir()
+        with connect(self.settings, keyspace="") as connection:
+            migrate(connection.session, self.settings, load_migrations(default_cql_dir()))
+        self.db: CassandraConnection = connect(self.settings)
+        self.db.session.execute(
+            "INSERT INTO part_counts (scope, from_minute, parts) VALUES ('dispatch', 0, %s)",
+            (PARTS,),
+        )
+        self.api_channel = grpc.insecure_channel(f"127.0.0.1:{self.api_port}")
+        self.api = pb_grpc.RemindersServiceStub(self.api_channel)
+        self.notifier_channel = grpc.insecure_channel(f"127.0.0.1:{self.notifier_port}")
+        self.notifier = npb_grpc.NotificationServiceStub(self.notifier_channel)
+        self._auth = AuthSettings.from_env({"REMINDERS_ENV": "dev"})
+
+    def spawn(self, name: str, *args: str, **env: str) -> subprocess.Popen[bytes]:
+        log = (self.logs / f"{name}-{len(self.processes)}.log").open("wb")
+        process = subprocess.Popen(
+            [REMINDERS, *args], env={**self.env, **env}, stdout=log, stderr=subprocess.STDOUT
+        )
+        self.processes.append(process)
+        return process
+
+    def start_api(self) -> None:
+        self.spawn("api", "serve-api")
+        wait_serving(f"127.0.0.1:{self.api_port}")
+
+    def start_notifier(self, **env: str) -> subprocess.Popen[bytes]:
+        process = self.spawn("notifier", "notifier", **env)
+        wait_serving(f"127.0.0.1:{self.notifier_port}")
+        return process
+
+    def start_dispatcher(self, name: str = "d", **env: str) -> subprocess.Popen[bytes]:
+        return self.spawn(f"dispatch-{name}", "dispatch", REMINDERS_DISPATCH_ID=name, **env)
+
+    def stop(self, process: subprocess.Popen[bytes], timeout_s: float = 30) -> int:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        return process.returncode
+
+    def close(self) -> None:
+        for process in reversed(self.processes):
+            self.stop(process)
+        self.api_channel.close()
+        self.notifier_channel.close()
+        for keyspace in (self.settings.keyspace, self.env["REMINDERS_NOTIFIER_KEYSPACE"]):
+            self.db.session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
+        self.db.close()
+
+    # -- the API and the notifier as a client sees them ----------------------------------
+
+    def md(self, user: str) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {mint_token(self._auth.user, user, 3600)}"),)
+
+    def create_at(self, user: str, due: datetime, text: str = "ring") -> pb.Reminder:
+        return self.api.CreateReminder(
+            pb.CreateReminderRequest(
+                reminder=pb.Reminder(
+                    text=text,
+                    schedule=pb.Schedule(time_zone="UTC", once=pb.OneOff(instant=stamp(due))),
+                ),
+                request_id=uuid.uuid4().hex,
+            ),
+            metadata=self.md(user),
+        )
+
+    def pushes(self, user: str = "", key_prefix: str = "") -> list[npb.Delivered]:
+        answer = self.notifier.ListDelivered(npb.ListDeliveredRequest(user_id=user))
+        return [d for d in answer.delivered if d.idempotency_key.startswith(key_prefix)]
+
+    def wait_for_pushes(
+        self, count: int, user: str = "", key_prefix: str = "", timeout_s: float = 45
+    ) -> list[npb.Delivered]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = self.pushes(user, key_prefix)
+            if len(found) >= count:
+                return found
+            time.sleep(0.25)
+        return self.pushes(user, key_prefix)
+
+    def row(self, user: str, reminder_id: str) -> object:
+        return self.db.session.execute(
+            "SELECT status, due, occurrence, snooze_until, version, claim_token FROM reminders"
+            " WHERE user_id = %s AND reminder_id = %s",
+            (user, uuid.UUID(reminder_id)),
+        ).one()
+
+
+def soon(seconds: float) -> datetime:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).replace(microsecond=0)
