@@ -23,9 +23,9 @@ node: install
 migrate: node
 	$(BIN)/reminders migrate
 
-# Everything the service has so far, on the local node.
+# The whole stack in the foreground: node, API (127.0.0.1:50051), notifier, dispatcher.
 run: migrate
-	$(BIN)/reminders cassandra status
+	$(BIN)/reminders stack
 
 test: node $(BUF)
 	$(BIN)/pytest $(PYTEST_ARGS)

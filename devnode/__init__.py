@@ -1,7 +1,7 @@
-"""A local Cassandra node for development, tests and CI, assembled from Maven Central.
+"""Local development: a Cassandra node for development, tests and CI, assembled from Maven
+Central, the whole stack in the foreground, and the demo.
 
-Not deployed: production runs against a real cluster (see k8s/). This package only
-fetches, configures, starts, stops and reports on one node on loopback.
+Not deployed: production runs against a real cluster (see k8s/).
 """
 
 from devnode.node import (

@@ -1,4 +1,4 @@
-"""`reminders cassandra start | stop | status`: the local development node."""
+"""`reminders cassandra start | stop | status` and `reminders stack`: local development."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from devnode.node import CASSANDRA_VERSION, NodeError, NodeSettings, start, status, stop
+from devnode.stack import run_stack
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -14,6 +15,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("action", choices=("start", "stop", "status"))
     parser.set_defaults(handler=run)
+    stack = subparsers.add_parser(
+        "stack", help="run node, API, notifier and a dispatcher in the foreground (Ctrl-C stops)"
+    )
+    stack.set_defaults(handler=lambda _args: run_stack())
 
 
 def run(args: argparse.Namespace) -> int:

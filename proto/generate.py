@@ -51,7 +51,9 @@ def generate(out: Path) -> None:
         path.write_text(_IMPORT.sub(rf"\1 {PACKAGE}.\2.", path.read_text()))
     for directory in [out, *(p for p in out.rglob("*") if p.is_dir())]:
         (directory / "__init__.py").touch()
-    (out / "__init__.py").write_text('"""Generated from proto/ by proto/generate.py. Do not edit."""\n')
+    (out / "__init__.py").write_text(
+        '"""Generated from proto/ by proto/generate.py. Do not edit."""\n'
+    )
 
 
 def main() -> int:

@@ -26,8 +26,9 @@ def test_generated_code_matches_the_proto_files(tmp_path: Path) -> None:
         for p in committed.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     }
-    stale = sorted(str(path) for path in fresh.keys() | current.keys()
-                   if fresh.get(path) != current.get(path))
+    stale = sorted(
+        str(path) for path in fresh.keys() | current.keys() if fresh.get(path) != current.get(path)
+    )
     assert not stale, f"genproto/ is stale; run `make proto`: {stale}"
 
 

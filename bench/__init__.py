@@ -1,0 +1,1 @@
+"""Benchmarks: figures as ratios against a baseline measured in the same run."""

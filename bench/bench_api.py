@@ -1,0 +1,254 @@
+"""CreateReminder through gRPC vs. a bare cassandra-driver loop doing the same writes.
+
+    .venv/bin/python -m bench.bench_api [--seconds 20] [--concurrency 32] [--big-user 5000]
+
+Both sides run in this same run, on this machine, against the same local node, with the
+same concurrency; the report gives each rate, p50/p99 latencies and the ratio
+(target: API rate >= 0.7 x bare rate). Then one user is filled with --big-user
+reminders and List (page of 50 and of 500) and Create p99 are measured for that user.
+
+The API server runs as its own process (`reminders serve-api`), as in production.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import hashlib
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import grpc
+
+from genproto.reminders.v1 import reminders_pb2 as pb
+from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
+from reminders_svc.api.auth import AuthSettings, mint_token
+from reminders_svc.config import CassandraSettings
+from reminders_svc.storage import aio
+from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
+from reminders_svc.storage.parts import bucket_minute, part_of
+from reminders_svc.storage.session import connect
+
+DEV = {"REMINDERS_ENV": "dev"}
+
+
+@dataclasses.dataclass
+class Run:
+    name: str
+    latencies: list[float]
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return len(self.latencies) / self.seconds
+
+    def pct(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+    def line(self) -> str:
+        return (
+            f"{self.name:<28} {len(self.latencies):>7} ops {self.rate:>8.1f}/s "
+            f"p50 {self.pct(0.5):7.2f} ms  p99 {self.pct(0.99):7.2f} ms"
+        )
+
+
+async def _drive(
+    name: str,
+    op: Callable[[int], Awaitable[None]],
+    seconds: float,
+    concurrency: int,
+    limit: int | None = None,
+) -> Run:
+    latencies: list[float] = []
+    counter = iter(range(10**9))
+    deadline = time.monotonic() + seconds
+
+    async def worker() -> None:
+        while time.monotonic() < deadline and (limit is None or len(latencies) < limit):
+            i = next(counter)
+            started = time.perf_counter()
+            await op(i)
+            latencies.append(time.perf_counter() - started)
+
+    began = time.monotonic()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return Run(name, latencies, time.monotonic() - began)
+
+
+def _schedule() -> pb.Schedule:
+    return pb.Schedule(time_zone="Europe/Paris", repeat=pb.Repeat(expression="every day 08:00"))
+
+
+async def bare_creates(settings: CassandraSettings, seconds: float, concurrency: int) -> Run:
+    """The same writes a create makes, straight from the driver: record, entry, row+count."""
+    connection = connect(settings)
+    session = connection.session
+    record = session.prepare(
+        "INSERT INTO create_requests (user_id, request_id, payload_hash, reminder_id, created_at)"
+        " VALUES (?, ?, ?, ?, ?) IF NOT EXISTS USING TTL 604800"
+    )
+    entry = session.prepare(
+        "INSERT INTO due_buckets (minute, part, written_at, reminder_id, user_id, due)"
+        " VALUES (?, ?, now(), ?, ?, ?) USING TTL ?"
+    )
+    count = session.prepare("SELECT active_count FROM reminders WHERE user_id = ? LIMIT 1")
+    row = session.prepare(
+        "BEGIN BATCH UPDATE reminders SET active_count = ? WHERE user_id = ? IF active_count = ?;"
+        " UPDATE reminders SET body = ?, schedule_kind = 'repeat', zone = ?, local_start = ?,"
+        " rrule = ?, status = 'pending', occurrence = ?, due = ?, version = 1, op_id = ?,"
+        " created_at = ?, updated_at = ? WHERE user_id = ? AND reminder_id = ? IF status = null;"
+        " APPLY BATCH"
+    )
+    run_id = uuid.uuid4().hex[:6]
+
+    async def create(i: int) -> None:
+        user, rid, now = f"bare-{run_id}-{i}", uuid.uuid4(), datetime.now(UTC)
+        due = now + timedelta(hours=20)
+        await aio.execute(session, record, (user, "r", hashlib.sha256(b"x").digest(), rid, now))
+        await aio.execute(
+            session,
+            entry,
+            (bucket_minute(due, now), part_of(user, 64), rid, user, due, 7 * 86400 + 72000),
+        )
+        current = (await aio.execute(session, count, (user,))).one()
+        await aio.execute(
+            session,
+            row,
+            (
+                1,
+                user,
+                current.active_count if current else None,
+                "text",
+                "Europe/Paris",
+                "2026-11-30T08:00:00",
+                "FREQ=DAILY;BYHOUR=8;BYMINUTE=0",
+                due,
+                due,
+                uuid.uuid4(),
+                now,
+                now,
+                user,
+                rid,
+            ),
+        )
+
+    try:
+        return await _drive("bare driver creates", create, seconds, concurrency)
+    finally:
+        connection.close()
+
+
+def _metadata(user: str) -> tuple[tuple[str, str], ...]:
+    token = mint_token(AuthSettings.from_env(DEV).user, user, 3600)
+    return (("authorization", f"Bearer {token}"),)
+
+
+async def api_creates(target: str, seconds: float, concurrency: int) -> Run:
+    run_id = uuid.uuid4().hex[:6]
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = pb_grpc.RemindersServiceStub(channel)
+        tokens: dict[str, tuple[tuple[str, str], ...]] = {}
+
+        async def create(i: int) -> None:
+            user = f"api-{run_id}-{i % 512}"
+            md = tokens.get(user) or tokens.setdefault(user, _metadata(user))
+            await stub.CreateReminder(
+                pb.CreateReminderRequest(
+                    reminder=pb.Reminder(text="text", schedule=_schedule()),
+                    request_id=uuid.uuid4().hex,
+                ),
+                metadata=md,
+            )
+
+        return await _drive("API CreateReminder (gRPC)", create, seconds, concurrency)
+
+
+async def big_user(target: str, reminders: int, concurrency: int) -> list[Run]:
+    user = f"big-{uuid.uuid4().hex[:6]}"
+    md = _metadata(user)
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = pb_grpc.RemindersServiceStub(channel)
+
+        async def create(i: int) -> None:
+            await stub.CreateReminder(
+                pb.CreateReminderRequest(
+                    reminder=pb.Reminder(text=f"r{i}", schedule=_schedule()), request_id=f"fill-{i}"
+                ),
+                metadata=md,
+            )
+
+        fill = await _drive(
+            f"fill one user to {reminders}", create, 3600, concurrency, limit=reminders
+        )
+        runs = [fill]
+        for size in (50, 500):
+
+            async def page(i: int, size: int = size) -> None:
+                await stub.ListReminders(pb.ListRemindersRequest(page_size=size), metadata=md)
+
+            runs.append(await _drive(f"List page {size} (big user)", page, 10, 4))
+        runs.append(await _drive("Create p99 (big user)", create, 10, 4))
+        return runs
+
+
+def _start_server(settings: CassandraSettings, port: int) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        **DEV,
+        "REMINDERS_CASSANDRA_KEYSPACE": settings.keyspace,
+        "REMINDERS_API_PORT": str(port),
+        "REMINDERS_API_METRICS_PORT": "0",
+        "REMINDERS_MAX_ACTIVE_PER_USER": "100000",
+    }
+    server = subprocess.Popen(
+        [str(Path(sys.executable).with_name("reminders")), "serve-api"], env=env
+    )
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    grpc.channel_ready_future(channel).result(timeout=60)
+    channel.close()
+    time.sleep(3)  # the storage connection and health probe come up after the port
+    return server
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--big-user", type=int, default=5000)
+    parser.add_argument("--port", type=int, default=50151)
+    args = parser.parse_args()
+
+    settings = dataclasses.replace(
+        CassandraSettings.from_env(), keyspace=f"bench_{uuid.uuid4().hex[:8]}"
+    )
+    with connect(settings, keyspace="") as connection:
+        migrate(connection.session, settings, load_migrations(default_cql_dir()))
+    server = _start_server(settings, args.port)
+    target = f"127.0.0.1:{args.port}"
+    try:
+        await api_creates(target, 3, args.concurrency)  # warm-up, not reported
+        bare = await bare_creates(settings, args.seconds, args.concurrency)
+        api = await api_creates(target, args.seconds, args.concurrency)
+        print(bare.line())
+        print(api.line())
+        print(f"ratio API/bare create rate: {api.rate / bare.rate:.2f} (target >= 0.70)")
+        if args.big_user:
+            for run in await big_user(target, args.big_user, args.concurrency):
+                print(run.line())
+    finally:
+        server.terminate()
+        server.wait(30)
+        with connect(settings, keyspace="") as connection:
+            connection.session.execute(f"DROP KEYSPACE IF EXISTS {settings.keyspace}", timeout=120)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
