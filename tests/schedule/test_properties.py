@@ -83,6 +83,8 @@ def test_local_expansion_matches_dateutil(rule_text: str, start: datetime) -> No
         mine = list(local_occurrences(plan, start, date(start.year + 1, 12, 31), _Budget()))[:12]
     except ScheduleError:
         return  # too sparse for the step budget: refused, not wrong
+    if not mine and "BYSETPOS" in rule_text:
+        return  # dateutil ignores UNTIL while BYSETPOS picks nothing and walks to year 9999
     end = f";UNTIL={start.year + 1}1231T235959"
     try:
         reference = list(dateutil_rrule.rrulestr(rule_text + end, dtstart=start))[:12]

@@ -1,0 +1,61 @@
+"""`reminders preview` through its own register(), on a fresh parser."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from reminders_svc.schedule import preview_cli
+
+
+def preview(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="reminders")
+    preview_cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["preview", *argv])
+    code: int = args.handler(args)
+    return code
+
+
+def test_json_rings_at_or_after_from(capsys: pytest.CaptureFixture[str]) -> None:
+    code = preview(
+        "--repeat", "every Monday 09:00", "--zone", "America/New_York",
+        "--from", "2026-10-20T00:00:00Z", "--count", "2", "--json",
+    )  # fmt: skip
+    assert code == 0
+    assert json.loads(capsys.readouterr().out) == [
+        {"utc": "2026-10-26T13:00:00Z", "local": "2026-10-26T09:00:00-04:00"},
+        {"utc": "2026-11-02T14:00:00Z", "local": "2026-11-02T09:00:00-05:00"},
+    ]
+
+
+def test_one_off_in_the_gap(capsys: pytest.CaptureFixture[str]) -> None:
+    code = preview(
+        "--at", "2027-03-14T02:30:00", "--zone", "America/New_York",
+        "--from", "2026-10-20T00:00:00Z",
+    )  # fmt: skip
+    assert code == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "2027-03-14T07:30:00Z  2027-03-14T03:30:00-04:00"
+    )
+
+
+def test_bad_input_exits_2_with_the_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert preview("--rrule", "FREQ=MINUTELY", "--zone", "UTC") == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "reminders preview: rrule: FREQ=MINUTELY is too frequent (HOURLY at most)\n"
+    )
+
+
+def test_past_one_off_is_refused_against_from(capsys: pytest.CaptureFixture[str]) -> None:
+    code = preview("--at", "2026-01-01T09:00:00", "--zone", "UTC", "--from", "2026-06-01T00:00")
+    assert code == 2
+    assert "at: 2026-01-01T09:00:00Z is in the past" in capsys.readouterr().err
+
+
+def test_version_names_the_pinned_database(capsys: pytest.CaptureFixture[str]) -> None:
+    assert preview("--version") == 0
+    assert capsys.readouterr().out == "tz database 2026f (tzdata 2026.6)\n"
