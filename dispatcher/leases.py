@@ -51,6 +51,10 @@ class PartLeases:
         # A frozen process must not act on a lease it may have lost: keep a margin.
         self._margin_s = max(1.0, self._lease_s / 5)
         prepare = session.prepare
+        self._heartbeat = prepare(
+            "INSERT INTO dispatcher_members (scope, dispatcher_id, seen)"
+            " VALUES ('dispatch', ?, toTimestamp(now())) USING TTL ?"
+        )
         self._read = prepare(
             "SELECT part, owner, epoch, checkpoint, lease_until FROM dispatch_parts"
         )
@@ -74,6 +78,23 @@ class PartLeases:
             "DELETE owner, lease_until FROM dispatch_parts WHERE part = ?"
             " IF owner = ? AND epoch = ?"
         )
+
+    async def heartbeat(self) -> None:
+        await aio.execute(self._session, self._heartbeat, (self.owner, self._lease_s))
+
+    async def leave(self) -> None:
+        await aio.execute(
+            self._session,
+            "DELETE FROM dispatcher_members WHERE scope = 'dispatch' AND dispatcher_id = %s",
+            (self.owner,),
+        )
+
+    async def members(self) -> set[str]:
+        rows = await aio.execute(
+            self._session,
+            "SELECT dispatcher_id FROM dispatcher_members WHERE scope = 'dispatch'",
+        )
+        return {row.dispatcher_id for row in rows} | {self.owner}
 
     async def states(self) -> list[PartState]:
         rows = await aio.execute(self._session, self._read)

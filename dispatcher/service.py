@@ -1,10 +1,11 @@
 """The dispatcher process: leases parts, works them, serves health and metrics.
 
 Part balance: every `lease_renew_every`, renew the leases held (a lease that cannot be
-renewed is dropped and its worker stopped), then take free parts while holding fewer
-than ceil(P / live dispatchers); hold more than that and the extra is let go at the next
-minute boundary. A dispatcher whose clock is off by more than the bound is not ready:
-it keeps its leases but hands nothing off.
+renewed is dropped and its worker stopped), write a heartbeat (with a TTL) into
+`dispatcher_members`, then take free parts while holding fewer than
+ceil(P / live dispatchers); hold more than that and the extra parts are handed over.
+A dispatcher whose clock is off by more than the bound is not ready: it keeps its
+leases but hands nothing off.
 
 Shutdown (SIGTERM): take no new minute, let open minutes finish within the grace, release
 the claims still held (their rings are re-claimed by the next owner under the same key),
@@ -112,9 +113,9 @@ class Dispatcher:
 
     async def _balance(self) -> None:
         parts = await self._parts.parts_at(floor_minute(self.clock.now()))
+        await self._leases.heartbeat()
         states = await self._leases.states()
-        owners = {s.owner for s in states if s.owner} | {self._leases.owner}
-        target = math.ceil(parts / len(owners))
+        target = math.ceil(parts / len(await self._leases.members()))
         held = len(self._workers)
         for part in range(parts):
             if held >= target:
@@ -131,8 +132,11 @@ class Dispatcher:
                 self.metrics.lease_takeovers.inc()
             self._start_worker(lease)
             held += 1
-        for part in sorted(self._workers)[target + 1 :]:
-            self._workers[part][0].stop()  # let go at the next minute boundary
+        for part in sorted(self._workers)[target:]:
+            # Hand the part over now: its claims are released on cancel and the next owner
+            # resumes from the checkpoint (the row decides, the key dedupes a re-send).
+            _, task = self._workers.pop(part)
+            task.cancel()
 
     def _start_worker(self, lease: Lease) -> None:
         worker = PartWorker(
@@ -183,6 +187,7 @@ class Dispatcher:
             if worker.lease.held():
                 await self._leases.release(worker.lease)
         self._workers.clear()
+        await self._leases.leave()
         await self._notifier.close()
         if self._server is not None:
             await self._server.stop(1)

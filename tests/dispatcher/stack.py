@@ -140,6 +140,10 @@ class Stack:
         return process.returncode
 
     def close(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)  # a test may have left one frozen
+                process.send_signal(signal.SIGTERM)
         for process in reversed(self.processes):
             self.stop(process)
         self.api_channel.close()
@@ -179,6 +183,16 @@ class Stack:
                 return found
             time.sleep(0.25)
         return self.pushes(user, key_prefix)
+
+    def wait_status(
+        self, user: str, reminder_id: str, status: str, timeout_s: float = 45
+    ) -> object:
+        deadline = time.monotonic() + timeout_s
+        row = self.row(user, reminder_id)
+        while row.status != status and time.monotonic() < deadline:  # type: ignore[attr-defined]
+            time.sleep(0.25)
+            row = self.row(user, reminder_id)
+        return row
 
     def row(self, user: str, reminder_id: str) -> object:
         return self.db.session.execute(

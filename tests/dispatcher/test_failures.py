@@ -1,0 +1,281 @@
+"""Crashes, frozen dispatchers, lost replies, outages and a notifier that is down.
+
+Every test runs its own stack of real processes (see stack.py): dispatchers are killed
+with SIGKILL through the fault hooks, frozen with SIGSTOP, and the notifier is stopped
+and started again, while the reminders' rows and the notifier's recorded pushes say what
+happened.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from google.protobuf.duration_pb2 import Duration
+
+from genproto.reminders.v1 import reminders_pb2 as pb
+from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.parts import floor_minute, part_of
+from tests.dispatcher.stack import PARTS, Stack, soon
+
+
+@pytest.fixture
+def stack(cassandra_settings: CassandraSettings) -> Iterator[Stack]:
+    running = Stack(cassandra_settings)
+    try:
+        running.start_api()
+        yield running
+    finally:
+        running.close()
+
+
+def _owners(stack: Stack) -> dict[int, tuple[str | None, int]]:
+    rows = stack.db.session.execute("SELECT part, owner, epoch FROM dispatch_parts")
+    return {row.part: (row.owner, row.epoch) for row in rows}
+
+
+def _wait_owning(stack: Stack, names: set[str], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        owners = _owners(stack)
+        if len(owners) == PARTS and {o for o, _ in owners.values()} == names:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"parts not owned by {names}: {_owners(stack)}")
+
+
+def _user() -> str:
+    return f"u-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.mark.parametrize("hook", ["crash_after_claim", "crash_after_send"])
+def test_a_crashed_dispatchers_ring_is_re_sent_by_the_next_owner_and_delivered_once(
+    stack: Stack, hook: str
+) -> None:
+    stack.start_notifier()
+    doomed = stack.start_dispatcher("doomed", REMINDERS_DISPATCH_FAULTS=hook)
+    _wait_owning(stack, {"doomed"})
+    user = _user()
+    created = stack.create_at(user, soon(3))
+
+    doomed.wait(timeout=30)
+    assert doomed.returncode == -signal.SIGKILL
+    stack.start_dispatcher("heir")
+
+    pushes = stack.wait_for_pushes(1, user, created.id, timeout_s=40)
+    assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
+    assert len(stack.pushes(user, created.id)) == 1
+    assert pushes[0].idempotency_key.startswith(created.id)
+    history = stack.api.ListDeliveries(
+        pb.ListDeliveriesRequest(reminder_id=created.id), metadata=stack.md(user)
+    )
+    expected = (
+        pb.Delivery.ANSWER_DUPLICATE
+        if hook == "crash_after_send"
+        else (pb.Delivery.ANSWER_ACCEPTED)
+    )
+    assert [d.answer for d in history.deliveries] == [expected]  # one key, one row
+
+
+def test_a_dropped_reply_is_retried_and_answered_duplicate(stack: Stack) -> None:
+    stack.start_notifier(REMINDERS_NOTIFIER_FAULTS="drop_reply:1")
+    stack.start_dispatcher("d")
+    user = _user()
+    created = stack.create_at(user, soon(4))
+
+    stack.wait_for_pushes(1, user, created.id, timeout_s=30)
+    time.sleep(3)
+
+    assert len(stack.pushes(user, created.id)) == 1
+    history = stack.api.ListDeliveries(
+        pb.ListDeliveriesRequest(reminder_id=created.id), metadata=stack.md(user)
+    )
+    assert [d.answer for d in history.deliveries] == [pb.Delivery.ANSWER_DUPLICATE]
+
+
+def test_a_frozen_dispatcher_past_its_lease_writes_nothing_when_it_wakes(stack: Stack) -> None:
+    stack.start_notifier()
+    frozen = stack.start_dispatcher("frozen")
+    _wait_owning(stack, {"frozen"})
+    frozen.send_signal(signal.SIGSTOP)
+    try:
+        user = _user()
+        created = stack.create_at(user, soon(3))
+        stack.start_dispatcher("awake")
+        stack.wait_for_pushes(1, user, created.id, timeout_s=40)
+        _wait_owning(stack, {"awake"})
+        taken = _owners(stack)
+        checkpoints = dict(stack.db.session.execute("SELECT part, checkpoint FROM dispatch_parts"))
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    time.sleep(8)  # the woken dispatcher runs its loops: renew, checkpoint, hand off
+
+    # Its old leases are dead: it may only come back through new ones (a higher epoch,
+    # after rebalancing), never by renewing or checkpointing under its stale epoch.
+    for part, (owner, epoch) in _owners(stack).items():
+        assert epoch >= taken[part][1]
+        if owner == "frozen":
+            assert epoch > taken[part][1]
+    later = dict(stack.db.session.execute("SELECT part, checkpoint FROM dispatch_parts"))
+    for part, checkpoint in checkpoints.items():
+        assert later[part] is None or checkpoint is None or later[part] >= checkpoint
+    assert len(stack.pushes(user, created.id)) == 1  # it handed nothing off again
+
+
+def test_two_dispatchers_share_the_parts_and_hand_each_ring_off_once(stack: Stack) -> None:
+    stack.start_notifier()
+    stack.start_dispatcher("a")
+    stack.start_dispatcher("b")
+    _wait_owning(stack, {"a", "b"})
+    users = [_user() for _ in range(40)]
+    due = soon(6)
+    created = {stack.create_at(user, due).id for user in users}
+
+    stack.wait_for_pushes(40, timeout_s=40)
+    time.sleep(2)
+
+    keys = [p.idempotency_key for p in stack.pushes()]
+    assert len(keys) == len(set(keys)) == 40
+    assert {key.split("/")[0] for key in keys} == created
+    assert {part_of(user, PARTS) for user in users} == set(range(PARTS))  # both worked
+
+
+def test_after_an_outage_missed_rings_go_out_per_the_misfire_policy(stack: Stack) -> None:
+    stack.start_notifier()
+    # The outage: rows whose dues passed minutes ago, parts checkpointed before them.
+    missed_at = (datetime.now(UTC) - timedelta(minutes=4)).replace(microsecond=0)
+    one_off_user, repeat_user = _user(), _user()
+    one_off = stack.create_at(one_off_user, soon(3600))
+    hourly = stack.api.CreateReminder(
+        pb.CreateReminderRequest(
+            reminder=pb.Reminder(
+                text="hourly",
+                schedule=pb.Schedule(
+                    time_zone="UTC",
+                    repeat=pb.Repeat(
+                        rrule="FREQ=HOURLY",
+                        start_local_time=(missed_at - timedelta(hours=3)).strftime(
+                            "%Y-%m-%dT%H:%M:00"
+                        ),
+                    ),
+                ),
+            ),
+            request_id="hourly",
+        ),
+        metadata=stack.md(repeat_user),
+    )
+    for user, created in ((one_off_user, one_off), (repeat_user, hourly)):
+        _move_due(stack, user, created.id, missed_at)
+    for part in range(PARTS):
+        stack.db.session.execute(
+            "INSERT INTO dispatch_parts (part, epoch, checkpoint) VALUES (%s, 1, %s)",
+            (part, floor_minute(missed_at) - timedelta(minutes=10)),
+        )
+
+    stack.start_dispatcher("after-outage")
+
+    for user, created in ((one_off_user, one_off), (repeat_user, hourly)):
+        assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=40)) == 1
+    time.sleep(2)
+    for user, created in ((one_off_user, one_off), (repeat_user, hourly)):
+        assert len(stack.pushes(user, created.id)) == 1  # a repeat rings once, not per miss
+        history = stack.api.ListDeliveries(
+            pb.ListDeliveriesRequest(reminder_id=created.id), metadata=stack.md(user)
+        )
+        assert [d.late for d in history.deliveries] == [True]
+    assert stack.row(one_off_user, one_off.id).status == "done"  # type: ignore[attr-defined]
+    repeat_row = stack.row(repeat_user, hourly.id)
+    assert repeat_row.status == "pending"  # type: ignore[attr-defined]
+    assert repeat_row.due.replace(tzinfo=UTC) > datetime.now(UTC)  # type: ignore[attr-defined]
+
+
+def test_nothing_is_lost_while_the_notifier_is_down(stack: Stack) -> None:
+    notifier = stack.start_notifier()
+    stack.start_dispatcher("d")
+    stack.stop(notifier)
+    user = _user()
+    created = stack.create_at(user, soon(3))
+    time.sleep(10)  # due, claimed, retried against a notifier that is not there
+    assert stack.row(user, created.id).status == "sending"  # type: ignore[attr-defined]
+
+    stack.start_notifier()
+
+    assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=60)) == 1
+    time.sleep(2)
+    assert stack.row(user, created.id).status == "done"  # type: ignore[attr-defined]
+
+
+def test_while_ringing_a_snooze_rings_later_and_a_delete_stops_the_series(stack: Stack) -> None:
+    """Rings held in `sending` (the notifier is down) while their users act."""
+    notifier = stack.start_notifier()
+    stack.start_dispatcher("d")
+    stack.stop(notifier)
+    start = (datetime.now(UTC) - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:00")
+    reminders = {}
+    for action in ("snooze", "delete"):
+        user = _user()
+        created = stack.api.CreateReminder(
+            pb.CreateReminderRequest(
+                reminder=pb.Reminder(
+                    text=action,
+                    schedule=pb.Schedule(
+                        time_zone="UTC",
+                        repeat=pb.Repeat(rrule="FREQ=HOURLY", start_local_time=start),
+                    ),
+                ),
+                request_id=action,
+            ),
+            metadata=stack.md(user),
+        )
+        _move_due(stack, user, created.id, soon(2))
+        reminders[action] = (user, created)
+    for user, created in reminders.values():
+        assert stack.wait_status(user, created.id, "sending").status == "sending"  # type: ignore[attr-defined]
+
+    snooze_user, snoozed = reminders["snooze"]
+    answer = stack.api.SnoozeReminder(
+        pb.SnoozeReminderRequest(id=snoozed.id, duration=Duration(seconds=60)),
+        metadata=stack.md(snooze_user),
+    )
+    snooze_at = answer.snooze_until_time.ToDatetime(tzinfo=UTC)
+    delete_user, deleted = reminders["delete"]
+    gone = stack.api.DeleteReminder(
+        pb.DeleteReminderRequest(id=deleted.id), metadata=stack.md(delete_user)
+    )
+    assert gone.was_sending  # the API says the ring in flight cannot be recalled
+    stack.start_notifier()
+
+    # The snooze: the ring in flight goes out, then the snooze rings, then the series goes on.
+    pushes = stack.wait_for_pushes(2, snooze_user, snoozed.id, timeout_s=120)
+    assert len(pushes) == 2
+    assert pushes[1].push_time.ToDatetime(tzinfo=UTC) >= snooze_at
+    row = stack.wait_status(snooze_user, snoozed.id, "pending")
+    assert row.snooze_until is None  # type: ignore[attr-defined]
+    assert row.due.replace(tzinfo=UTC) > datetime.now(UTC)  # type: ignore[attr-defined]
+    # The delete: at most the one ring already in flight, and nothing after it.
+    assert len(stack.pushes(delete_user, deleted.id)) <= 1
+    assert stack.row(delete_user, deleted.id).status == "deleted"  # type: ignore[attr-defined]
+
+
+def _move_due(stack: Stack, user: str, reminder_id: str, due: datetime) -> None:
+    """Bucket first, row second, as every writer does: the row now rang-due in the past."""
+    rid = uuid.UUID(reminder_id)
+    stack.db.session.execute(
+        "INSERT INTO due_buckets (minute, part, written_at, reminder_id, user_id, due)"
+        " VALUES (%s, %s, now(), %s, %s, %s)",
+        (floor_minute(due), part_of(user, PARTS), rid, user, due),
+    )
+    applied = (
+        stack.db.session.execute(
+            "UPDATE reminders SET due = %s, occurrence = %s WHERE user_id = %s AND reminder_id = %s"
+            " IF status = 'pending'",
+            (due, due, user, rid),
+        )
+        .one()
+        .applied
+    )
+    assert applied

@@ -1,0 +1,73 @@
+"""The dispatcher as SREs run it: health, metrics, SIGTERM; and the demo through the stack."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import urllib.request
+import uuid
+
+from reminders_svc.config import CassandraSettings
+from tests.dispatcher.stack import REMINDERS, Stack, free_port, soon, wait_serving
+
+
+def test_health_metrics_demo_and_a_clean_sigterm(cassandra_settings: CassandraSettings) -> None:
+    stack = Stack(cassandra_settings)
+    try:
+        stack.start_api()
+        stack.start_notifier()
+        health_port, metrics_port = free_port(), free_port()
+        dispatcher = stack.start_dispatcher(
+            "d",
+            REMINDERS_DISPATCH_PORT=str(health_port),
+            REMINDERS_DISPATCH_METRICS_PORT=str(metrics_port),
+        )
+        wait_serving(f"127.0.0.1:{health_port}")
+        user = f"u-{uuid.uuid4().hex[:8]}"
+        created = stack.create_at(user, soon(3), text="secret text")
+        assert len(stack.wait_for_pushes(1, user, created.id)) == 1
+
+        demo = subprocess.run(
+            [
+                REMINDERS,
+                "demo",
+                "--in",
+                "4",
+                "--api",
+                f"127.0.0.1:{stack.api_port}",
+                "--notifier",
+                f"127.0.0.1:{stack.notifier_port}",
+            ],
+            env=stack.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert demo.returncode == 0, demo.stdout + demo.stderr
+        assert '"pushes": 1' in demo.stdout
+
+        time.sleep(3)  # a renewal tick refreshes the gauges
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read().decode()
+        assert 'reminders_dispatch_rings_total{outcome="accepted"} 2.0' in metrics
+        assert "reminders_dispatch_parts_owned 4.0" in metrics
+        assert "reminders_dispatch_clock_ready 1.0" in metrics
+        assert "reminders_dispatch_handoff_lateness_seconds_count 2.0" in metrics
+        assert user not in metrics
+        assert created.id not in metrics
+        assert "secret text" not in metrics
+
+        started = time.monotonic()
+        assert stack.stop(dispatcher) == 0
+        assert time.monotonic() - started < 15
+        owners = [row.owner for row in stack.db.session.execute("SELECT owner FROM dispatch_parts")]
+        assert owners == [None] * 4  # leases released, not left to expire
+        members = list(
+            stack.db.session.execute(
+                "SELECT dispatcher_id FROM dispatcher_members WHERE scope = 'dispatch'"
+            )
+        )
+        assert members == []
+        assert "secret text" not in "".join(p.read_text() for p in stack.logs.iterdir())
+    finally:
+        stack.close()

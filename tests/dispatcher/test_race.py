@@ -1,0 +1,184 @@
+"""1,000 reminders due in one minute while users delete, snooze, edit and pause them.
+
+Every API answer is recorded with the time it came back; then the notifier's recorded
+pushes, the delivery history and the rows are checked against what the API promised.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.field_mask_pb2 import FieldMask
+
+from genproto.reminders.v1 import reminders_pb2 as pb
+from reminders_svc.config import CassandraSettings
+from tests.dispatcher.stack import Stack
+
+USERS, PER_USER = 100, 10
+
+
+@dataclass
+class Tracked:
+    user: str
+    reminder_id: str
+    dues: set[datetime]
+    texts: dict[str, float] = field(default_factory=dict)  # text -> when it was answered
+    deleted_quietly_at: float | None = None  # a delete that answered "not in flight"
+    deleted_in_flight: bool = False
+    paused: bool = False
+    snoozed_to: datetime | None = None
+
+
+@pytest.fixture
+def stack(cassandra_settings: CassandraSettings) -> Iterator[Stack]:
+    running = Stack(cassandra_settings)
+    try:
+        running.start_api()
+        running.start_notifier()
+        running.start_dispatcher("a")
+        running.start_dispatcher("b")
+        yield running
+    finally:
+        running.close()
+
+
+def _due_of(key: str) -> datetime:
+    return datetime.strptime(key.split("/")[1], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def test_a_busy_minute_under_concurrent_user_changes(stack: Stack) -> None:
+    rng = random.Random(7)
+    minute = (datetime.now(UTC) + timedelta(seconds=75)).replace(second=0, microsecond=0)
+    plan = [
+        (f"race-{u}-{uuid.uuid4().hex[:6]}", minute + timedelta(seconds=rng.uniform(1, 55)))
+        for u in range(USERS)
+        for _ in range(PER_USER)
+    ]
+
+    def create(item: tuple[str, datetime]) -> Tracked:
+        user, due = item
+        due = due.replace(microsecond=0)  # the time engine keeps whole seconds
+        created = stack.create_at(user, due, text="v1")
+        return Tracked(user, created.id, {due}, {"v1": time.time()})
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        tracked = list(pool.map(create, plan))
+    assert datetime.now(UTC) < minute, "creating took too long for this machine"
+
+    def act(item: Tracked) -> None:
+        md = stack.md(item.user)
+        choice = rng.random()
+        time.sleep(max(0.0, (minute - datetime.now(UTC)).total_seconds() + rng.uniform(0, 58)))
+        try:
+            if choice < 0.15:
+                deleted = stack.api.DeleteReminder(
+                    pb.DeleteReminderRequest(id=item.reminder_id), metadata=md
+                )
+                if deleted.was_sending:
+                    item.deleted_in_flight = True
+                else:
+                    item.deleted_quietly_at = time.time()
+            elif choice < 0.25:
+                snoozed = stack.api.SnoozeReminder(
+                    pb.SnoozeReminderRequest(id=item.reminder_id, duration=Duration(seconds=60)),
+                    metadata=md,
+                )
+                item.snoozed_to = snoozed.snooze_until_time.ToDatetime(tzinfo=UTC)
+                item.dues.add(item.snoozed_to)
+            elif choice < 0.40:
+                current = stack.api.GetReminder(
+                    pb.GetReminderRequest(id=item.reminder_id), metadata=md
+                )
+                stack.api.UpdateReminder(
+                    pb.UpdateReminderRequest(
+                        reminder=pb.Reminder(
+                            id=item.reminder_id, version=current.version, text="v2"
+                        ),
+                        update_mask=FieldMask(paths=["text"]),
+                    ),
+                    metadata=md,
+                )
+                item.texts["v2"] = time.time()
+            elif choice < 0.50:
+                stack.api.PauseReminder(pb.PauseReminderRequest(id=item.reminder_id), metadata=md)
+                item.paused = True
+        except grpc.RpcError as error:
+            refusals.append(error.code())
+
+    refusals: list[grpc.StatusCode] = []
+    with ThreadPoolExecutor(max_workers=64) as pool:
+        list(pool.map(act, tracked))
+    # Allowed refusals only: a version moved (ABORTED) or the state forbids it.
+    allowed = {grpc.StatusCode.ABORTED, grpc.StatusCode.FAILED_PRECONDITION}
+    assert set(refusals) <= allowed, refusals
+
+    # Every due has passed (snoozes ring a minute later); let the last rings finish.
+    last_due = max(max(t.dues) for t in tracked)
+    time.sleep(max(0.0, (last_due - datetime.now(UTC)).total_seconds()) + 10)
+
+    pushes = stack.pushes()
+    by_reminder: dict[str, list[tuple[datetime, datetime, str]]] = defaultdict(list)
+    for push in pushes:
+        rid = push.idempotency_key.split("/")[0]
+        by_reminder[rid].append(
+            (_due_of(push.idempotency_key), push.push_time.ToDatetime(tzinfo=UTC), push.body)
+        )
+    keys = Counter(p.idempotency_key for p in pushes)
+    assert all(count == 1 for count in keys.values()), "one delivery per key"
+
+    for item in tracked:
+        rings = by_reminder.get(item.reminder_id, [])
+        history = (
+            stack.api.ListDeliveries(
+                pb.ListDeliveriesRequest(reminder_id=item.reminder_id), metadata=stack.md(item.user)
+            )
+            if (item.deleted_quietly_at is None and not item.deleted_in_flight)
+            else None
+        )
+        for due, pushed, body in rings:
+            assert due in item.dues, "a ring for a due the row never held"
+            assert pushed >= due, "rang early"
+            assert body in item.texts, "a text that was never the reminder's"
+        if item.deleted_quietly_at is not None:
+            claims = stack.db.session.execute(
+                "SELECT claimed_at FROM deliveries WHERE user_id = %s AND reminder_id = %s",
+                (item.user, uuid.UUID(item.reminder_id)),
+            )
+            for claim in claims:
+                assert claim.claimed_at.replace(tzinfo=UTC).timestamp() < item.deleted_quietly_at, (
+                    "rang after a delete that answered 'not in flight'"
+                )
+        if item.deleted_in_flight:
+            assert len(rings) <= 1
+        untouched = (
+            item.deleted_quietly_at is None and not item.deleted_in_flight and not item.paused
+        )
+        if untouched:
+            assert sorted(d for d, _, _ in rings) == sorted(item.dues), (
+                f"{item.reminder_id}: rang {len(rings)} times for dues {sorted(item.dues)}"
+            )
+            assert history is not None
+            assert len(history.deliveries) == len(item.dues)
+        if "v2" in item.texts:
+            for due, _pushed, body in rings:
+                claimed = [
+                    d
+                    for d in (history.deliveries if history else [])
+                    if d.due_time.ToDatetime(tzinfo=UTC) == due
+                ]
+                if (
+                    claimed
+                    and claimed[0].claim_time.ToDatetime(tzinfo=UTC).timestamp()
+                    > (item.texts["v2"])
+                ):
+                    assert body == "v2", "the ring carried a text older than its claim"
