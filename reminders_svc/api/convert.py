@@ -28,6 +28,7 @@ from reminders_svc.schedule import (
     load_zone,
     one_off_instant,
     one_off_local,
+    parse_local_datetime,
     parse_repeat,
     parse_rrule,
 )
@@ -71,12 +72,9 @@ def reminder_id(text: str, field: str = "id") -> uuid.UUID:
 def local_time(text: str, field: str) -> datetime:
     """ISO 8601 local wall time without an offset, e.g. 2026-11-01T01:30:00."""
     try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise InvalidArgument(field, f"{text!r} is not an ISO 8601 local date-time") from None
-    if value.tzinfo is not None:
-        raise InvalidArgument(field, "a local time has no offset: give the zone instead")
-    return value
+        return parse_local_datetime(text, field)
+    except ScheduleError as error:
+        raise InvalidArgument(field, error.message) from None
 
 
 def state_filter(state: int) -> Status | None:

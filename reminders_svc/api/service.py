@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,6 +19,7 @@ from reminders_svc.api.errors import translated
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.app import Clock, RemindersApp, utc_now
 from reminders_svc.domain.errors import InvalidArgument
+from reminders_svc.domain.reminder import Reminder
 from reminders_svc.schedule import occurrences, tzdata_version
 from reminders_svc.schedule.zones import load_zone, to_utc
 from reminders_svc.storage.history import DeliveryHistory
@@ -160,21 +162,26 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
     async def PauseReminder(
         self, request: pb.PauseReminderRequest, context: Context
     ) -> pb.Reminder:
-        user = self._user(context)
-        target = convert.reminder_id(request.id)
-        async with asyncio.timeout(self._write_deadline):
-            paused = await self._app.pause(user, target, request.version or None)
-        return convert.reminder_to_proto(paused)
+        return await self._state_change(self._app.pause, request, context)
 
     @translated
     async def ResumeReminder(
         self, request: pb.ResumeReminderRequest, context: Context
     ) -> pb.Reminder:
+        return await self._state_change(self._app.resume, request, context)
+
+    async def _state_change(
+        self,
+        change: Callable[[str, uuid.UUID, int | None], Awaitable[Reminder]],
+        request: pb.PauseReminderRequest | pb.ResumeReminderRequest,
+        context: Context,
+    ) -> pb.Reminder:
+        """Pause and resume: an id and an optional version the change must find."""
         user = self._user(context)
         target = convert.reminder_id(request.id)
         async with asyncio.timeout(self._write_deadline):
-            resumed = await self._app.resume(user, target, request.version or None)
-        return convert.reminder_to_proto(resumed)
+            changed = await change(user, target, request.version or None)
+        return convert.reminder_to_proto(changed)
 
     @translated
     async def PreviewSchedule(

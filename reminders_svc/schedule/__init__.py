@@ -3,7 +3,12 @@
 See docs/time.md for the rules (DST gaps and folds), the canonical form and the grammar.
 """
 
-from reminders_svc.schedule.build import one_off_instant, one_off_local, parse_rrule
+from reminders_svc.schedule.build import (
+    one_off_instant,
+    one_off_local,
+    parse_local_datetime,
+    parse_rrule,
+)
 from reminders_svc.schedule.describe import describe
 from reminders_svc.schedule.errors import ScheduleError
 from reminders_svc.schedule.expand import (
@@ -28,6 +33,7 @@ __all__ = [
     "occurrences",
     "one_off_instant",
     "one_off_local",
+    "parse_local_datetime",
     "parse_repeat",
     "parse_rrule",
     "to_utc",

@@ -54,3 +54,14 @@ def repeat_from_rule(rule: Rule, zone: str, start: datetime, field: str) -> Repe
             field, f"never occurs: no occurrence within {HORIZON_YEARS} years of the start"
         )
     return repeat
+
+
+def parse_local_datetime(text: str, field: str) -> datetime:
+    """An ISO 8601 local wall time without an offset (`2026-11-01T01:30:00`)."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise ScheduleError(field, f"{text!r} is not an ISO 8601 date-time") from None
+    if value.tzinfo is not None:
+        raise ScheduleError(field, f"{text!r} must be a local time without offset")
+    return value

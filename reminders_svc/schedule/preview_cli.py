@@ -7,7 +7,7 @@ import json
 import sys
 from datetime import UTC, datetime
 
-from reminders_svc.schedule.build import one_off_local, parse_rrule
+from reminders_svc.schedule.build import one_off_local, parse_local_datetime, parse_rrule
 from reminders_svc.schedule.describe import describe
 from reminders_svc.schedule.errors import ScheduleError
 from reminders_svc.schedule.expand import occurrences, validate_new
@@ -43,16 +43,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(handler=run)
 
 
-def _local_datetime(text: str, field: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise ScheduleError(field, f"{text!r} is not an ISO 8601 date-time") from None
-    if value.tzinfo is not None:
-        raise ScheduleError(field, f"{text!r} must be a local time without offset")
-    return value
-
-
 def _from_instant(text: str | None) -> datetime:
     if text is None:
         return datetime.now(UTC).replace(microsecond=0)
@@ -69,8 +59,8 @@ def _schedule(args: argparse.Namespace, now: datetime) -> Schedule:
         raise ScheduleError("zone", "--zone is required")
     zone = load_zone(args.zone)
     if args.at is not None:
-        return one_off_local(_local_datetime(args.at, "at"), args.zone)
-    start = to_local(now, zone) if args.start is None else _local_datetime(args.start, "start")
+        return one_off_local(parse_local_datetime(args.at, "at"), args.zone)
+    start = to_local(now, zone) if args.start is None else parse_local_datetime(args.start, "start")
     if args.repeat is not None:
         return parse_repeat(args.repeat, args.zone, start)
     if args.rrule is not None:

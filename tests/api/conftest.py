@@ -6,9 +6,7 @@ deterministic; Cassandra, gRPC, auth and the wire are all real.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -28,6 +26,7 @@ from reminders_svc.api.service import build_servicers
 from reminders_svc.api.settings import ApiSettings, Limits
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage.session import CassandraConnection
+from tests.servers import ServerThread
 
 DEV_ENV = {"REMINDERS_ENV": "dev"}
 
@@ -62,24 +61,6 @@ class Api:
         return (("authorization", f"Bearer {mint_token(self.auth.admin, 'ops', 600)}"),)
 
 
-class _ServerThread:
-    """Runs an ApiServer on its own event loop, as a separate process would."""
-
-    def __init__(self, server: ApiServer) -> None:
-        self.server = server
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(30)
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(60)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-
 def _wait_serving(channel: grpc.Channel, timeout_s: float = 60) -> None:
     stub = health_pb2_grpc.HealthStub(channel)
     deadline = time.monotonic() + timeout_s
@@ -95,7 +76,7 @@ def _wait_serving(channel: grpc.Channel, timeout_s: float = 60) -> None:
 
 def start_api(
     cassandra: CassandraSettings, clock: FakeClock, limits: Limits | None = None
-) -> tuple[_ServerThread, Api]:
+) -> tuple[ServerThread, Api]:
     settings = dataclasses.replace(
         ApiSettings.from_env(DEV_ENV), port=0, metrics_port=0, limits=limits or Limits()
     )
@@ -104,9 +85,10 @@ def start_api(
     def factory(connection: CassandraConnection, auth: Authenticator, api: ApiSettings) -> Any:
         return build_servicers(connection, auth, api, clock)
 
-    thread = _ServerThread(ApiServer(settings, cassandra, Authenticator(auth_settings), factory))
+    server = ApiServer(settings, cassandra, Authenticator(auth_settings), factory)
+    thread = ServerThread(server)
     thread.start()
-    target = f"127.0.0.1:{thread.server.port}"
+    target = f"127.0.0.1:{server.port}"
     channel = grpc.insecure_channel(target)
     _wait_serving(channel)
     api = Api(

@@ -3,13 +3,11 @@ keyspace of its own per test session, and a sync client for the tests."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -21,41 +19,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from genproto.notification.v1 import notification_pb2 as pb
 from genproto.notification.v1 import notification_pb2_grpc as pb_grpc
 from notifier.domain.push import PushAdapter
-from notifier.rpc.lifecycle import Stoppable
 from notifier.rpc.server import NotifierServer
 from notifier.settings import NotifierSettings
 from notifier.storage.schema import migrate_notifier
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage.session import connect
+from tests.servers import ServerThread
 
 DEV_ENV = {"REMINDERS_ENV": "dev"}
-
-
-class ServerThread:
-    """Runs a server's start() / stop() on its own event loop, as its own process would."""
-
-    def __init__(self, server: Stoppable) -> None:
-        self.server = server
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-
-    def run(self, work: Callable[[], object], timeout_s: float = 60) -> None:
-        async def call() -> None:
-            result = work()
-            if asyncio.iscoroutine(result):
-                await result
-
-        asyncio.run_coroutine_threadsafe(call(), self.loop).result(timeout_s)
-
-    def __enter__(self) -> ServerThread:
-        self._thread.start()
-        self.run(self.server.start)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.run(self.server.stop)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
 
 
 @dataclass

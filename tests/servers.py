@@ -1,0 +1,44 @@
+"""Run an asyncio server object (`start()` / `stop()`) on its own loop and thread, as its
+own process would, so synchronous test code can call it over the network."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+
+class Startable(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class ServerThread:
+    def __init__(self, server: Startable) -> None:
+        self.server = server
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def run(self, work: Callable[[], Awaitable[object]], timeout_s: float = 60) -> None:
+        async def call() -> None:
+            await work()
+
+        asyncio.run_coroutine_threadsafe(call(), self.loop).result(timeout_s)
+
+    def start(self) -> None:
+        self._thread.start()
+        self.run(self.server.start)
+
+    def stop(self) -> None:
+        self.run(self.server.stop)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+    def __enter__(self) -> ServerThread:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
