@@ -2,17 +2,29 @@
 
 zoneinfo looks at the system's /usr/share/zoneinfo before the tzdata package; we read
 the package's files ourselves so every machine uses the same pinned database.
+
+Override hook: when REMINDERS_TZ_OVERRIDE_DIR names a directory, a TZif file there under
+a zone's name (``<dir>/America/New_York``) takes precedence over the pinned package for
+that zone. It is read once per process, at first use of a zone, so every process that
+must agree (API, dispatchers, `reminders admin replan`) needs the same directory from
+its start. It serves an urgent rule change ahead of a tzdata release, and tests that
+change a zone's rules; it cannot add zone names the pinned database does not know.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.metadata
+import os
 from datetime import UTC, datetime
 from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from reminders_svc.schedule.errors import ScheduleError
+
+OVERRIDE_DIR_ENV = "REMINDERS_TZ_OVERRIDE_DIR"
 
 
 @functools.cache
@@ -23,9 +35,23 @@ def zone_names() -> frozenset[str]:
 
 
 @functools.cache
-def _zone_from_package(name: str) -> ZoneInfo:
-    zone_file = resources.files("tzdata.zoneinfo").joinpath(*name.split("/"))
-    with zone_file.open("rb") as handle:
+def _override_dir() -> Path | None:
+    configured = os.environ.get(OVERRIDE_DIR_ENV, "")
+    return Path(configured) if configured else None
+
+
+def _zone_file(name: str) -> Traversable:
+    override = _override_dir()
+    if override is not None:
+        candidate = override.joinpath(*name.split("/"))
+        if candidate.is_file():
+            return candidate
+    return resources.files("tzdata.zoneinfo").joinpath(*name.split("/"))
+
+
+@functools.cache
+def _read_zone(name: str) -> ZoneInfo:
+    with _zone_file(name).open("rb") as handle:
         return ZoneInfo.from_file(handle, key=name)
 
 
@@ -34,7 +60,7 @@ def load_zone(name: str) -> ZoneInfo:
     # Checking against the package's list also keeps names like "../x" off the filesystem.
     if name not in zone_names():
         raise ScheduleError("zone", f"unknown time zone {name!r} (want an IANA name)")
-    return _zone_from_package(name)
+    return _read_zone(name)
 
 
 @functools.cache
@@ -43,7 +69,10 @@ def tzdata_version() -> str:
     # tzdata.zi starts with "# version 2026f", the release the package was built from.
     header = resources.files("tzdata.zoneinfo").joinpath("tzdata.zi").open("r").readline()
     release = header.removeprefix("# version").strip()
-    return f"{release} (tzdata {importlib.metadata.version('tzdata')})"
+    pinned = f"{release} (tzdata {importlib.metadata.version('tzdata')})"
+    override = _override_dir()
+    # Operators must see when some zones do not come from the pinned release.
+    return pinned if override is None else f"{pinned} + overrides from {override}"
 
 
 def to_utc_in(local: datetime, zone: ZoneInfo) -> datetime:
