@@ -15,6 +15,7 @@ from devnode import cli as devnode_cli
 from devnode import demo as demo_cli
 from dispatcher import cli as dispatcher_cli
 from notifier import cli as notifier_cli
+from reminders_svc.admin import cli as admin_cli
 from reminders_svc.api import client_cli, serve_cli, token_cli
 from reminders_svc.schedule import preview_cli
 from reminders_svc.storage import migrate_cli
@@ -31,6 +32,7 @@ _SUBCOMMANDS = (
     notifier_cli,
     dispatcher_cli,
     demo_cli,
+    admin_cli,
 )
 
 

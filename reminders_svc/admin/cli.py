@@ -1,0 +1,222 @@
+"""`reminders admin ...`: parts, parts grow, replay, inspect, replan (docs/operations.md).
+
+Each subcommand's handler opens one Cassandra session (REMINDERS_CASSANDRA_*), runs its
+coroutine and prints a table, or JSON with `--json`. Exit codes: 0 done, 1 storage or
+configuration trouble, 2 a request refused (the message says why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+from dispatcher.minutes import RateLimiter
+from dispatcher.settings import DispatcherSettings
+from reminders_svc.admin import inspect, parts, replan, replay
+from reminders_svc.admin.context import Admin, AdminError, open_admin
+from reminders_svc.admin.output import iso, print_counts, print_json, print_table
+from reminders_svc.config import CassandraSettings, ConfigError
+from reminders_svc.schedule import ScheduleError, load_zone, tzdata_version
+from reminders_svc.storage.session import StorageUnavailable
+
+Command = Callable[[argparse.Namespace, Admin], Awaitable[int]]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "admin", help="operate a deployment: parts, grow parts, replay, inspect, replan"
+    )
+    commands = parser.add_subparsers(dest="admin_command", required=True, metavar="ADMIN")
+
+    parts_parser = commands.add_parser(
+        "parts", help="each part's owner, epoch, lease expiry, checkpoint and checkpoint lag"
+    )
+    _json_flag(parts_parser)
+    _command(parts_parser, _list_parts)
+    parts_actions = parts_parser.add_subparsers(dest="parts_action", metavar="ACTION")
+    grow_parser = parts_actions.add_parser(
+        "grow", help="raise P from a minute ahead (P only grows)"
+    )
+    grow_parser.add_argument("--to", type=int, required=True, help="the new P")
+    grow_parser.add_argument(
+        "--effective-in",
+        type=parts.lead_seconds,
+        default=parts.DEFAULT_LEAD,
+        metavar="SECONDS",
+        help="the new P takes effect from the first whole minute at least this far ahead "
+        f"(default {parts.DEFAULT_LEAD.total_seconds():g}, at least "
+        f"{parts.MIN_LEAD.total_seconds():g}: every process caches part counts for 30 s)",
+    )
+    _json_flag(grow_parser)
+    _command(grow_parser, _grow)
+
+    replay_parser = commands.add_parser(
+        "replay", help="re-read a range of minutes; re-arm rows still due (the row decides)"
+    )
+    replay_parser.add_argument("--from", dest="first", type=minute_arg, required=True)
+    replay_parser.add_argument("--to", dest="last", type=minute_arg, required=True)
+    replay_parser.add_argument(
+        "--ops-per-s", type=_positive, default=500.0, help="reads and writes per second"
+    )
+    replay_parser.add_argument("--dry-run", action="store_true", help="count, write nothing")
+    _json_flag(replay_parser)
+    _command(replay_parser, _replay)
+
+    inspect_parser = commands.add_parser(
+        "inspect", help="a minute's bucket entries and each row's state (never texts)"
+    )
+    inspect_parser.add_argument("--minute", type=minute_arg, required=True)
+    inspect_parser.add_argument("--part", type=int, default=None, help="only this part")
+    inspect_parser.add_argument("--limit", type=int, default=1000, help="entries at most")
+    _json_flag(inspect_parser)
+    _command(inspect_parser, _inspect)
+
+    replan_parser = commands.add_parser(
+        "replan", help="after a tz database update, recompute the future dues of a zone"
+    )
+    replan_parser.add_argument("--zone", required=True, help="IANA zone, e.g. America/Sao_Paulo")
+    replan_parser.add_argument("--rows-per-s", type=_positive, default=5000.0)
+    replan_parser.add_argument("--writes-per-s", type=_positive, default=200.0)
+    replan_parser.add_argument("--splits", type=int, default=256, help="token ranges")
+    replan_parser.add_argument("--parallel", type=int, default=4, help="ranges scanned at once")
+    replan_parser.add_argument("--dry-run", action="store_true", help="count, write nothing")
+    _json_flag(replan_parser)
+    _command(replan_parser, _replan)
+
+
+def minute_arg(text: str) -> datetime:
+    """A whole UTC minute: `2026-10-26T13:00Z` (an offset is converted to UTC)."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: want e.g. 2026-10-26T13:00Z") from None
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: give the offset, e.g. Z for UTC")
+    if value.second or value.microsecond:
+        raise argparse.ArgumentTypeError(f"{text!r}: want a whole minute")
+    return value.astimezone(UTC)
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: want a number above 0")
+    return value
+
+
+def _json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _command(parser: argparse.ArgumentParser, command: Command) -> None:
+    name = parser.prog
+
+    def handler(args: argparse.Namespace) -> int:
+        try:
+            return asyncio.run(_with_admin(args, command))
+        except AdminError as error:
+            print(f"{name}: {error}", file=sys.stderr)
+            return 2
+        except (ConfigError, StorageUnavailable, ScheduleError) as error:
+            print(f"{name}: {error}", file=sys.stderr)
+            return 1
+
+    parser.set_defaults(handler=handler)
+
+
+async def _with_admin(args: argparse.Namespace, command: Command) -> int:
+    async with open_admin(CassandraSettings.from_env()) as admin:
+        return await command(args, admin)
+
+
+async def _list_parts(args: argparse.Namespace, admin: Admin) -> int:
+    grace = DispatcherSettings.from_env().grace
+    reports = [report.__dict__ for report in await parts.part_reports(admin, grace)]
+    counts = parts.history(await admin.parts.load())
+    if args.json:
+        print_json({"now": iso(admin.now()), "part_counts": counts, "parts": reports})
+        return 0
+    for count in counts:
+        print(f"P = {count['parts']} from {count['from_minute']}")
+    columns = ("part", "owner", "epoch", "lease_until", "checkpoint", "checkpoint_lag_s")
+    print_table([_marked(report) for report in reports], columns)
+    return 0
+
+
+def _marked(report: dict[str, object]) -> dict[str, object]:
+    if report["in_force"]:
+        return report
+    return {**report, "part": f"{report['part']} (later)"}
+
+
+async def _grow(args: argparse.Namespace, admin: Admin) -> int:
+    result = await parts.grow(admin, args.to, args.effective_in)
+    if args.json:
+        print_json(result.as_dict())
+        return 0
+    print(
+        f"P {result.previous_parts} -> {result.parts} from {iso(result.effective_minute)}; "
+        f"new parts seeded: {len(result.seeded_parts)}"
+    )
+    return 0
+
+
+async def _replay(args: argparse.Namespace, admin: Admin) -> int:
+    if args.last < args.first:
+        raise AdminError("--to is before --from")
+    report = await replay.replay(
+        admin, args.first, args.last, RateLimiter(args.ops_per_s), dry_run=args.dry_run
+    )
+    if args.json:
+        print_json({**report.as_dict(), "dry_run": args.dry_run})
+        return 0
+    print(f"{report.minutes} minutes, {report.entries} entries{' (dry run)' * args.dry_run}")
+    print_counts("by outcome:", report.outcomes)
+    return 0
+
+
+async def _inspect(args: argparse.Namespace, admin: Admin) -> int:
+    count, states = await inspect.inspect_minute(admin, args.minute, args.part, args.limit)
+    rows = [state.as_dict() for state in states]
+    if args.json:
+        print_json({"minute": iso(args.minute), "parts": count, "entries": rows})
+        return 0
+    print(
+        f"minute {iso(args.minute)}: P = {count}, {len(rows)} entries shown (--limit {args.limit})"
+    )
+    columns = (
+        "part",
+        "reminder_id",
+        "user_id",
+        "entry_due",
+        "status",
+        "due",
+        "version",
+        "claim_due",
+        "claim_expires",
+    )
+    print_table(rows, columns)
+    return 0
+
+
+async def _replan(args: argparse.Namespace, admin: Admin) -> int:
+    load_zone(args.zone)
+    settings = replan.ScanSettings(
+        rows_per_s=args.rows_per_s,
+        writes_per_s=args.writes_per_s,
+        splits=args.splits,
+        parallel=args.parallel,
+    )
+    report = await replan.replan_zone(
+        admin, args.zone, tzdata_version(), settings, dry_run=args.dry_run
+    )
+    if args.json:
+        print_json({**report.as_dict(), "dry_run": args.dry_run})
+        return 0
+    print(f"zone {report.zone}, rules {report.rules}{' (dry run)' * args.dry_run}")
+    print(f"{report.scanned} rows scanned")
+    print_counts("in the zone, by outcome:", report.outcomes)
+    return 0

@@ -1,0 +1,184 @@
+"""`reminders admin replan --zone Z`: after a tz database update, move the stored future
+dues of the reminders in zone Z to where the zone's rules now put them.
+
+Order of work: deploy the new rules to the API and the dispatchers first (a finalize
+computes the next occurrence with the rules of the dispatcher doing it), then replan.
+
+There is no index by zone: the whole `reminders` table is scanned by token ranges, paged
+and rate-limited, with only a few narrow columns read, and filtered by zone here. Each
+match is read whole and rewritten by `ReminderStore.replace`, the LWT compare-and-set on
+the row's whole state that every writer uses, the new due's bucket entry first; a row
+changed in between is read again and recomputed. Only pending and paused rows are
+replanned: a sending row's finalize computes its next occurrence with the new rules.
+
+Which occurrence is "the same" under new rules: the stored occurrence was computed with
+the old rules, which are gone. The schedule's ring nearest to the stored instant under
+the new rules (ties: the later) is the same local occurrence whenever the rules move it
+by less than half the schedule's period, which holds for every real tz change and
+every daily or longer schedule. If that ring has already passed, the reminder rings now,
+late (the misfire policy), rather than silently skipping an occurrence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from cassandra.cluster import Session
+from cassandra.query import PreparedStatement
+
+from dispatcher.minutes import RateLimiter
+from reminders_svc.admin.context import Admin
+from reminders_svc.domain.reminder import Reminder, Status, earliest
+from reminders_svc.schedule import occurrences
+
+# Tz changes move local times by at most a day (Samoa skipped 2011-12-30); look that far.
+_SEARCH = timedelta(hours=26)
+# Rings in that window: hourly at most often (the engine's floor), so at most 53.
+_MAX_CANDIDATES = 64
+_MIN_TOKEN = -(2**63)
+_MAX_TOKEN = 2**63 - 1
+_REPLANNABLE = (Status.PENDING, Status.PAUSED)
+_ATTEMPTS = 3
+
+
+def replanned(reminder: Reminder, now: datetime) -> Reminder | None:
+    """The row with its regular occurrence (and due) under the rules now loaded, or None
+    when nothing moves. Not a user change: version and update time stay."""
+    if reminder.status not in _REPLANNABLE or reminder.occurrence is None:
+        return None
+    if reminder.occurrence <= now:
+        return None  # being rung (or about to be): its finalize uses the new rules
+    occurrence = same_occurrence(reminder, reminder.occurrence, now)
+    if occurrence == reminder.occurrence:
+        return None
+    paused = reminder.status is Status.PAUSED
+    due = None if paused else earliest(occurrence, reminder.snooze_until)
+    status = reminder.status if paused or due is not None else Status.DONE
+    return dataclasses.replace(
+        reminder, occurrence=occurrence, due=due, status=status, op_id=uuid.uuid4()
+    )
+
+
+def same_occurrence(reminder: Reminder, stored: datetime, now: datetime) -> datetime | None:
+    candidates = [
+        ring
+        for ring in occurrences(reminder.schedule, stored - _SEARCH, _MAX_CANDIDATES)
+        if ring <= stored + _SEARCH
+    ]
+    if candidates:
+        return min(candidates, key=lambda ring: (abs(ring - stored), -ring.timestamp()))
+    # Nothing near (a rule change larger than any seen): the next ring from now on.
+    following = occurrences(reminder.schedule, now, 1)
+    return following[0] if following else None
+
+
+@dataclass
+class ReplanReport:
+    zone: str
+    rules: str  # the tz database the new dues were computed with
+    scanned: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "zone": self.zone,
+            "rules": self.rules,
+            "scanned": self.scanned,
+            "outcomes": dict(self.outcomes),
+        }
+
+
+def token_ranges(splits: int) -> list[tuple[int, int]]:
+    """(start, end] ranges covering Murmur3's whole ring (it never hands out the minimum)."""
+    step = (_MAX_TOKEN - _MIN_TOKEN) // splits
+    bounds = [_MIN_TOKEN + index * step for index in range(splits)] + [_MAX_TOKEN]
+    return list(itertools.pairwise(bounds))
+
+
+@dataclass(frozen=True)
+class ScanSettings:
+    rows_per_s: float
+    writes_per_s: float
+    page_size: int = 500
+    splits: int = 256
+    parallel: int = 4
+
+
+class ZoneScan:
+    """Rows of one zone in a replannable status, found by a paged, rate-limited scan."""
+
+    def __init__(self, session: Session, zone: str, settings: ScanSettings) -> None:
+        self._session = session
+        self._zone = zone
+        self._settings = settings
+        self._rows = RateLimiter(settings.rows_per_s)
+        self._statement: PreparedStatement = session.prepare(
+            "SELECT user_id, reminder_id, zone, status FROM reminders"
+            " WHERE token(user_id) > ? AND token(user_id) <= ?"
+        )
+        self._statement.fetch_size = settings.page_size
+        self.scanned = 0
+
+    async def matches(self, token_range: tuple[int, int]) -> AsyncIterator[tuple[str, uuid.UUID]]:
+        paging_state: bytes | None = None
+        while True:
+            rows, paging_state = await asyncio.to_thread(self._page, token_range, paging_state)
+            self.scanned += len(rows)
+            for _ in rows:  # paced by rows read, so a full page costs what its rows cost
+                await self._rows.wait()
+            for row in rows:
+                replannable = row.status in {status.value for status in _REPLANNABLE}
+                if row.zone == self._zone and replannable:
+                    yield row.user_id, row.reminder_id
+            if paging_state is None:
+                return
+
+    def _page(
+        self, token_range: tuple[int, int], paging_state: bytes | None
+    ) -> tuple[Sequence[Any], bytes | None]:
+        # Paging runs in a worker thread: the driver fetches pages synchronously.
+        result = self._session.execute(self._statement, token_range, paging_state=paging_state)
+        return list(result.current_rows), result.paging_state
+
+
+async def replan_zone(
+    admin: Admin, zone: str, rules: str, settings: ScanSettings, *, dry_run: bool
+) -> ReplanReport:
+    report = ReplanReport(zone=zone, rules=rules)
+    scan = ZoneScan(admin.session, zone, settings)
+    writes = RateLimiter(settings.writes_per_s)
+    ranges = iter(token_ranges(settings.splits))
+
+    async def work() -> None:
+        for token_range in ranges:  # shared iterator: each range is taken once
+            async for user_id, reminder_id in scan.matches(token_range):
+                await writes.wait()
+                outcome = await _replan_row(admin, user_id, reminder_id, dry_run=dry_run)
+                report.outcomes[outcome] += 1
+
+    await asyncio.gather(*(work() for _ in range(settings.parallel)))
+    report.scanned = scan.scanned
+    return report
+
+
+async def _replan_row(admin: Admin, user_id: str, reminder_id: uuid.UUID, *, dry_run: bool) -> str:
+    for _ in range(_ATTEMPTS):
+        stored = await admin.store.get(user_id, reminder_id)
+        if stored is None:
+            return "gone"
+        now = admin.now()
+        after = replanned(stored.reminder, now)
+        if after is None:
+            return "unchanged"
+        if dry_run or await admin.store.replace(stored, after, now):
+            return "moved"
+    # Changed under us every time (a user or a dispatcher at work): the next run sees it.
+    return "conflict"

@@ -1,0 +1,146 @@
+"""`reminders admin parts` and `parts grow` on the real Cassandra."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from dispatcher.leases import PartLeases
+from reminders_svc.admin.parts import ceil_minute, checkpoint_lag_s
+from reminders_svc.storage.parts import PartCounts
+from reminders_svc.storage.session import CassandraConnection
+from tests.admin.conftest import AdminRunner, minutes_ago, run
+
+pytestmark = pytest.mark.cassandra
+
+
+def parse(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def store_parts(db: CassandraConnection, parts: int) -> None:
+    db.session.execute(
+        "INSERT INTO part_counts (scope, from_minute, parts) VALUES ('dispatch', 0, %s)", (parts,)
+    )
+
+
+def test_parts_shows_owner_epoch_lease_checkpoint_and_lag(
+    own_keyspace: CassandraConnection, admin: AdminRunner
+) -> None:
+    store_parts(own_keyspace, 4)
+    leases = PartLeases(own_keyspace.session, "dispatcher-a", timedelta(seconds=15))
+    checkpoint = minutes_ago(10)
+
+    async def hold_two_parts() -> None:
+        first = await leases.try_take(0)
+        assert first is not None
+        assert await leases.checkpoint(first, checkpoint)
+        assert await leases.try_take(1) is not None
+
+    run(hold_two_parts())
+    document = admin("parts", "--json").json()
+    now = parse(document["now"])
+    assert document["part_counts"] == [{"from_minute": "1970-01-01T00:00:00.000Z", "parts": 4}]
+    parts = {item["part"]: item for item in document["parts"]}
+    assert sorted(parts) == [0, 1, 2, 3]
+    held = parts[0]
+    assert (held["owner"], held["epoch"], held["in_force"]) == ("dispatcher-a", 1, True)
+    assert now < parse(held["lease_until"]) <= now + timedelta(seconds=16)
+    assert parse(held["checkpoint"]) == checkpoint
+    # Behind a healthy part by: now - (checkpoint + 1 min) - 1 min - grace (20 s).
+    expected_lag = (now - checkpoint - timedelta(minutes=2, seconds=20)).total_seconds()
+    assert held["checkpoint_lag_s"] == pytest.approx(expected_lag, abs=0.2)
+    assert (parts[1]["owner"], parts[1]["checkpoint"], parts[1]["checkpoint_lag_s"]) == (
+        "dispatcher-a",
+        None,
+        None,
+    )
+    assert (parts[2]["owner"], parts[2]["epoch"]) == (None, 0)
+
+    table = admin("parts")
+    assert table.code == 0
+    lines = table.out.splitlines()
+    assert lines[0] == "P = 4 from 1970-01-01T00:00:00.000Z"
+    assert lines[1].split() == [
+        "part", "owner", "epoch", "lease_until", "checkpoint", "checkpoint_lag_s"
+    ]  # fmt: skip
+    assert lines[2].split()[:3] == ["0", "dispatcher-a", "1"]
+    assert lines[4].split() == ["2", "-", "0", "-", "-", "-"]
+
+
+def test_a_healthy_part_has_no_lag() -> None:
+    now = datetime(2026, 10, 26, 13, 0, 15, tzinfo=UTC)
+    # Minute 12:58 finished: 12:59 ends at 13:00 and is in its grace until 13:00:20.
+    assert (
+        checkpoint_lag_s(datetime(2026, 10, 26, 12, 58, tzinfo=UTC), now, timedelta(seconds=20))
+        == 0
+    )
+    assert checkpoint_lag_s(
+        datetime(2026, 10, 26, 12, 50, tzinfo=UTC), now, timedelta(seconds=20)
+    ) == pytest.approx(7 * 60 + 55)  # 12:51 was due done at 12:52:20
+
+
+@pytest.mark.parametrize("smaller_or_equal", ["4", "3", "1"])
+def test_grow_refuses_a_p_not_above_the_latest(
+    own_keyspace: CassandraConnection, admin: AdminRunner, smaller_or_equal: str
+) -> None:
+    store_parts(own_keyspace, 4)
+    refused = admin("parts", "grow", "--to", smaller_or_equal)
+    assert refused.code == 2
+    assert (
+        f"P only grows: the latest P is 4 (from 1970-01-01T00:00:00.000Z); "
+        f"--to {smaller_or_equal} must be greater"
+    ) in refused.err
+    rows = list(own_keyspace.session.execute("SELECT parts FROM part_counts"))
+    assert [row.parts for row in rows] == [4]
+
+
+def test_grow_refuses_a_lead_under_two_minutes(
+    own_keyspace: CassandraConnection, admin: AdminRunner
+) -> None:
+    refused = admin("parts", "grow", "--to", "128", "--effective-in", "60")
+    assert refused.code == 2
+    assert "--effective-in 60s is under the minimum 120s" in refused.err
+    assert list(own_keyspace.session.execute("SELECT parts FROM part_counts")) == []
+
+
+def test_grow_stores_the_new_p_from_a_minute_ahead_and_seeds_the_new_parts(
+    own_keyspace: CassandraConnection, admin: AdminRunner
+) -> None:
+    before = datetime.now(UTC)
+    grown = admin("parts", "grow", "--to", "96", "--json").json()  # from the default 64
+    effective = parse(grown["effective_minute"])
+    assert effective == ceil_minute(effective)
+    assert before + timedelta(minutes=3) <= effective <= before + timedelta(minutes=4, seconds=5)
+    assert (grown["previous_parts"], grown["parts"]) == (64, 96)
+    assert grown["seeded_parts"] == list(range(64, 96))
+
+    counts = PartCounts(own_keyspace.session, refresh_s=0)
+
+    async def parts_around(minute: datetime) -> tuple[int, int]:
+        return await counts.parts_at(minute - timedelta(minutes=1)), await counts.parts_at(minute)
+
+    assert run(parts_around(effective)) == (64, 96)
+    listed = admin("parts", "--json").json()
+    assert listed["part_counts"] == [
+        {"from_minute": "1970-01-01T00:00:00.000Z", "parts": 64},  # the default, made explicit
+        {"from_minute": grown["effective_minute"], "parts": 96},
+    ]
+    later = [item for item in listed["parts"] if not item["in_force"]]
+    assert [item["part"] for item in later] == list(range(64, 96))
+    assert {(item["owner"], item["epoch"], item["checkpoint"]) for item in later} == {
+        (None, 0, (effective - timedelta(minutes=1)).isoformat(timespec="milliseconds")[:-6] + "Z")
+    }
+    assert "64 (later)" in admin("parts").out
+
+    # A seeded part is taken by the dispatchers' lease code and starts at the effective minute.
+    lease = run(PartLeases(own_keyspace.session, "d", timedelta(seconds=15)).try_take(70))
+    assert lease is not None
+    assert (lease.epoch, lease.checkpoint) == (1, effective - timedelta(minutes=1))
+
+    # A second grow comes after the first, never before it (the sequence only grows).
+    again = admin("parts", "grow", "--to", "128", "--effective-in", "120", "--json").json()
+    assert parse(again["effective_minute"]) > effective
+    assert again["seeded_parts"] == list(range(96, 128))
+    assert admin("parts", "grow", "--to", "100").code == 2
