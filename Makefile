@@ -7,7 +7,10 @@ STAMP  := $(VENV)/.installed-stamp
 BUF_VERSION := 1.75.0
 BUF    := .cache/buf/node_modules/.bin/buf
 
-.PHONY: run test install node migrate lint typecheck check stop clean proto buf
+KUSTOMIZE_VERSION := v5.8.1
+KUSTOMIZE := .cache/go/kustomize-$(KUSTOMIZE_VERSION)/kustomize
+
+.PHONY: run test install node migrate lint typecheck check stop clean proto buf kustomize
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +30,7 @@ migrate: node
 run: migrate
 	$(BIN)/reminders stack
 
-test: node $(BUF)
+test: node $(BUF) $(KUSTOMIZE)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # buf (the proto linter) comes from npm, pinned, into a cache inside the checkout.
@@ -36,6 +39,12 @@ $(BUF):
 	cd .cache/buf && npm install --silent --no-audit --no-fund --no-save @bufbuild/buf@$(BUF_VERSION)
 
 buf: $(BUF)
+
+# kustomize (tests/k8s builds the overlays with it), pinned, built into the checkout's cache.
+$(KUSTOMIZE):
+	GOBIN=$(CURDIR)/$(dir $(KUSTOMIZE)) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+
+kustomize: $(KUSTOMIZE)
 
 # Regenerate genproto/ from proto/ (a test fails when it is stale).
 proto: install

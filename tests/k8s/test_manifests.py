@@ -1,0 +1,217 @@
+"""Every overlay builds with the pinned kustomize and each object is valid: built-in kinds
+against the Kubernetes schemas (offline, kubernetes-validate, strict: unknown fields
+fail), the K8ssandraCluster against its CRD from the pinned operator module. Then what
+the manifests promise: secure pods, resources, probes, Cassandra as the design needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+from reminders_svc.config import Replication
+from tests.k8s.tools import OVERLAYS, Crd, Obj, pruned_fields
+from tests.k8s.workloads import container_env, find, one, pods, selected_deployment
+
+# The oldest Kubernetes the manifests support (native gRPC probes: 1.24; the preStop
+# sleep action: 1.30) and the newest whose schemas kubernetes-validate ships.
+KUBERNETES_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
+CUSTOM_KINDS = {"K8ssandraCluster": "k8ssandra.io_k8ssandraclusters.yaml"}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_holds_every_deployable(overlays: dict[str, list[Obj]], overlay: str) -> None:
+    objects = overlays[overlay]
+    for name in ("reminders-api", "reminders-dispatcher", "reminders-notifier"):
+        one(objects, "Deployment", name)
+    for name in ("reminders-api", "reminders-notifier"):
+        one(objects, "Service", name)
+    one(objects, "HorizontalPodAutoscaler", "reminders-dispatcher")
+    one(objects, "PodDisruptionBudget", "reminders-dispatcher")
+    one(objects, "Job", "reminders-migrate")
+    (config,) = [
+        c
+        for c in find(objects, "ConfigMap")
+        if c["metadata"]["name"].startswith("reminders-config")
+    ]
+    assert not find(objects, "Secret"), "secrets are the operator's, never committed"
+    assert config["data"], "the settings ConfigMap is empty"
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_objects_match_kubernetes_schemas(
+    overlays: dict[str, list[Obj]], overlay: str, version: str
+) -> None:
+    for obj in overlays[overlay]:
+        if obj["kind"] in CUSTOM_KINDS:
+            continue
+        where = f"{overlay}: {obj['kind']} {obj['metadata']['name']} (Kubernetes {version})"
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as error:
+            pytest.fail(f"{where}: {error.message} at {list(error.path)}", pytrace=False)
+
+
+def test_custom_resources_match_the_operator_crds(
+    overlays: dict[str, list[Obj]], operator_crds: Path
+) -> None:
+    checked = 0
+    for overlay, objects in overlays.items():
+        for obj in objects:
+            if obj["kind"] not in CUSTOM_KINDS:
+                continue
+            crd = Crd.load(operator_crds / CUSTOM_KINDS[obj["kind"]])
+            schema = crd.schema_for(obj["apiVersion"])
+            where = f"{overlay}: {obj['kind']} {obj['metadata']['name']}"
+            try:
+                jsonschema.validate(obj, schema)
+            except jsonschema.ValidationError as error:
+                pytest.fail(f"{where}: {error.message} at {list(error.path)}", pytrace=False)
+            assert not list(pruned_fields(obj, schema)), f"{where}: fields the CRD drops"
+            checked += 1
+    assert checked, "no custom resource was checked"
+
+
+def test_pruning_check_catches_a_misspelt_field(operator_crds: Path) -> None:
+    crd = Crd.load(operator_crds / CUSTOM_KINDS["K8ssandraCluster"])
+    typo = {"spec": {"reaper": {"autoScheduling": {"enabeld": True}}}}
+    assert list(pruned_fields(typo, crd.schema_for("k8ssandra.io/v1alpha1"))) == [
+        ".spec.reaper.autoScheduling.enabeld"
+    ]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_pod_is_non_root_read_only_and_bounded(
+    overlays: dict[str, list[Obj]], overlay: str
+) -> None:
+    for workload, spec in pods(overlays[overlay]):
+        where = f"{overlay}: {workload['kind']} {workload['metadata']['name']}"
+        security = spec["securityContext"]
+        assert security["runAsNonRoot"] is True, where
+        assert isinstance(security["runAsUser"], int), where
+        assert security["runAsUser"] > 0, where
+        assert spec.get("automountServiceAccountToken") is False, where
+        for container in spec["containers"]:
+            context = container["securityContext"]
+            assert context["readOnlyRootFilesystem"] is True, where
+            assert context["allowPrivilegeEscalation"] is False, where
+            assert context["capabilities"]["drop"] == ["ALL"], where
+            assert "add" not in context["capabilities"], where
+            for bound in ("requests", "limits"):
+                assert set(container["resources"][bound]) == {"cpu", "memory"}, where
+            mounts = {m["mountPath"] for m in container.get("volumeMounts", [])}
+            assert "/tmp" in mounts, f"{where}: a writable /tmp (emptyDir)"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_long_running_pods_have_grpc_probes(overlays: dict[str, list[Obj]], overlay: str) -> None:
+    for name in ("reminders-api", "reminders-dispatcher", "reminders-notifier"):
+        (container,) = one(overlays[overlay], "Deployment", name)["spec"]["template"]["spec"][
+            "containers"
+        ]
+        for probe in ("readinessProbe", "livenessProbe"):
+            assert set(container[probe]["grpc"]) == {"port"}, f"{overlay} {name} {probe}"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_disruption_budgets_and_autoscaler_select_their_pods(
+    overlays: dict[str, list[Obj]], overlay: str
+) -> None:
+    objects = overlays[overlay]
+    for budget in find(objects, "PodDisruptionBudget"):
+        selected_deployment(
+            objects, budget["metadata"]["name"], budget["spec"]["selector"]["matchLabels"]
+        )
+    hpa = one(objects, "HorizontalPodAutoscaler", "reminders-dispatcher")
+    target = hpa["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", "reminders-dispatcher")
+    assert 1 <= hpa["spec"]["minReplicas"] < hpa["spec"]["maxReplicas"]
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["resource"]["name"] == "cpu"
+
+
+def _settings(objects: list[Obj]) -> dict[str, str]:
+    (container,) = one(objects, "Job", "reminders-migrate")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    return container_env(objects, container)
+
+
+def test_dev_runs_one_cassandra_node_with_paxos_v2(overlays: dict[str, list[Obj]]) -> None:
+    objects = overlays["dev"]
+    node = one(objects, "StatefulSet", "cassandra")
+    assert node["spec"]["replicas"] == 1
+    (container,) = node["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "cassandra:5.0.9"
+    env = {item["name"]: item["value"] for item in container["env"]}
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "config")
+    assert f"-Dcassandra.config=file://{mount['mountPath']}/cassandra.yaml" in env["JVM_EXTRA_OPTS"]
+    volume = next(v for v in node["spec"]["template"]["spec"]["volumes"] if v["name"] == "config")
+    config = yaml.safe_load(
+        one(objects, "ConfigMap", volume["configMap"]["name"])["data"]["cassandra.yaml"]
+    )
+    assert config["paxos_variant"] == "v2"
+    settings = _settings(objects)
+    service = one(objects, "Service", settings["REMINDERS_CASSANDRA_CONTACT_POINTS"])
+    assert (
+        service["spec"]["selector"].items()
+        <= node["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert Replication.parse(settings["REMINDERS_CASSANDRA_REPLICATION"]) == Replication(
+        "SimpleStrategy", (("replication_factor", 1),)
+    )
+    assert config["endpoint_snitch"] == "SimpleSnitch"
+    assert settings["REMINDERS_CASSANDRA_LOCAL_DC"] == "datacenter1"  # SimpleSnitch's DC
+
+
+def test_prod_cluster_is_rf3_local_quorum_paxos_v2_repaired(overlays: dict[str, list[Obj]]) -> None:
+    objects = overlays["prod"]
+    cluster = one(objects, "K8ssandraCluster")
+    cassandra = cluster["spec"]["cassandra"]
+    assert cassandra["serverVersion"].startswith("5.0.")
+    yaml_config = cassandra["config"]["cassandraYaml"]
+    assert yaml_config["paxos_variant"] == "v2"
+    assert yaml_config["paxos_state_purging"] == "repaired"
+    (dc,) = cassandra["datacenters"]
+    settings = _settings(objects)
+    dc_name = dc["metadata"]["name"]
+    assert Replication.parse(settings["REMINDERS_CASSANDRA_REPLICATION"]) == Replication(
+        "NetworkTopologyStrategy", ((dc_name, 3),)
+    )
+    assert dc["size"] >= 3
+    assert settings["REMINDERS_CASSANDRA_LOCAL_DC"] == dc_name
+    assert settings["REMINDERS_CASSANDRA_CONSISTENCY"] == "LOCAL_QUORUM"
+    assert settings["REMINDERS_CASSANDRA_SERIAL_CONSISTENCY"] == "SERIAL"
+    # cass-operator names the data centre's Service <cluster>-<dc>-service.
+    service = f"{cluster['metadata']['name']}-{dc_name}-service"
+    assert settings["REMINDERS_CASSANDRA_CONTACT_POINTS"] == service
+
+
+def test_prod_schedules_paxos_repairs_of_every_lwt_keyspace(overlays: dict[str, list[Obj]]) -> None:
+    objects = overlays["prod"]
+    cluster = one(objects, "K8ssandraCluster")
+    assert cluster["spec"]["reaper"]["autoScheduling"]["enabled"] is True
+    cron = one(objects, "CronJob", "cassandra-paxos-repair")
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    (container,) = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    script = " ".join(container["command"] + container["args"])
+    assert "repair --paxos-only" in script
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    settings = _settings(objects)
+    keyspaces = set(env["KEYSPACES"].split())
+    assert {
+        settings["REMINDERS_CASSANDRA_KEYSPACE"],
+        settings["REMINDERS_NOTIFIER_KEYSPACE"],
+    } <= keyspaces
+    name, dc = cluster["metadata"]["name"], cluster["spec"]["cassandra"]["datacenters"][0]
+    assert env["PODS_SERVICE"] == f"{name}-{dc['metadata']['name']}-all-pods-service"
+    refs = {
+        item["valueFrom"]["secretKeyRef"]["name"]
+        for item in container["env"]
+        if "valueFrom" in item
+    }
+    assert refs == {f"{name}-superuser"}, "the operator's superuser Secret (JMX login)"

@@ -1,0 +1,121 @@
+"""The tools the k8s tests need, pinned: kustomize (built by `make kustomize`), the
+k8ssandra-operator Go module (for its CRDs), and the built overlays as plain objects.
+
+A missing tool skips a test with the command that provides it, except in CI
+(CI=true), where it fails: CI must never pass by skipping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+K8S = REPO / "k8s"
+OVERLAYS = ("dev", "prod")
+# The operator whose CRD the prod overlay's K8ssandraCluster must satisfy.
+K8SSANDRA_OPERATOR = "github.com/k8ssandra/k8ssandra-operator"
+K8SSANDRA_OPERATOR_VERSION = "v1.20.0"
+
+Obj = dict[str, Any]
+
+
+def missing_tool(message: str) -> NoReturn:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+def kustomize_version() -> str:
+    """The version the Makefile pins (KUSTOMIZE_VERSION), the one source of truth."""
+    match = re.search(r"^KUSTOMIZE_VERSION\s*:=\s*(\S+)", (REPO / "Makefile").read_text(), re.M)
+    assert match, "Makefile: KUSTOMIZE_VERSION := vX.Y.Z"
+    return match.group(1)
+
+
+def kustomize() -> Path:
+    """The pinned kustomize binary where `make kustomize` puts it."""
+    version = kustomize_version()
+    binary = REPO / ".cache" / "go" / f"kustomize-{version}" / "kustomize"
+    if not binary.is_file():
+        missing_tool(f"kustomize {version} is not built: run `make kustomize` ({binary})")
+    printed = _run([str(binary), "version"]).strip()
+    assert printed == version, f"{binary} says {printed!r}, the Makefile pins {version}"
+    return binary
+
+
+def build_overlay(binary: Path, overlay: str) -> list[Obj]:
+    text = _run([str(binary), "build", str(K8S / "overlays" / overlay)])
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def _run(command: list[str], env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, check=False, env=env
+    )
+    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stderr}"
+    return result.stdout
+
+
+def operator_module_dir() -> Path:
+    """The pinned k8ssandra-operator module in Go's module cache (fetched once from the
+    Go module proxy; later runs read the cache, offline)."""
+    go = shutil.which("go")
+    if go is None:
+        missing_tool("the Go toolchain (`go`) is needed to fetch the k8ssandra-operator CRDs")
+    module = f"{K8SSANDRA_OPERATOR}@{K8SSANDRA_OPERATOR_VERSION}"
+    # Outside any module, so that no go.mod is read or written.
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GO111MODULE": "on"}
+    info = json.loads(_run([go, "mod", "download", "-json", module], env=env))
+    assert "Error" not in info, f"go mod download {module}: {info.get('Error')}"
+    return Path(info["Dir"])
+
+
+@dataclass(frozen=True)
+class Crd:
+    group: str
+    kind: str
+    versions: dict[str, Obj]  # version name -> openAPIV3Schema
+
+    @classmethod
+    def load(cls, path: Path) -> Crd:
+        doc = yaml.safe_load(path.read_text())
+        spec = doc["spec"]
+        versions = {v["name"]: v["schema"]["openAPIV3Schema"] for v in spec["versions"]}
+        return cls(spec["group"], spec["names"]["kind"], versions)
+
+    def schema_for(self, api_version: str) -> Obj:
+        group, _, version = api_version.rpartition("/")
+        assert group == self.group, f"{api_version}: the CRD serves {self.group}"
+        assert version in self.versions, f"{api_version}: the CRD serves {list(self.versions)}"
+        return self.versions[version]
+
+
+def pruned_fields(value: Any, schema: Obj, path: str = "") -> Iterator[str]:
+    """Fields the API server would silently drop (not in the structural schema): typos
+    that JSON Schema alone accepts, since CRD schemas do not forbid extra properties."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return
+    properties = schema.get("properties")
+    extra = schema.get("additionalProperties")
+    if isinstance(value, dict) and (properties is not None or isinstance(extra, dict)):
+        for key, item in value.items():
+            if properties is not None and key in properties:
+                yield from pruned_fields(item, properties[key], f"{path}.{key}")
+            elif isinstance(extra, dict):
+                yield from pruned_fields(item, extra, f"{path}.{key}")
+            else:
+                yield f"{path}.{key}"
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(value):
+            yield from pruned_fields(item, schema["items"], f"{path}[{index}]")
