@@ -59,9 +59,9 @@ def build_overlay(binary: Path, overlay: str) -> list[Obj]:
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
-def _run(command: list[str], env: dict[str, str] | None = None) -> str:
+def _run(command: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
     result = subprocess.run(
-        command, capture_output=True, text=True, timeout=300, check=False, env=env
+        command, capture_output=True, text=True, timeout=300, check=False, env=env, cwd=cwd
     )
     assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stderr}"
     return result.stdout
@@ -74,9 +74,9 @@ def operator_module_dir() -> Path:
     if go is None:
         missing_tool("the Go toolchain (`go`) is needed to fetch the k8ssandra-operator CRDs")
     module = f"{K8SSANDRA_OPERATOR}@{K8SSANDRA_OPERATOR_VERSION}"
-    # Outside any module, so that no go.mod is read or written.
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "GO111MODULE": "on"}
-    info = json.loads(_run([go, "mod", "download", "-json", module], env=env))
+    # From the file system's root: outside any module, no go.mod is read or written.
+    env = {**os.environ, "GO111MODULE": "on"}
+    info = json.loads(_run([go, "mod", "download", "-json", module], env=env, cwd=Path("/")))
     assert "Error" not in info, f"go mod download {module}: {info.get('Error')}"
     return Path(info["Dir"])
 
