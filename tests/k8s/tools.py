@@ -7,6 +7,7 @@ A missing tool skips a test with the command that provides it, except in CI
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -88,7 +89,9 @@ class Crd:
     versions: dict[str, Obj]  # version name -> openAPIV3Schema
 
     @classmethod
+    @functools.cache
     def load(cls, path: Path) -> Crd:
+        """Parsed once per session (the K8ssandraCluster CRD is 30,000 lines)."""
         doc = yaml.safe_load(path.read_text())
         spec = doc["spec"]
         versions = {v["name"]: v["schema"]["openAPIV3Schema"] for v in spec["versions"]}
