@@ -10,7 +10,11 @@ BUF    := .cache/buf/node_modules/.bin/buf
 KUSTOMIZE_VERSION := v5.8.1
 KUSTOMIZE := .cache/go/kustomize-$(KUSTOMIZE_VERSION)/kustomize
 
-.PHONY: run test install node migrate lint typecheck check stop clean proto buf kustomize
+# promtool checks and unit-tests the alert rules in k8s/monitoring (a long first build).
+PROMTOOL_VERSION := v0.316.0
+PROMTOOL := .cache/go/promtool-$(PROMTOOL_VERSION)/promtool
+
+.PHONY: run test install node migrate lint typecheck check stop clean proto buf kustomize promtool
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +34,7 @@ migrate: node
 run: migrate
 	$(BIN)/reminders stack
 
-test: node $(BUF) $(KUSTOMIZE)
+test: node $(BUF) $(KUSTOMIZE) $(PROMTOOL)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # buf (the proto linter) comes from npm, pinned, into a cache inside the checkout.
@@ -45,6 +49,11 @@ $(KUSTOMIZE):
 	GOBIN=$(CURDIR)/$(dir $(KUSTOMIZE)) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
 
 kustomize: $(KUSTOMIZE)
+
+$(PROMTOOL):
+	GOBIN=$(CURDIR)/$(dir $(PROMTOOL)) go install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+
+promtool: $(PROMTOOL)
 
 # Regenerate genproto/ from proto/ (a test fails when it is stale).
 proto: install
