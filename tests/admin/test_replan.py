@@ -1,0 +1,211 @@
+"""`reminders admin replan --zone Z` after a zone's rules change, and the time engine's
+override hook that changes them (REMINDERS_TZ_OVERRIDE_DIR, read at a process's start).
+
+The change: New York gets Chicago's rules (same DST dates, one hour behind), so every
+local time in New York now falls one hour later in UTC.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import shutil
+import subprocess
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from dispatcher.buckets import BucketReader
+from reminders_svc.admin.replan import replanned, token_ranges
+from reminders_svc.domain.reminder import Reminder, Status, pause, snooze
+from reminders_svc.schedule import (
+    Schedule,
+    one_off_instant,
+    one_off_local,
+    parse_repeat,
+    validate_new,
+)
+from reminders_svc.storage.parts import DEFAULT_PARTS, floor_minute, part_of
+from reminders_svc.storage.reminders_store import StoredReminder
+from reminders_svc.storage.session import CassandraConnection
+from tests.admin.conftest import SECRET_TEXT, at_instant, cassandra_env, change, put, run, store_of
+from tests.dispatcher.stack import REMINDERS
+
+ZONE = "America/New_York"
+HOUR = timedelta(hours=1)
+
+
+@pytest.fixture
+def chicago_rules_for_new_york(tmp_path: Path) -> Path:
+    """An override directory where America/New_York holds Chicago's TZif file."""
+    (tmp_path / "America").mkdir()
+    source = resources.files("tzdata.zoneinfo").joinpath("America", "Chicago")
+    with source.open("rb") as zone_file, (tmp_path / "America" / "New_York").open("wb") as copy:
+        shutil.copyfileobj(zone_file, copy)
+    return tmp_path
+
+
+def reminders(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [REMINDERS, *command],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def engine_says(code: str, override: str) -> list[str]:
+    python = str(Path(REMINDERS).with_name("python"))
+    env = {**os.environ, "REMINDERS_TZ_OVERRIDE_DIR": override}
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True, env=env)
+    return done.stdout.splitlines()
+
+
+def test_the_override_takes_precedence_from_a_process_start(
+    chicago_rules_for_new_york: Path,
+) -> None:
+    code = (
+        "from datetime import datetime; from reminders_svc.schedule import to_utc, tzdata_version;"
+        "print(to_utc(datetime(2027, 1, 4, 9, 0), 'America/New_York').isoformat());"
+        "print(to_utc(datetime(2027, 1, 4, 9, 0), 'Europe/Paris').isoformat());"
+        "print(tzdata_version())"
+    )
+    pinned = engine_says(code, override="")
+    overridden = engine_says(code, override=str(chicago_rules_for_new_york))
+    assert pinned[:2] == ["2027-01-04T14:00:00+00:00", "2027-01-04T08:00:00+00:00"]
+    assert overridden[:2] == ["2027-01-04T15:00:00+00:00", "2027-01-04T08:00:00+00:00"]
+    assert "overrides" not in pinned[2]
+    assert overridden[2] == f"{pinned[2]} + overrides from {chicago_rules_for_new_york}"
+
+
+def daily_at_nine(zone: str) -> Schedule:
+    return parse_repeat("every day 09:00", zone, datetime(2026, 1, 1, 0, 0))
+
+
+def create(db: CassandraConnection, user: str, schedule: Schedule, now: datetime) -> StoredReminder:
+    first = validate_new(schedule, now)
+    return run(put(store_of(db), at_instant(user, first, now, schedule)))
+
+
+@pytest.mark.cassandra
+def test_replan_moves_the_future_dues_of_the_zone_and_nothing_else(
+    own_keyspace: CassandraConnection, chicago_rules_for_new_york: Path
+) -> None:
+    db, store = own_keyspace, store_of(own_keyspace)
+    now = datetime.now(UTC).replace(microsecond=0)
+    rows = {
+        "daily": create(db, "ny-daily", daily_at_nine(ZONE), now),
+        "local_once": create(db, "ny-once", one_off_local(datetime(2027, 3, 1, 9, 0), ZONE), now),
+        "instant_once": create(db, "ny-instant", one_off_instant(now + 2 * 24 * HOUR, ZONE), now),
+        "paused": create(db, "ny-paused", daily_at_nine(ZONE), now),
+        "snoozed": create(db, "ny-snoozed", daily_at_nine(ZONE), now),
+        "done": create(db, "ny-done", daily_at_nine(ZONE), now),
+        "paris": create(db, "paris-daily", daily_at_nine("Europe/Paris"), now),
+    }
+    rows["paused"] = run(change(store, rows["paused"], pause(rows["paused"].reminder, now)))
+    snoozed_until = now + timedelta(minutes=30)
+    rows["snoozed"] = run(
+        change(store, rows["snoozed"], snooze(rows["snoozed"].reminder, snoozed_until, now))
+    )
+    finished = dataclasses.replace(rows["done"].reminder, status=Status.DONE, due=None)
+    rows["done"] = run(change(store, rows["done"], finished))
+
+    env = {
+        **cassandra_env(db.settings),
+        "REMINDERS_TZ_OVERRIDE_DIR": str(chicago_rules_for_new_york),
+    }
+    command = ["admin", "replan", "--zone", ZONE, "--splits", "8", "--json"]
+    replan = reminders(command, env)
+    assert replan.returncode == 0, replan.stderr
+    report = json.loads(replan.stdout)
+    assert report["outcomes"] == {"moved": 4, "unchanged": 1}
+    assert report["scanned"] >= len(rows)
+    assert report["rules"].endswith(f"+ overrides from {chicago_rules_for_new_york}")
+    assert SECRET_TEXT not in replan.stdout + replan.stderr
+
+    def now_stored(name: str) -> Reminder:
+        stored = run(store.get(rows[name].reminder.user_id, rows[name].reminder.reminder_id))
+        assert stored is not None
+        return stored.reminder
+
+    for name in ("daily", "local_once", "paused", "snoozed"):
+        before, after = rows[name].reminder, now_stored(name)
+        assert before.occurrence is not None
+        assert after.occurrence == before.occurrence + HOUR, name
+        assert (after.status, after.version, after.updated_at) == (
+            before.status,
+            before.version,
+            before.updated_at,
+        )
+        assert after.op_id != before.op_id  # written, by the LWT every writer uses
+    for name in ("daily", "local_once"):
+        before, after = rows[name].reminder, now_stored(name)
+        assert before.due is not None
+        assert after.due == before.due + HOUR
+        assert entry_for(db, after), f"{name}: the new due's bucket entry"
+    assert now_stored("paused").due is None
+    assert now_stored("snoozed").due == snoozed_until  # the snooze still rings first
+    for name in ("instant_once", "done", "paris"):
+        assert now_stored(name) == rows[name].reminder, name
+
+    again = reminders(command, env)
+    assert json.loads(again.stdout)["outcomes"] == {"unchanged": 5}
+    dry = reminders(["admin", "replan", "--zone", ZONE, "--splits", "4", "--dry-run"], env)
+    assert dry.returncode == 0, dry.stderr
+    assert "dry run" in dry.stdout
+
+
+def entry_for(db: CassandraConnection, row: Reminder) -> bool:
+    assert row.due is not None
+    minute, part = floor_minute(row.due), part_of(row.user_id, DEFAULT_PARTS)
+    found = run(BucketReader(db.session).read(minute, part))
+    return any(entry.reminder_id == row.reminder_id and entry.due == row.due for entry in found)
+
+
+def as_of(reminder: Reminder, occurrence: datetime) -> Reminder:
+    """The row as the old rules left it: its occurrence (and due) at `occurrence`."""
+    return dataclasses.replace(reminder, occurrence=occurrence, due=occurrence)
+
+
+def test_the_same_local_occurrence_is_the_nearest_ring_under_the_new_rules() -> None:
+    now = datetime(2027, 1, 4, 12, 0, tzinfo=UTC)
+    schedule = daily_at_nine(ZONE)  # 09:00 New York = 14:00Z in January
+    row = at_instant("u", datetime(2027, 1, 5, 14, 0, tzinfo=UTC), now, schedule)
+    # Old rules put tomorrow's 09:00 an hour earlier or later: it comes back to 14:00Z,
+    # not to today's ring (already given) nor to the day after.
+    for old in (datetime(2027, 1, 5, 13, 0, tzinfo=UTC), datetime(2027, 1, 5, 15, 0, tzinfo=UTC)):
+        moved = replanned(as_of(row, old), now)
+        assert moved is not None
+        assert (moved.occurrence, moved.due) == (datetime(2027, 1, 5, 14, 0, tzinfo=UTC),) * 2
+    assert replanned(row, now) is None  # already right: nothing to write
+
+
+def test_an_occurrence_moved_into_the_past_rings_now_rather_than_never() -> None:
+    now = datetime(2027, 1, 4, 14, 30, tzinfo=UTC)
+    schedule = daily_at_nine(ZONE)
+    row = at_instant("u", datetime(2027, 1, 4, 15, 0, tzinfo=UTC), now, schedule)
+    moved = replanned(row, now)  # old rules said 15:00Z; today's 09:00 is 14:00Z now
+    assert moved is not None
+    assert moved.due == datetime(2027, 1, 4, 14, 0, tzinfo=UTC)
+    assert moved.due <= now  # its entry goes into the current minute: it rings, late
+
+
+def test_only_pending_and_paused_rows_with_a_future_occurrence_are_replanned() -> None:
+    now = datetime(2027, 1, 4, 12, 0, tzinfo=UTC)
+    row = at_instant("u", datetime(2027, 1, 5, 13, 0, tzinfo=UTC), now, daily_at_nine(ZONE))
+    for status in (Status.SENDING, Status.DONE, Status.DELETED):
+        assert replanned(dataclasses.replace(row, status=status), now) is None
+    assert replanned(as_of(row, now - HOUR), now) is None  # being rung: its finalize replans
+
+
+def test_token_ranges_cover_the_whole_ring_once() -> None:
+    ranges = token_ranges(7)
+    assert ranges[0][0] == -(2**63)
+    assert ranges[-1][1] == 2**63 - 1
+    assert all(end == start for (_, end), (start, _) in itertools.pairwise(ranges))
