@@ -16,13 +16,11 @@ hand-off itself runs outside that lock so one user's many rings still batch toge
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import random
 import signal
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -35,6 +33,7 @@ from dispatcher.handoff import Answer, NotifierClient, Outcome, Ring
 from dispatcher.leases import Lease
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.settings import DispatcherSettings, MisfirePolicy
+from reminders_svc.concurrency import UserLocks
 from reminders_svc.domain import dispatch
 from reminders_svc.domain.delivery import Answer as HistoryAnswer
 from reminders_svc.domain.delivery import Delivery
@@ -62,27 +61,6 @@ def _crash_if(name: str) -> None:
     if fault(name):
         log.warning("fault hook %s: killing this process", name)
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-class UserLocks:
-    """One asyncio lock per user with work in flight; dropped when unused."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
-
-    @contextlib.asynccontextmanager
-    async def hold(self, user_id: str) -> AsyncIterator[None]:
-        lock, users = self._locks.get(user_id, (asyncio.Lock(), 0))
-        self._locks[user_id] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[user_id]
-            if users == 1:
-                del self._locks[user_id]
-            else:
-                self._locks[user_id] = (lock, users - 1)
 
 
 @dataclass

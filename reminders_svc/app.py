@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from reminders_svc.api.settings import Limits
+from reminders_svc.concurrency import UserLocks
 from reminders_svc.domain import reminder as steps
 from reminders_svc.domain.errors import (
     FailedPrecondition,
@@ -66,6 +67,7 @@ def first_ring(schedule: Schedule, now: datetime) -> datetime:
 
 class RemindersApp:
     def __init__(self, store: ReminderStore, limits: Limits, clock: Clock = utc_now) -> None:
+        self._users = UserLocks()
         self._store = store
         self._limits = limits
         self._clock = clock
@@ -95,14 +97,15 @@ class RemindersApp:
             proposed = steps.new_reminder(
                 user_id, text, schedule, first, now, reminder_id=record.reminder_id
             )
-        for attempt in range(_MAX_ATTEMPTS):
-            await _backoff(attempt)
-            count = await self._store.active_count(user_id)
-            if await self._store.create(proposed, count, self._limits.max_active_per_user):
-                return proposed
-            existing = await self._store.get_serial(user_id, proposed.reminder_id)
-            if existing is not None:
-                return existing.reminder  # a concurrent replay of this request made it
+        async with self._users.hold(user_id):
+            for attempt in range(_MAX_ATTEMPTS):
+                await _backoff(attempt)
+                count = await self._store.active_count(user_id)
+                if await self._store.create(proposed, count, self._limits.max_active_per_user):
+                    return proposed
+                existing = await self._store.get_serial(user_id, proposed.reminder_id)
+                if existing is not None:
+                    return existing.reminder  # a concurrent replay of this request made it
         raise Unavailable("too much contention on this user's reminders; retry")
 
     async def get(self, user_id: str, reminder_id: uuid.UUID) -> Reminder:
@@ -169,6 +172,16 @@ class RemindersApp:
         return stored
 
     async def _apply(
+        self,
+        user_id: str,
+        reminder_id: uuid.UUID,
+        version: int | None,
+        step: Callable[[Reminder, datetime], Reminder],
+    ) -> Reminder:
+        async with self._users.hold(user_id):
+            return await self._apply_serialized(user_id, reminder_id, version, step)
+
+    async def _apply_serialized(
         self,
         user_id: str,
         reminder_id: uuid.UUID,

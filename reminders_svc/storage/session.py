@@ -6,6 +6,7 @@ consistency for LWTs, so callers never pass consistency levels by hand.
 
 from __future__ import annotations
 
+import functools
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ from cassandra.cluster import (
     Session,
 )
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.query import named_tuple_factory
 
 from reminders_svc.config import CassandraSettings
 
@@ -54,8 +56,21 @@ def _ssl_context(settings: CassandraSettings) -> ssl.SSLContext | None:
     return context
 
 
+@functools.lru_cache(maxsize=512)
+def _row_class(colnames: tuple[str, ...]) -> Any:
+    return named_tuple_factory(colnames, [tuple(colnames)])[0].__class__
+
+
+def cached_named_tuple_factory(colnames: list[str], rows: list[Any]) -> list[Any]:
+    """The driver's namedtuple rows, without building a new namedtuple class per result
+    (the driver's default does, and it costs more than decoding the row on a hot path)."""
+    row_class = _row_class(tuple(colnames))
+    return [row_class(*row) for row in rows]
+
+
 def execution_profile(settings: CassandraSettings) -> ExecutionProfile:
     return ExecutionProfile(
+        row_factory=cached_named_tuple_factory,
         load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=settings.local_dc)),
         consistency_level=ConsistencyLevel.name_to_value[settings.consistency],
         serial_consistency_level=ConsistencyLevel.name_to_value[settings.serial_consistency],

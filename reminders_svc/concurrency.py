@@ -1,0 +1,32 @@
+"""Per-user serialization inside one process.
+
+LWTs on one Cassandra partition contend (Paxos ballots collide and retry), so a process
+runs one user's conditional writes one at a time; different users still run in parallel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+
+class UserLocks:
+    """One asyncio lock per user with work in flight; dropped when unused."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, user_id: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(user_id, (asyncio.Lock(), 0))
+        self._locks[user_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[user_id]
+            if users == 1:
+                del self._locks[user_id]
+            else:
+                self._locks[user_id] = (lock, users - 1)
