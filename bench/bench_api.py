@@ -44,6 +44,7 @@ class Run:
     name: str
     latencies: list[float]
     seconds: float
+    cpu_s: float = 0.0  # CPU of the process doing the work (the server, or the bare loop)
 
     @property
     def rate(self) -> float:
@@ -54,10 +55,17 @@ class Run:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
     def line(self) -> str:
+        cpu = f"  {1000 * self.cpu_s / len(self.latencies):5.2f} ms CPU/op" if self.cpu_s else ""
         return (
             f"{self.name:<28} {len(self.latencies):>7} ops {self.rate:>8.1f}/s "
-            f"p50 {self.pct(0.5):7.2f} ms  p99 {self.pct(0.99):7.2f} ms"
+            f"p50 {self.pct(0.5):7.2f} ms  p99 {self.pct(0.99):7.2f} ms{cpu}"
         )
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _drive(
@@ -141,7 +149,10 @@ async def bare_creates(settings: CassandraSettings, seconds: float, concurrency:
         )
 
     try:
-        return await _drive("bare driver creates", create, seconds, concurrency)
+        before = process_cpu_s(os.getpid())
+        run = await _drive("bare driver creates", create, seconds, concurrency)
+        run.cpu_s = process_cpu_s(os.getpid()) - before
+        return run
     finally:
         connection.close()
 
@@ -236,7 +247,9 @@ async def main() -> None:
     try:
         await api_creates(target, 3, args.concurrency)  # warm-up, not reported
         bare = await bare_creates(settings, args.seconds, args.concurrency)
+        before = process_cpu_s(server.pid)
         api = await api_creates(target, args.seconds, args.concurrency)
+        api.cpu_s = process_cpu_s(server.pid) - before
         print(bare.line())
         print(api.line())
         print(f"ratio API/bare create rate: {api.rate / bare.rate:.2f} (target >= 0.70)")
