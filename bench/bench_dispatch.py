@@ -173,7 +173,7 @@ async def main() -> None:
                 handed = row.n
                 if handed >= args.reminders:
                     break
-                await asyncio.sleep(2)
+                await asyncio.sleep(5)  # a count scans the table: not too often
             rows = list(
                 connection.session.execute(
                     "SELECT claim_due, handed_off_at FROM deliveries", timeout=120

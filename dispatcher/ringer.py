@@ -201,7 +201,6 @@ class Ringer:
         self._metrics.claim_lateness.observe(max(0.0, (now - after.claim.due).total_seconds()))
         self.claimed_since[row.reminder_id] = after.claim.due
         try:
-            await self._history.record(self._delivery(after, now, None, None, None))
             answer = await self._hand_off(after, lease)
         except asyncio.CancelledError:
             # Shutting down: let the claim go now, so the next owner re-claims the ring
@@ -271,8 +270,12 @@ class Ringer:
     async def _finalize(self, claimed_row: Reminder, now: datetime) -> None:
         assert claimed_row.claim is not None
         token = claimed_row.claim.token
-        for _ in range(10):
-            stored = await self._store.get_serial(claimed_row.user_id, claimed_row.reminder_id)
+        # First try against the row as this dispatcher claimed it (the usual case: nobody
+        # touched it since); only a lost compare needs a SERIAL re-read.
+        stored: StoredReminder | None = StoredReminder(claimed_row, None)
+        for attempt in range(10):
+            if attempt:
+                stored = await self._store.get_serial(claimed_row.user_id, claimed_row.reminder_id)
             current = stored.reminder if stored else None
             if (
                 stored is None

@@ -112,7 +112,11 @@ class Dispatcher:
                 del self._workers[part]
 
     async def _balance(self) -> None:
-        parts = await self._parts.parts_at(floor_minute(self.clock.now()))
+        # Size the share by the P in force by the time the next tick could act, so parts
+        # added by a grow are leased before their first minute, not after it.
+        ahead = self.settings.prefetch + self.settings.lease_renew_every
+        parts = await self._parts.parts_at(floor_minute(self.clock.now() + ahead))
+        self.metrics.parts_total.set(parts)
         await self._leases.heartbeat()
         states = await self._leases.states()
         target = math.ceil(parts / len(await self._leases.members()))

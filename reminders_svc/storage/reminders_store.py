@@ -86,10 +86,7 @@ class ReminderStore:
         self._create = prepare(
             f"UPDATE reminders SET {assignments}, created_at = ? {where} IF status = null"
         )
-        self._update = prepare(
-            f"UPDATE reminders USING TTL ? SET {assignments} {where}"
-            " IF version = ? AND status = ? AND claim_token = ? AND due = ?"
-        )
+        self._updates: dict[tuple[str, ...], PreparedStatement] = {}
         self._count = prepare(
             "UPDATE reminders SET active_count = ? WHERE user_id = ? IF active_count = ?"
         )
@@ -209,10 +206,25 @@ class ReminderStore:
         old = before.reminder
         if after.due is not None and after.due != old.due:
             await self.write_bucket_entry(after, now)
-        ttl = int(self._retention.tombstone.total_seconds()) if _active(after) == 0 else 0
+        deleting = _active(after) == 0
+        ttl = int(self._retention.tombstone.total_seconds()) if deleting else 0
+        new_values = {**to_columns(after), "created_at": after.created_at}
+        old_values = {**to_columns(old), "created_at": old.created_at}
+        # Only what changed (a claim does not rewrite the text), always with the op id that
+        # settles an unknown outcome; a delete rewrites every cell, so all carry its TTL.
+        columns = (
+            (*MUTABLE_COLUMNS, "created_at")
+            if deleting
+            else tuple(
+                column
+                for column in MUTABLE_COLUMNS
+                if column == "op_id" or new_values[column] != old_values[column]
+            )
+        )
+        update = self._update_of(columns)
         update_params = (
             ttl,
-            *to_columns(after).values(),
+            *(new_values[column] for column in columns),
             old.user_id,
             old.reminder_id,
             old.version,
@@ -222,12 +234,25 @@ class ReminderStore:
         )
         delta = _active(after) - _active(old)
         if delta == 0:
-            return await self._lwt(self._bound(self._update, update_params), after)
+            return await self._lwt(self._bound(update, update_params), after)
         batch = self._batch()
         count = before.active_count
         batch.add(self._count, ((count or 0) + delta, old.user_id, count))
-        batch.add(self._update, update_params)
+        batch.add(update, update_params)
         return await self._lwt(batch, after)
+
+    def _update_of(self, columns: tuple[str, ...]) -> PreparedStatement:
+        """The compare-and-set writing these columns, prepared once per column set (a few)."""
+        statement = self._updates.get(columns)
+        if statement is None:
+            assignments = ", ".join(f"{column} = ?" for column in columns)
+            statement = self._session.prepare(
+                f"UPDATE reminders USING TTL ? SET {assignments}"
+                " WHERE user_id = ? AND reminder_id = ?"
+                " IF version = ? AND status = ? AND claim_token = ? AND due = ?"
+            )
+            self._updates[columns] = statement
+        return statement
 
     def _batch(self) -> BatchStatement:
         return BatchStatement(batch_type=BatchType.UNLOGGED)

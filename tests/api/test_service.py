@@ -324,3 +324,20 @@ def test_the_part_table_defaults_to_64_parts(cassandra: CassandraConnection) -> 
     import asyncio
 
     assert asyncio.run(PartCounts(cassandra.session).parts_at(at("2026-10-26T13:00:00"))) == 64
+
+
+def test_a_deleted_row_keeps_every_cell_only_until_the_tombstone_ttl(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    created = create(api, user, weekly_monday_nine())
+    api.reminders.DeleteReminder(
+        pb.DeleteReminderRequest(id=created.id), metadata=api.as_user(user)
+    )
+    row = cassandra.session.execute(
+        "SELECT TTL(status) AS status_ttl, TTL(body) AS body_ttl, TTL(created_at) AS created_ttl"
+        " FROM reminders WHERE user_id = %s AND reminder_id = %s",
+        (user, uuid.UUID(created.id)),
+    ).one()
+    # Every cell expires past the retry horizon (30 days), so the row vanishes whole.
+    for ttl in (row.status_ttl, row.body_ttl, row.created_ttl):
+        assert 29 * 86400 < ttl <= 30 * 86400

@@ -116,9 +116,10 @@ def test_lateness_objective_reads_the_60_second_bucket() -> None:
         assert re.fullmatch(matcher.value, "60")
 
 
-def test_expected_parts_default_to_the_code_s() -> None:
+def test_expected_parts_follow_the_dispatchers_and_default_to_the_code_s() -> None:
     (rule,) = (r for r in rules() if r.get("record") == "reminders:dispatch_parts_expected")
-    assert rule["expr"].strip() == f"vector({DEFAULT_PARTS})"
+    assert "reminders_dispatch_parts_total" in rule["expr"]
+    assert rule["expr"].strip().endswith(f"or vector({DEFAULT_PARTS})")
 
 
 def test_api_errors_count_only_the_server_s_fault() -> None:
