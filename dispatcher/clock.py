@@ -8,6 +8,7 @@ not ready: it hands nothing off until the clocks agree again.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -41,6 +42,11 @@ class DbClock:
     def ready(self) -> bool:
         fresh = time.monotonic() - self._checked_at < 60
         return fresh and abs(self.offset_s) + self.uncertainty_s <= self._max_offset_s
+
+    async def sleep_until(self, instant: datetime) -> None:
+        delay = (instant - self.now()).total_seconds()
+        if delay > 0:
+            await asyncio.sleep(delay)
 
     def now(self) -> datetime:
         """The database's time as best known, rounded down (never ahead of it)."""

@@ -71,7 +71,7 @@ class MinuteJob:
         end = self.minute + MINUTE
         final_read_at = end + w.settings.grace
         if w.clock.now() < final_read_at:
-            await w.sleep_until(self.minute - w.settings.prefetch)
+            await w.clock.sleep_until(self.minute - w.settings.prefetch)
             looked_at = w.clock.now()
             self._start(await w.reader.read(self.minute, w.lease.part))
             while w.clock.now() < end and w.lease.held():
@@ -79,7 +79,7 @@ class MinuteJob:
                 since = looked_at - w.settings.skew
                 looked_at = w.clock.now()
                 self._start(await w.reader.read(self.minute, w.lease.part, since))
-            await w.sleep_until(final_read_at)
+            await w.clock.sleep_until(final_read_at)
         else:
             await w.catch_up.wait()
         if w.lease.held():
@@ -115,11 +115,6 @@ class PartWorker:
     def stop(self) -> None:
         """Take no new minute; minutes already open finish."""
         self._stopping.set()
-
-    async def sleep_until(self, instant: datetime) -> None:
-        delay = (instant - self.clock.now()).total_seconds()
-        if delay > 0:
-            await asyncio.sleep(delay)
 
     def _first_minute(self) -> datetime:
         if self.lease.checkpoint is not None:

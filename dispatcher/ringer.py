@@ -130,14 +130,9 @@ class Ringer:
         self._capacity = asyncio.Semaphore(settings.max_in_flight)
         self.claimed_since: dict[uuid.UUID, datetime] = {}  # for the oldest-claim gauge
 
-    async def _sleep_until(self, instant: datetime) -> None:
-        delay = (instant - self._clock.now()).total_seconds()
-        if delay > 0:
-            await asyncio.sleep(delay)
-
     async def ring(self, entry: Entry, horizon: datetime, lease: Lease) -> None:
         """Handle one bucket entry to the end; returns when nothing is left unresolved."""
-        await self._sleep_until(entry.due)
+        await self._clock.sleep_until(entry.due)
         while True:
             # A second entry for a reminder already in hand waits for the first, then the
             # row decides again (it may be due again, e.g. snoozed meanwhile).
@@ -173,7 +168,7 @@ class Ringer:
                 self._metrics.skips.labels(decision.reason.value).inc()
                 return
             if isinstance(decision, dispatch.WaitUntil):
-                await self._sleep_until(decision.instant)
+                await self._clock.sleep_until(decision.instant)
                 continue
             assert stored is not None
             async with self._capacity:

@@ -14,21 +14,15 @@ from reminders_svc.admin.parts import MIN_LEAD_ENV, ceil_minute
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage.parts import part_of
 from tests.admin.conftest import admin_runner, at_instant, put, run, store_of, whole_minute
-from tests.dispatcher.stack import Stack
+from tests.dispatcher.stack import Stack, running_stack
 
 pytestmark = pytest.mark.cassandra
 
 
 @pytest.fixture
 def stack(cassandra_settings: CassandraSettings) -> Iterator[Stack]:
-    running = Stack(cassandra_settings)
-    try:
-        running.start_api()
-        running.start_notifier()
-        running.start_dispatcher("d")
+    with running_stack(cassandra_settings, "d") as running:
         yield running
-    finally:
-        running.close()
 
 
 def rings_per_reminder(stack: Stack) -> Counter[str]:

@@ -6,6 +6,7 @@ claim lease 5 s, part lease 6 s), so rings a few seconds ahead finish within sec
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -200,6 +202,20 @@ class Stack:
             " WHERE user_id = %s AND reminder_id = %s",
             (user, uuid.UUID(reminder_id)),
         ).one()
+
+
+@contextlib.contextmanager
+def running_stack(cassandra: CassandraSettings, *dispatchers: str) -> Iterator[Stack]:
+    """API, notifier and the named dispatchers, all up; everything stopped afterwards."""
+    stack = Stack(cassandra)
+    try:
+        stack.start_api()
+        stack.start_notifier()
+        for name in dispatchers:
+            stack.start_dispatcher(name)
+        yield stack
+    finally:
+        stack.close()
 
 
 def soon(seconds: float) -> datetime:

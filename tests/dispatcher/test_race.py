@@ -22,7 +22,7 @@ from google.protobuf.field_mask_pb2 import FieldMask
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.config import CassandraSettings
-from tests.dispatcher.stack import Stack
+from tests.dispatcher.stack import Stack, running_stack
 
 USERS, PER_USER = 100, 10
 
@@ -41,15 +41,8 @@ class Tracked:
 
 @pytest.fixture
 def stack(cassandra_settings: CassandraSettings) -> Iterator[Stack]:
-    running = Stack(cassandra_settings)
-    try:
-        running.start_api()
-        running.start_notifier()
-        running.start_dispatcher("a")
-        running.start_dispatcher("b")
+    with running_stack(cassandra_settings, "a", "b") as running:
         yield running
-    finally:
-        running.close()
 
 
 def _due_of(key: str) -> datetime:

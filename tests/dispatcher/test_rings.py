@@ -13,19 +13,13 @@ from google.protobuf.field_mask_pb2 import FieldMask
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.config import CassandraSettings
-from tests.dispatcher.stack import Stack, soon, stamp
+from tests.dispatcher.stack import Stack, running_stack, soon, stamp
 
 
 @pytest.fixture(scope="module")
 def stack(cassandra_settings: CassandraSettings) -> Iterator[Stack]:
-    running = Stack(cassandra_settings)
-    try:
-        running.start_api()
-        running.start_notifier()
-        running.start_dispatcher("d1")
+    with running_stack(cassandra_settings, "d1") as running:
         yield running
-    finally:
-        running.close()
 
 
 @pytest.fixture
