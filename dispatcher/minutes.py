@@ -20,6 +20,7 @@ from dispatcher.buckets import BucketReader, Entry
 from dispatcher.clock import DbClock
 from dispatcher.leases import Lease, PartLeases
 from dispatcher.metrics import DispatcherMetrics
+from dispatcher.ratelimit import RateLimiter
 from dispatcher.ringer import Ringer
 from dispatcher.settings import DispatcherSettings
 from reminders_svc.storage.parts import floor_minute
@@ -28,23 +29,6 @@ log = logging.getLogger(__name__)
 MINUTE = timedelta(minutes=1)
 # Live minutes worked at once: the current one, plus those still in their grace.
 _MAX_OPEN_MINUTES = 4
-
-
-class RateLimiter:
-    """A token bucket shared by all parts of one dispatcher: catch-up stays gentle."""
-
-    def __init__(self, per_second: float) -> None:
-        self._interval = 1.0 / per_second
-        self._next = 0.0
-
-    async def wait(self) -> None:
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        self._next = max(self._next, now)
-        delay = self._next - now
-        self._next += self._interval
-        if delay > 0:
-            await asyncio.sleep(delay)
 
 
 class MinuteJob:

@@ -32,6 +32,7 @@ from dispatcher.clock import DbClock
 from dispatcher.handoff import Answer, NotifierClient, Outcome, Ring
 from dispatcher.leases import Lease
 from dispatcher.metrics import DispatcherMetrics
+from dispatcher.ratelimit import RateLimiter
 from dispatcher.settings import DispatcherSettings, MisfirePolicy
 from reminders_svc.concurrency import UserLocks
 from reminders_svc.domain import dispatch
@@ -128,6 +129,7 @@ class Ringer:
         self._users = UserLocks()
         self._in_flight: dict[uuid.UUID, asyncio.Future[None]] = {}
         self._capacity = asyncio.Semaphore(settings.max_in_flight)
+        self._catch_up = RateLimiter(settings.catch_up_rings_per_s)
         self.claimed_since: dict[uuid.UUID, datetime] = {}  # for the oldest-claim gauge
 
     async def ring(self, entry: Entry, horizon: datetime, lease: Lease) -> None:
@@ -171,6 +173,10 @@ class Ringer:
                 await self._clock.sleep_until(decision.instant)
                 continue
             assert stored is not None
+            if isinstance(decision, dispatch.Claimable) and (
+                now - decision.due > self._settings.late_after
+            ):
+                await self._catch_up.wait()  # a ring from a backlog: paced, live ones are not
             async with self._capacity:
                 await self._claim_and_hand_off(stored, decision, lease)
             return

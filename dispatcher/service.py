@@ -30,7 +30,8 @@ from dispatcher.clock import DbClock
 from dispatcher.handoff import NotifierClient
 from dispatcher.leases import Lease, PartLeases
 from dispatcher.metrics import DispatcherMetrics
-from dispatcher.minutes import PartWorker, RateLimiter
+from dispatcher.minutes import PartWorker
+from dispatcher.ratelimit import RateLimiter
 from dispatcher.ringer import HandoffBatcher, Ringer
 from dispatcher.settings import DispatcherSettings
 from reminders_svc.config import CassandraSettings, Retention

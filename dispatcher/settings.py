@@ -42,8 +42,10 @@ class DispatcherSettings:
     max_clock_offset: timedelta = timedelta(seconds=1)
     batch_size: int = 100
     max_in_flight: int = 256
-    # Catch-up after an outage: past minutes read at most this fast, per dispatcher.
+    # Catch-up after an outage: past minutes read, and late rings claimed, at most this
+    # fast per dispatcher, so API reads stay fast while a backlog drains.
     catch_up_minutes_per_s: float = 20.0
+    catch_up_rings_per_s: float = 50.0
     # A part that was never checkpointed starts this far back.
     initial_lookback: timedelta = timedelta(hours=1)
     misfire_policy: MisfirePolicy = MisfirePolicy.RING_LATE
@@ -99,6 +101,7 @@ class DispatcherSettings:
             batch_size=integer("BATCH_SIZE", cls.batch_size),
             max_in_flight=integer("MAX_IN_FLIGHT", cls.max_in_flight),
             catch_up_minutes_per_s=float(env.get(prefix + "CATCH_UP_MINUTES_PER_S") or 20),
+            catch_up_rings_per_s=float(env.get(prefix + "CATCH_UP_RINGS_PER_S") or 50),
             initial_lookback=seconds("INITIAL_LOOKBACK_S", cls.initial_lookback),
             misfire_policy=policy,
             misfire_grace=seconds("MISFIRE_GRACE_S", cls.misfire_grace),

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from dispatcher.minutes import RateLimiter
+from dispatcher.ratelimit import RateLimiter
 from dispatcher.settings import DispatcherSettings
 from reminders_svc.admin import inspect, parts, replan, replay
 from reminders_svc.admin.context import Admin, AdminError, open_admin

@@ -34,7 +34,7 @@ from typing import Any
 from cassandra.cluster import Session
 from cassandra.query import PreparedStatement
 
-from dispatcher.minutes import RateLimiter
+from dispatcher.ratelimit import RateLimiter
 from reminders_svc.admin.context import Admin
 from reminders_svc.domain.reminder import Reminder, Status, earliest
 from reminders_svc.schedule import occurrences

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from dispatcher.minutes import RateLimiter
+from dispatcher.ratelimit import RateLimiter
 from reminders_svc.admin.context import Admin
 from reminders_svc.domain.dispatch import Claimable, Reclaimable, Skip, WaitUntil, decide
 from reminders_svc.domain.reminder import Reminder
