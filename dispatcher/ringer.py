@@ -202,18 +202,17 @@ class Ringer:
         self._metrics.claim_lateness.observe(max(0.0, (now - after.claim.due).total_seconds()))
         self.claimed_since[row.reminder_id] = after.claim.due
         try:
-            answer = await self._hand_off(after, lease)
-        except asyncio.CancelledError:
-            # Shutting down: let the claim go now, so the next owner re-claims the ring
-            # at once (same due, same key) instead of after the claim lease.
-            await asyncio.shield(
-                self._store.set_claim_expiry(
-                    row.user_id, row.reminder_id, token, self._clock.now() - claim_lease
+            try:
+                answer = await self._hand_off(after, lease)
+            except asyncio.CancelledError:
+                # Shutting down: let the claim go now, so the next owner re-claims the ring
+                # at once (same due, same key) instead of after the claim lease.
+                await asyncio.shield(
+                    self._store.set_claim_expiry(
+                        row.user_id, row.reminder_id, token, self._clock.now() - claim_lease
+                    )
                 )
-            )
-            self.claimed_since.pop(row.reminder_id, None)
-            raise
-        try:
+                raise
             if answer is None:
                 abandoned = Answer(Outcome.RETRYABLE, "claim lost while retrying")
                 await self._history.record(self._delivery(after, now, None, abandoned, None))

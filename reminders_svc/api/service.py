@@ -51,6 +51,11 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         self._limits = settings.limits
         self._write_deadline = settings.write_deadline.total_seconds()
 
+    def _page_size(self, requested: int) -> int:
+        return convert.page_size(
+            requested, self._limits.default_page_size, self._limits.max_page_size
+        )
+
     def _user(self, context: Context) -> str:
         return self._auth.user_id(metadata_of(context))
 
@@ -88,9 +93,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         status = convert.state_filter(request.state)
         kind = f"reminders:{status or ''}"
         after = convert.page_cursor(request.page_token, kind, uuid.UUID)
-        size = convert.page_size(
-            request.page_size, self._limits.default_page_size, self._limits.max_page_size
-        )
+        size = self._page_size(request.page_size)
         page, next_after = await self._app.list(user, after, size, status)
         return pb.ListRemindersResponse(
             reminders=[convert.reminder_to_proto(r) for r in page],
@@ -219,9 +222,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         await self._app.get(user, target)  # NOT_FOUND for what the caller does not own
         kind = f"deliveries:{target}"
         before = convert.page_cursor(request.page_token, kind, datetime.fromisoformat)
-        size = convert.page_size(
-            request.page_size, self._limits.default_page_size, self._limits.max_page_size
-        )
+        size = self._page_size(request.page_size)
         page, next_before = await self._history.list_page(user, target, before, size)
         return pb.ListDeliveriesResponse(
             deliveries=[convert.delivery_to_proto(d) for d in page],

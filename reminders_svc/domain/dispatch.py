@@ -27,7 +27,6 @@ class SkipReason(StrEnum):
     PAUSED = "paused"
     DONE = "done"
     RESCHEDULED = "rescheduled"  # pending with a due in a later minute: its own entry covers it
-    IN_FLIGHT = "in_flight"  # sending under a live claim of this same ring, being handled
 
 
 @dataclass(frozen=True)
@@ -94,11 +93,6 @@ def reclaimed(row: Reminder, token: uuid.UUID, now: datetime, lease: timedelta) 
     return dataclasses.replace(
         row, claim=Claim(token, row.claim.due, now + lease), op_id=uuid.uuid4()
     )
-
-
-def renewed(row: Reminder, now: datetime, lease: timedelta) -> Reminder:
-    assert row.claim is not None
-    return dataclasses.replace(row, claim=dataclasses.replace(row.claim, expires=now + lease))
 
 
 def finalized(row: Reminder, now: datetime) -> Reminder:

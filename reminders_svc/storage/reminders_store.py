@@ -234,7 +234,7 @@ class ReminderStore:
         )
         delta = _active(after) - _active(old)
         if delta == 0:
-            return await self._lwt(self._bound(update, update_params), after)
+            return await self._lwt(update.bind(update_params), after)
         batch = self._batch()
         count = before.active_count
         batch.add(self._count, ((count or 0) + delta, old.user_id, count))
@@ -256,10 +256,6 @@ class ReminderStore:
 
     def _batch(self) -> BatchStatement:
         return BatchStatement(batch_type=BatchType.UNLOGGED)
-
-    @staticmethod
-    def _bound(statement: PreparedStatement, params: tuple[Any, ...]) -> Any:
-        return statement.bind(params)
 
     async def _lwt(self, statement: Any, written: Reminder) -> bool:
         try:
