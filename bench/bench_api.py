@@ -8,6 +8,8 @@ same concurrency; the report gives each rate, p50/p99 latencies and the ratio
 reminders and List (page of 50 and of 500) and Create p99 are measured for that user.
 
 The API server runs as its own process (`reminders serve-api`), as in production.
+A third line, the gRPC floor, runs PreviewSchedule (auth, parsing, no storage) through the
+same server and client: what a call costs before it touches Cassandra.
 """
 
 from __future__ import annotations
@@ -182,6 +184,19 @@ async def api_creates(target: str, seconds: float, concurrency: int) -> Run:
         return await _drive("API CreateReminder (gRPC)", create, seconds, concurrency)
 
 
+async def api_previews(target: str, seconds: float, concurrency: int) -> Run:
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = pb_grpc.RemindersServiceStub(channel)
+        md = _metadata(f"preview-{uuid.uuid4().hex[:6]}")
+
+        async def preview(i: int) -> None:
+            await stub.PreviewSchedule(
+                pb.PreviewScheduleRequest(schedule=_schedule(), count=1), metadata=md
+            )
+
+        return await _drive("gRPC floor: PreviewSchedule", preview, seconds, concurrency)
+
+
 async def big_user(target: str, reminders: int, concurrency: int) -> list[Run]:
     user = f"big-{uuid.uuid4().hex[:6]}"
     md = _metadata(user)
@@ -189,9 +204,11 @@ async def big_user(target: str, reminders: int, concurrency: int) -> list[Run]:
         stub = pb_grpc.RemindersServiceStub(channel)
 
         async def create(i: int) -> None:
+            # A new request id each time: the p99 run measures creates, not replays.
             await stub.CreateReminder(
                 pb.CreateReminderRequest(
-                    reminder=pb.Reminder(text=f"r{i}", schedule=_schedule()), request_id=f"fill-{i}"
+                    reminder=pb.Reminder(text=f"r{i}", schedule=_schedule()),
+                    request_id=uuid.uuid4().hex,
                 ),
                 metadata=md,
             )
@@ -250,8 +267,12 @@ async def main() -> None:
         before = process_cpu_s(server.pid)
         api = await api_creates(target, args.seconds, args.concurrency)
         api.cpu_s = process_cpu_s(server.pid) - before
+        before = process_cpu_s(server.pid)
+        floor = await api_previews(target, args.seconds / 2, args.concurrency)
+        floor.cpu_s = process_cpu_s(server.pid) - before
         print(bare.line())
         print(api.line())
+        print(floor.line())
         print(f"ratio API/bare create rate: {api.rate / bare.rate:.2f} (target >= 0.70)")
         if args.big_user:
             for run in await big_user(target, args.big_user, args.concurrency):
