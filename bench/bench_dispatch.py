@@ -82,6 +82,20 @@ async def seed(store: ReminderStore, minute: datetime, count: int, prefix: str) 
     await _bounded(64, list(range(count)), create)
 
 
+# The ceiling's statements: a bare row insert, then per ring the claim and a finalize that
+# re-arms the row (params: see `ceiling`).
+CEILING_CQL = (
+    "UPDATE reminders SET status = 'pending', due = ?, version = 1"
+    " WHERE user_id = ? AND reminder_id = ? IF status = null",
+    "UPDATE reminders SET status = 'sending', claim_token = ?, claim_due = ?,"
+    " claim_expires = ? WHERE user_id = ? AND reminder_id = ?"
+    " IF status = 'pending' AND due = ? AND version = 1",
+    "UPDATE reminders SET status = 'pending', claim_token = null,"
+    " claim_due = null, claim_expires = null WHERE user_id = ? AND reminder_id = ?"
+    " IF status = 'sending' AND claim_token = ? AND version = 1",
+)
+
+
 async def ceiling(settings: CassandraSettings, count: int, seconds: float) -> float:
     """LWT/s of a bare loop doing a claim and a finalize per ring, as the dispatcher does.
 
@@ -90,20 +104,7 @@ async def ceiling(settings: CassandraSettings, count: int, seconds: float) -> fl
     """
     with connect(settings) as connection:
         session = connection.session
-        insert = session.prepare(
-            "UPDATE reminders SET status = 'pending', due = ?, version = 1"
-            " WHERE user_id = ? AND reminder_id = ? IF status = null"
-        )
-        claim = session.prepare(
-            "UPDATE reminders SET status = 'sending', claim_token = ?, claim_due = ?,"
-            " claim_expires = ? WHERE user_id = ? AND reminder_id = ?"
-            " IF status = 'pending' AND due = ? AND version = 1"
-        )
-        finalize = session.prepare(
-            "UPDATE reminders SET status = 'pending', claim_token = null,"
-            " claim_due = null, claim_expires = null WHERE user_id = ? AND reminder_id = ?"
-            " IF status = 'sending' AND claim_token = ? AND version = 1"
-        )
+        insert, claim, finalize = (session.prepare(cql) for cql in CEILING_CQL)
         due = datetime(2026, 1, 1, tzinfo=UTC)
         run = uuid.uuid4().hex[:6]
         rows = [(f"ceiling-{run}-{i % (count // 10 or 1)}", uuid.uuid4()) for i in range(count)]
