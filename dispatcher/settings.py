@@ -41,9 +41,10 @@ class DispatcherSettings:
     skew: timedelta = timedelta(seconds=5)
     max_clock_offset: timedelta = timedelta(seconds=1)
     batch_size: int = 100
+    # Rings in hand at once, each from its fresh row read to its finalize.
     max_in_flight: int = 256
-    # Catch-up after an outage: past minutes read, and late rings claimed, at most this
-    # fast per dispatcher, so API reads stay fast while a backlog drains.
+    # Catch-up after an outage: past minutes read, and late entries read and claimed, at
+    # most this fast per dispatcher, so API reads stay fast while a backlog drains.
     catch_up_minutes_per_s: float = 20.0
     catch_up_rings_per_s: float = 50.0
     # A part that was never checkpointed starts this far back.
