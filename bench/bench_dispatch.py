@@ -11,7 +11,8 @@ conditional updates per ring (claim, finalize) on other rows; target rings/s >= 
 (ceiling LWT/s / 2). The ceiling runs once unreported first (the node's JIT warms up by
 ~10 s of LWTs), then before and after the drain; the ratio takes the higher of the two.
 A second reference, the storage floor: the whole storage work of a ring (row read, claim
-LWT, the notifier's key LWT, the history write, finalize LWT) with the same store classes,
+LWT, the notifier's key LWT and device lookup, the history write, finalize LWT) with the
+same store classes,
 from one process, with no scheduling, gRPC or notifier process: the ratio against it is
 what the fleet's own machinery costs. Progress is read from the dispatchers' /metrics,
 not by scanning a table, so watching the drain does not load the node it measures.
@@ -40,6 +41,7 @@ import grpc
 from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
 from notifier.domain.model import Notification, Priority
+from notifier.storage.devices import DeviceStore
 from notifier.storage.keys import KeyStore
 from notifier.storage.schema import migrate_notifier
 from reminders_svc.config import CassandraSettings, Retention
@@ -137,13 +139,14 @@ async def ceiling(settings: CassandraSettings, count: int, seconds: float) -> fl
 
 
 async def storage_floor(settings: CassandraSettings, notifier_keyspace: str, count: int) -> float:
-    """Rings/s of the storage work alone: read, claim, key, history, finalize per ring."""
+    """Rings/s of the storage work alone: read, claim, key, devices, history, finalize."""
     migrate_notifier(dataclasses.replace(settings, keyspace=notifier_keyspace))
     with connect(settings) as connection:
         session = connection.session
         store = ReminderStore(session, Retention())
         history = DeliveryHistory(session)
         keys = KeyStore(session, notifier_keyspace, timedelta(days=2))
+        devices = DeviceStore(session, notifier_keyspace)
         # An hour back: out of the dispatchers' initial look-back, so they never see these.
         due = (datetime.now(UTC) - timedelta(hours=1)).replace(second=0, microsecond=0)
         prefix = f"floor-{uuid.uuid4().hex[:6]}"
@@ -164,6 +167,7 @@ async def storage_floor(settings: CassandraSettings, notifier_keyspace: str, cou
                     dispatch.idempotency_key(claimed), user_id, Priority.URGENT, "Reminder", "x"
                 )
             )
+            await devices.list(user_id)  # the notifier's fan-out looks the user's devices up
             await history.record(
                 Delivery(
                     user_id=user_id,
@@ -329,8 +333,8 @@ async def main() -> None:
             "(target >= 0.8)"
         )
         print(
-            f"storage floor: {floor:.0f} rings/s (read, claim, key, history, finalize from one "
-            f"process); ratio rings/s / floor = {rings_per_s / floor:.2f}"
+            f"storage floor: {floor:.0f} rings/s (read, claim, key, devices, history, finalize "
+            f"from one process); ratio rings/s / floor = {rings_per_s / floor:.2f}"
         )
         connection.session.execute(f"DROP KEYSPACE IF EXISTS {settings.keyspace}", timeout=120)
         for keyspace in (f"benchn_{suffix}", f"benchf_{suffix}"):

@@ -5,8 +5,8 @@
 A bare driver loop per statement kind (the statements a ring and a create use), each
 after the node is warmed by ~10 s of LWTs: rate, and CPU per statement in Cassandra's
 process and in this one (from /proc). It explains the busy-minute ratios: a ring needs a
-row read, the claim and finalize LWTs, the notifier's key LWT and a history write, while
-the ceiling of bench_dispatch counts only the claim and finalize.
+row read, the claim and finalize LWTs, the notifier's key LWT and device lookup, and a
+history write, while the ceiling of bench_dispatch counts only the claim and finalize.
 """
 
 from __future__ import annotations
@@ -81,6 +81,10 @@ async def main() -> None:
             " (idempotency_key, user_id, accept_id, accepted_at)"
             " VALUES (?, ?, ?, toTimestamp(now())) IF NOT EXISTS USING TTL 172800"
         )
+        devices = session.prepare(
+            f"SELECT device_token, platform, registered_at FROM {keys_keyspace}.devices"
+            " WHERE user_id = ?"
+        )
         history = session.prepare(
             "INSERT INTO deliveries (user_id, reminder_id, claim_due, claim_token, claimed_at,"
             " handed_off_at, answer, lateness_ms, late)"
@@ -104,6 +108,9 @@ async def main() -> None:
         async def record_key(_: int) -> None:
             await aio.execute(session, key, (uuid.uuid4().hex, "ops", uuid.uuid4()))
 
+        async def look_up_devices(i: int) -> None:
+            await aio.execute(session, devices, (rows[i % 20_000][0],))
+
         async def record_history(i: int) -> None:
             row = rows[i % 20_000]
             await aio.execute(session, history, (*row, due, uuid.uuid4(), due, due))
@@ -114,6 +121,7 @@ async def main() -> None:
             ("row read", read_row),
             ("claim + finalize LWTs (per pair)", claim_and_finalize),
             ("notifier key LWT (IF NOT EXISTS)", record_key),
+            ("notifier device lookup", look_up_devices),
             ("history write", record_history),
         ):
             await _measure(name, op, args.seconds, args.concurrency)
