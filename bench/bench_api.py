@@ -29,12 +29,12 @@ from pathlib import Path
 
 import grpc
 
+from bench.keyspaces import drop_keyspaces, fresh_keyspace
 from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
 from reminders_svc.api.auth import AuthSettings, mint_token
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage import aio
-from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
 from reminders_svc.storage.parts import bucket_minute, part_of
 from reminders_svc.storage.session import connect
 
@@ -254,11 +254,7 @@ async def main() -> None:
     parser.add_argument("--port", type=int, default=50151)
     args = parser.parse_args()
 
-    settings = dataclasses.replace(
-        CassandraSettings.from_env(), keyspace=f"bench_{uuid.uuid4().hex[:8]}"
-    )
-    with connect(settings, keyspace="") as connection:
-        migrate(connection.session, settings, load_migrations(default_cql_dir()))
+    settings = fresh_keyspace("bench")
     server = _start_server(settings, args.port)
     target = f"127.0.0.1:{args.port}"
     try:
@@ -281,7 +277,7 @@ async def main() -> None:
         server.terminate()
         server.wait(30)
         with connect(settings, keyspace="") as connection:
-            connection.session.execute(f"DROP KEYSPACE IF EXISTS {settings.keyspace}", timeout=120)
+            drop_keyspaces(connection.session, settings.keyspace)
 
 
 if __name__ == "__main__":

@@ -12,23 +12,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import os
 import signal
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
 
 from bench.bench_api import DEV, Run, _drive, _metadata, _start_server
-from bench.bench_dispatch import _bounded, _spawn
+from bench.bench_dispatch import _bounded, _spawn, store_new
+from bench.keyspaces import drop_keyspaces, fresh_keyspace
 from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
-from reminders_svc.config import CassandraSettings, Retention
+from reminders_svc.config import Retention
 from reminders_svc.domain.reminder import new_reminder
 from reminders_svc.schedule import one_off_instant
-from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
 from reminders_svc.storage.parts import floor_minute
 from reminders_svc.storage.reminders_store import ReminderStore
 from reminders_svc.storage.session import connect
@@ -49,7 +47,7 @@ async def seed_missed(store: ReminderStore, count: int, prefix: str) -> list[tup
         reminder = new_reminder(
             user, f"r{i}", one_off_instant(due, "UTC"), due, due - timedelta(minutes=1)
         )
-        assert await store.create(reminder, await store.active_count(user), 10**6)
+        await store_new(store, reminder)
         made.append((user, str(reminder.reminder_id)))
 
     await _bounded(64, list(range(count)), create)
@@ -76,10 +74,8 @@ async def main() -> None:
     parser.add_argument("--reminders", type=int, default=6000)
     parser.add_argument("--seconds", type=float, default=15)
     args = parser.parse_args()
-    suffix = uuid.uuid4().hex[:8]
-    settings = dataclasses.replace(CassandraSettings.from_env(), keyspace=f"benchc_{suffix}")
-    with connect(settings, keyspace="") as connection:
-        migrate(connection.session, settings, load_migrations(default_cql_dir()))
+    settings = fresh_keyspace("benchc")
+    suffix = settings.keyspace.removeprefix("benchc_")
     with connect(settings) as connection:
         session = connection.session
         session.execute(
@@ -136,8 +132,7 @@ async def main() -> None:
         print(busy.line())
         print(f"rings handed off by the end of the busy window: {done} of {args.reminders}")
         print(f"ratio p99 catch-up / idle: {busy.pct(0.99) / idle.pct(0.99):.2f} (target <= 2)")
-        session.execute(f"DROP KEYSPACE IF EXISTS {settings.keyspace}", timeout=120)
-        session.execute(f"DROP KEYSPACE IF EXISTS benchcn_{suffix}", timeout=120)
+        drop_keyspaces(session, settings.keyspace, f"benchcn_{suffix}")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from typing import TypeVar
 
 import grpc
 
+from bench.keyspaces import drop_keyspaces, fresh_keyspace
 from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
 from notifier.domain.model import Notification, Priority
@@ -47,11 +48,10 @@ from notifier.storage.schema import migrate_notifier
 from reminders_svc.config import CassandraSettings, Retention
 from reminders_svc.domain import dispatch
 from reminders_svc.domain.delivery import Answer, Delivery
-from reminders_svc.domain.reminder import new_reminder
+from reminders_svc.domain.reminder import Reminder, new_reminder
 from reminders_svc.schedule import one_off_instant
 from reminders_svc.storage import aio
 from reminders_svc.storage.history import DeliveryHistory
-from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
 from reminders_svc.storage.reminders_store import ReminderStore, StoredReminder
 from reminders_svc.storage.session import connect
 
@@ -71,6 +71,15 @@ async def _bounded(
     await asyncio.gather(*(one(job) for job in jobs))
 
 
+async def store_new(store: ReminderStore, reminder: Reminder) -> None:
+    """Create the row as the API does; another seeding task of the same user may move the
+    user's count between the read and the LWT, so read it again and retry."""
+    for _ in range(50):
+        if await store.create(reminder, await store.active_count(reminder.user_id), 10**6):
+            return
+    raise RuntimeError(f"seeding {reminder.user_id}: the count kept moving")
+
+
 async def seed(store: ReminderStore, minute: datetime, count: int, prefix: str) -> None:
     now = datetime.now(UTC)
 
@@ -78,8 +87,7 @@ async def seed(store: ReminderStore, minute: datetime, count: int, prefix: str) 
         # All in the minute's first second: the drain then measures throughput alone.
         due = minute + timedelta(microseconds=(i * 1_000_000) // count)
         user = f"{prefix}-{i % (count // 10 or 1)}"
-        reminder = new_reminder(user, f"r{i}", one_off_instant(due, "UTC"), due, now)
-        assert await store.create(reminder, await store.active_count(user), 10**6)
+        await store_new(store, new_reminder(user, f"r{i}", one_off_instant(due, "UTC"), due, now))
 
     await _bounded(64, list(range(count)), create)
 
@@ -98,26 +106,24 @@ CEILING_CQL = (
 )
 
 
-async def ceiling(settings: CassandraSettings, count: int, seconds: float) -> float:
+async def ceiling(settings: CassandraSettings, seconds: float) -> float:
     """LWT/s of a bare loop doing a claim and a finalize per ring, as the dispatcher does.
 
-    Each of `count` rows is rung over and over for `seconds`: the finalize re-arms it
-    (status back to pending), as a repeat's finalize does.
+    64 users with 10 rows each are rung over and over for `seconds`, one ring in flight
+    per user (one user's LWTs never overlap, as in the dispatcher); the finalize re-arms
+    the row (status back to pending), as a repeat's finalize does.
     """
     with connect(settings) as connection:
         session = connection.session
         insert, claim, finalize = (session.prepare(cql) for cql in CEILING_CQL)
         due = datetime(2026, 1, 1, tzinfo=UTC)
         run = uuid.uuid4().hex[:6]
-        rows = [(f"ceiling-{run}-{i % (count // 10 or 1)}", uuid.uuid4()) for i in range(count)]
+        by_user = [[(f"ceiling-{run}-{u}", uuid.uuid4()) for _ in range(10)] for u in range(64)]
+        rows = [row for user_rows in by_user for row in user_rows]
         await _bounded(64, rows, lambda r: aio.execute(session, insert, (due, *r)))
         done = 0
         started = time.monotonic()
         deadline = started + seconds
-
-        # 64 rings in flight, each on its own user's rows (one user's LWTs never overlap,
-        # as in the dispatcher).
-        by_user = [rows[i :: count // 10 or 1] for i in range(min(64, count // 10 or 1))]
 
         async def ring_user(user_rows: list[tuple[str, uuid.UUID]]) -> None:
             while time.monotonic() < deadline:
@@ -220,12 +226,10 @@ async def main() -> None:
     parser.add_argument("--floor-rings", type=int, default=8000)
     args = parser.parse_args()
 
-    suffix = uuid.uuid4().hex[:8]
-    settings = dataclasses.replace(CassandraSettings.from_env(), keyspace=f"benchd_{suffix}")
-    with connect(settings, keyspace="") as connection:
-        migrate(connection.session, settings, load_migrations(default_cql_dir()))
-    await ceiling(settings, 4000, args.ceiling_seconds)  # warm-up, not reported
-    ceilings = [await ceiling(settings, 4000, args.ceiling_seconds)]
+    settings = fresh_keyspace("benchd")
+    suffix = settings.keyspace.removeprefix("benchd_")
+    await ceiling(settings, args.ceiling_seconds)  # warm-up, not reported
+    ceilings = [await ceiling(settings, args.ceiling_seconds)]
     floor = await storage_floor(settings, f"benchf_{suffix}", args.floor_rings)
 
     with connect(settings) as connection:
@@ -296,7 +300,7 @@ async def main() -> None:
                 process.send_signal(signal.SIGTERM)
             for process in processes:
                 process.wait(60)
-        ceilings.append(await ceiling(settings, 4000, args.ceiling_seconds))
+        ceilings.append(await ceiling(settings, args.ceiling_seconds))
         lwt_per_s = max(ceilings)
 
         lateness = sorted(
@@ -336,9 +340,9 @@ async def main() -> None:
             f"storage floor: {floor:.0f} rings/s (read, claim, key, devices, history, finalize "
             f"from one process); ratio rings/s / floor = {rings_per_s / floor:.2f}"
         )
-        connection.session.execute(f"DROP KEYSPACE IF EXISTS {settings.keyspace}", timeout=120)
-        for keyspace in (f"benchn_{suffix}", f"benchf_{suffix}"):
-            connection.session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
+        drop_keyspaces(
+            connection.session, settings.keyspace, f"benchn_{suffix}", f"benchf_{suffix}"
+        )
 
 
 if __name__ == "__main__":

@@ -16,17 +16,15 @@ import asyncio
 import dataclasses
 import os
 import subprocess
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from bench.bench_api import process_cpu_s
+from bench.bench_api import _drive, process_cpu_s
 from bench.bench_dispatch import CEILING_CQL
+from bench.keyspaces import drop_keyspaces, fresh_keyspace
 from notifier.storage.schema import migrate_notifier
-from reminders_svc.config import CassandraSettings
 from reminders_svc.storage import aio
-from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
 from reminders_svc.storage.session import connect
 
 
@@ -35,25 +33,16 @@ def _cassandra_pid() -> int:
 
 
 async def _measure(
-    name: str, op: Callable[[int], Awaitable[object]], seconds: float, concurrency: int
+    name: str, op: Callable[[int], Awaitable[None]], seconds: float, concurrency: int
 ) -> None:
     node = _cassandra_pid()
-    done = 0
-    deadline = time.monotonic() + seconds
-
-    async def worker() -> None:
-        nonlocal done
-        while time.monotonic() < deadline:
-            await op(done)
-            done += 1
-
-    node_cpu, own_cpu, started = process_cpu_s(node), process_cpu_s(os.getpid()), time.monotonic()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.monotonic() - started
+    node_cpu, own_cpu = process_cpu_s(node), process_cpu_s(os.getpid())
+    run = await _drive(name, op, seconds, concurrency)
+    done = len(run.latencies)
     node_ms = 1000 * (process_cpu_s(node) - node_cpu) / done
     own_ms = 1000 * (process_cpu_s(os.getpid()) - own_cpu) / done
     print(
-        f"{name:<34} {done / elapsed:7.0f}/s  Cassandra {node_ms:5.3f} ms  client {own_ms:5.3f} ms"
+        f"{name:<34} {run.rate:7.0f}/s  Cassandra {node_ms:5.3f} ms  client {own_ms:5.3f} ms"
         " CPU per statement",
         flush=True,
     )
@@ -65,12 +54,8 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     args = parser.parse_args()
 
-    settings = dataclasses.replace(
-        CassandraSettings.from_env(), keyspace=f"bencho_{uuid.uuid4().hex[:8]}"
-    )
+    settings = fresh_keyspace("bencho")
     keys_keyspace = f"{settings.keyspace}n"
-    with connect(settings, keyspace="") as connection:
-        migrate(connection.session, settings, load_migrations(default_cql_dir()))
     migrate_notifier(dataclasses.replace(settings, keyspace=keys_keyspace))
     with connect(settings) as connection:
         session = connection.session
@@ -125,8 +110,7 @@ async def main() -> None:
             ("history write", record_history),
         ):
             await _measure(name, op, args.seconds, args.concurrency)
-        for keyspace in (settings.keyspace, keys_keyspace):
-            session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
+        drop_keyspaces(session, settings.keyspace, keys_keyspace)
 
 
 if __name__ == "__main__":
