@@ -4,8 +4,11 @@
 
 Both sides run in this same run, on this machine, against the same local node, with the
 same concurrency; the report gives each rate, p50/p99 latencies and the ratio
-(target: API rate >= 0.7 x bare rate). Then one user is filled with --big-user
-reminders and List (page of 50 and of 500) and Create p99 are measured for that user.
+(target: API rate >= 0.7 x bare rate). Both are warmed first, then run in alternating
+rounds (bare, API, bare, API, ...) so that the node warming up or the shared machine
+slowing down does not favour whichever side ran second; the ratio pools the rounds.
+Then one user is filled with --big-user reminders and List (page of 50 and of 500) and
+Create p99 are measured for that user.
 
 The API server runs as its own process (`reminders serve-api`), as in production.
 A third line, the gRPC floor, runs PreviewSchedule (auth, parsing, no storage) through the
@@ -29,6 +32,7 @@ from pathlib import Path
 
 import grpc
 
+from bench.cpu import CpuMeter, cassandra_pid
 from bench.keyspaces import drop_keyspaces, fresh_keyspace
 from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
@@ -39,6 +43,9 @@ from reminders_svc.storage.parts import bucket_minute, part_of
 from reminders_svc.storage.session import connect
 
 DEV = {"REMINDERS_ENV": "dev"}
+# Creates spread over this many users, the same on both sides: a user's partition grows
+# as it gets reminders, and its LWTs read what is there.
+USERS = 512
 
 
 @dataclasses.dataclass
@@ -46,7 +53,17 @@ class Run:
     name: str
     latencies: list[float]
     seconds: float
-    cpu_s: float = 0.0  # CPU of the process doing the work (the server, or the bare loop)
+    # CPU seconds by process role ("server", "client", "Cassandra"), when measured.
+    cpu_s: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def __add__(self, other: Run) -> Run:
+        roles = dict.fromkeys([*self.cpu_s, *other.cpu_s])  # ordered, unlike a set
+        return Run(
+            self.name,
+            self.latencies + other.latencies,
+            self.seconds + other.seconds,
+            {role: self.cpu_s.get(role, 0) + other.cpu_s.get(role, 0) for role in roles},
+        )
 
     @property
     def rate(self) -> float:
@@ -57,17 +74,14 @@ class Run:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
     def line(self) -> str:
-        cpu = f"  {1000 * self.cpu_s / len(self.latencies):5.2f} ms CPU/op" if self.cpu_s else ""
+        ops = len(self.latencies)
+        cpu = ", ".join(f"{role} {1000 * s / ops:.2f}" for role, s in self.cpu_s.items())
+        cores = sum(self.cpu_s.values()) / self.seconds
+        cpu = f"  ms CPU/op: {cpu} ({cores:.2f} cores busy)" if cpu else ""
         return (
             f"{self.name:<28} {len(self.latencies):>7} ops {self.rate:>8.1f}/s "
             f"p50 {self.pct(0.5):7.2f} ms  p99 {self.pct(0.99):7.2f} ms{cpu}"
         )
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _drive(
@@ -120,26 +134,25 @@ async def bare_creates(settings: CassandraSettings, seconds: float, concurrency:
     run_id = uuid.uuid4().hex[:6]
 
     async def create(i: int) -> None:
-        user, rid, now = f"bare-{run_id}-{i}", uuid.uuid4(), datetime.now(UTC)
+        user, rid, now = f"bare-{run_id}-{i % USERS}", uuid.uuid4(), datetime.now(UTC)
         due = now + timedelta(hours=20)
-        await aio.execute(session, record, (user, "r", hashlib.sha256(b"x").digest(), rid, now))
+        request = (user, uuid.uuid4().hex, hashlib.sha256(b"x").digest(), rid, now)
+        await aio.execute(session, record, request)
         await aio.execute(
             session,
             entry,
             (bucket_minute(due, now), part_of(user, 64), rid, user, due, 7 * 86400 + 72000),
         )
-        current = (await aio.execute(session, count, (user,))).one()
-        await aio.execute(
-            session,
-            row,
-            (
-                1,
+        applied = False
+        while not applied:  # as the API does when another create moved the count
+            current = (await aio.execute(session, count, (user,))).one()
+            active = current.active_count if current else None
+            columns = ("text", "Europe/Paris", "2026-11-30T08:00:00", "FREQ=DAILY;BYHOUR=8")
+            params = (
+                (active or 0) + 1,
                 user,
-                current.active_count if current else None,
-                "text",
-                "Europe/Paris",
-                "2026-11-30T08:00:00",
-                "FREQ=DAILY;BYHOUR=8;BYMINUTE=0",
+                active,
+                *columns,
                 due,
                 due,
                 uuid.uuid4(),
@@ -147,13 +160,14 @@ async def bare_creates(settings: CassandraSettings, seconds: float, concurrency:
                 now,
                 user,
                 rid,
-            ),
-        )
+            )
+            applied = (await aio.execute(session, row, params)).one().applied
 
     try:
-        before = process_cpu_s(os.getpid())
+        meter = CpuMeter({"client": os.getpid(), "Cassandra": cassandra_pid()})
+        meter.start()
         run = await _drive("bare driver creates", create, seconds, concurrency)
-        run.cpu_s = process_cpu_s(os.getpid()) - before
+        run.cpu_s = meter.stop()
         return run
     finally:
         connection.close()
@@ -171,7 +185,7 @@ async def api_creates(target: str, seconds: float, concurrency: int) -> Run:
         tokens: dict[str, tuple[tuple[str, str], ...]] = {}
 
         async def create(i: int) -> None:
-            user = f"api-{run_id}-{i % 512}"
+            user = f"api-{run_id}-{i % USERS}"
             md = tokens.get(user) or tokens.setdefault(user, _metadata(user))
             await stub.CreateReminder(
                 pb.CreateReminderRequest(
@@ -227,6 +241,15 @@ async def big_user(target: str, reminders: int, concurrency: int) -> list[Run]:
         return runs
 
 
+async def _measured(server_pid: int, calls: Awaitable[Run]) -> Run:
+    """Run `calls` through the server, charging the server's, this client's and the node's CPU."""
+    meter = CpuMeter({"server": server_pid, "client": os.getpid(), "Cassandra": cassandra_pid()})
+    meter.start()
+    run = await calls
+    run.cpu_s = meter.stop()
+    return run
+
+
 def _start_server(settings: CassandraSettings, port: int) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
@@ -248,8 +271,9 @@ def _start_server(settings: CassandraSettings, port: int) -> subprocess.Popen[by
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--seconds", type=float, default=20, help="per side, over all rounds")
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=2, help="alternating bare/API rounds")
     parser.add_argument("--big-user", type=int, default=5000)
     parser.add_argument("--port", type=int, default=50151)
     args = parser.parse_args()
@@ -257,15 +281,26 @@ async def main() -> None:
     settings = fresh_keyspace("bench")
     server = _start_server(settings, args.port)
     target = f"127.0.0.1:{args.port}"
+    round_s = args.seconds / args.rounds
     try:
-        await api_creates(target, 3, args.concurrency)  # warm-up, not reported
-        bare = await bare_creates(settings, args.seconds, args.concurrency)
-        before = process_cpu_s(server.pid)
-        api = await api_creates(target, args.seconds, args.concurrency)
-        api.cpu_s = process_cpu_s(server.pid) - before
-        before = process_cpu_s(server.pid)
-        floor = await api_previews(target, args.seconds / 2, args.concurrency)
-        floor.cpu_s = process_cpu_s(server.pid) - before
+        await bare_creates(settings, 3, args.concurrency)  # warm-ups, not reported
+        await api_creates(target, 3, args.concurrency)
+        bare_rounds: list[Run] = []
+        api_rounds: list[Run] = []
+        for _ in range(args.rounds):
+            bare_rounds.append(await bare_creates(settings, round_s, args.concurrency))
+            api_rounds.append(
+                await _measured(server.pid, api_creates(target, round_s, args.concurrency))
+            )
+        floor = await _measured(
+            server.pid, api_previews(target, args.seconds / 2, args.concurrency)
+        )
+        for i, (bare, api) in enumerate(zip(bare_rounds, api_rounds, strict=True), 1):
+            print(
+                f"round {i}: bare {bare.rate:.1f}/s, API {api.rate:.1f}/s, "
+                f"ratio {api.rate / bare.rate:.2f}"
+            )
+        bare, api = sum(bare_rounds[1:], bare_rounds[0]), sum(api_rounds[1:], api_rounds[0])
         print(bare.line())
         print(api.line())
         print(floor.line())

@@ -15,32 +15,28 @@ import argparse
 import asyncio
 import dataclasses
 import os
-import subprocess
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from bench.bench_api import _drive, process_cpu_s
+from bench.bench_api import _drive
 from bench.bench_dispatch import CEILING_CQL
+from bench.cpu import CpuMeter, cassandra_pid
 from bench.keyspaces import drop_keyspaces, fresh_keyspace
 from notifier.storage.schema import migrate_notifier
 from reminders_svc.storage import aio
 from reminders_svc.storage.session import connect
 
 
-def _cassandra_pid() -> int:
-    return int(subprocess.check_output(["pgrep", "-f", "CassandraDaemon"]).split()[0])
-
-
 async def _measure(
     name: str, op: Callable[[int], Awaitable[None]], seconds: float, concurrency: int
 ) -> None:
-    node = _cassandra_pid()
-    node_cpu, own_cpu = process_cpu_s(node), process_cpu_s(os.getpid())
+    meter = CpuMeter({"node": cassandra_pid(), "client": os.getpid()})
+    meter.start()
     run = await _drive(name, op, seconds, concurrency)
+    cpu = meter.stop()
     done = len(run.latencies)
-    node_ms = 1000 * (process_cpu_s(node) - node_cpu) / done
-    own_ms = 1000 * (process_cpu_s(os.getpid()) - own_cpu) / done
+    node_ms, own_ms = 1000 * cpu["node"] / done, 1000 * cpu["client"] / done
     print(
         f"{name:<34} {run.rate:7.0f}/s  Cassandra {node_ms:5.3f} ms  client {own_ms:5.3f} ms"
         " CPU per statement",
