@@ -39,6 +39,7 @@ from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
 from reminders_svc.api.auth import AuthSettings, mint_token
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage import aio
+from reminders_svc.storage.loop_reactor import connect_on_loop
 from reminders_svc.storage.parts import bucket_minute, part_of
 from reminders_svc.storage.session import connect
 
@@ -107,29 +108,34 @@ async def _drive(
     return Run(name, latencies, time.monotonic() - began)
 
 
+BARE_CREATE_CQL = (
+    "INSERT INTO create_requests (user_id, request_id, payload_hash, reminder_id, created_at)"
+    " VALUES (?, ?, ?, ?, ?) IF NOT EXISTS USING TTL 604800",
+    "INSERT INTO due_buckets (minute, part, written_at, reminder_id, user_id, due)"
+    " VALUES (?, ?, now(), ?, ?, ?) USING TTL ?",
+    "SELECT active_count FROM reminders WHERE user_id = ? LIMIT 1",
+    "BEGIN BATCH UPDATE reminders SET active_count = ? WHERE user_id = ? IF active_count = ?;"
+    " UPDATE reminders SET body = ?, schedule_kind = 'repeat', zone = ?, local_start = ?,"
+    " rrule = ?, status = 'pending', occurrence = ?, due = ?, version = 1, op_id = ?,"
+    " created_at = ?, updated_at = ? WHERE user_id = ? AND reminder_id = ? IF status = null;"
+    " APPLY BATCH",
+)
+
+
 def _schedule() -> pb.Schedule:
     return pb.Schedule(time_zone="Europe/Paris", repeat=pb.Repeat(expression="every day 08:00"))
 
 
 async def bare_creates(settings: CassandraSettings, seconds: float, concurrency: int) -> Run:
-    """The same writes a create makes, straight from the driver: record, entry, row+count."""
-    connection = connect(settings)
+    """The same writes a create makes, straight from the driver: record, entry, row+count.
+
+    With the driver set up as the API server sets it up (I/O on the event loop).
+    """
+    connection = await connect_on_loop(settings)
     session = connection.session
-    record = session.prepare(
-        "INSERT INTO create_requests (user_id, request_id, payload_hash, reminder_id, created_at)"
-        " VALUES (?, ?, ?, ?, ?) IF NOT EXISTS USING TTL 604800"
-    )
-    entry = session.prepare(
-        "INSERT INTO due_buckets (minute, part, written_at, reminder_id, user_id, due)"
-        " VALUES (?, ?, now(), ?, ?, ?) USING TTL ?"
-    )
-    count = session.prepare("SELECT active_count FROM reminders WHERE user_id = ? LIMIT 1")
-    row = session.prepare(
-        "BEGIN BATCH UPDATE reminders SET active_count = ? WHERE user_id = ? IF active_count = ?;"
-        " UPDATE reminders SET body = ?, schedule_kind = 'repeat', zone = ?, local_start = ?,"
-        " rrule = ?, status = 'pending', occurrence = ?, due = ?, version = 1, op_id = ?,"
-        " created_at = ?, updated_at = ? WHERE user_id = ? AND reminder_id = ? IF status = null;"
-        " APPLY BATCH"
+    # Prepared off the loop: `prepare` blocks, and the driver's I/O runs on the loop.
+    record, entry, count, row = await asyncio.to_thread(
+        lambda: [session.prepare(cql) for cql in BARE_CREATE_CQL]
     )
     run_id = uuid.uuid4().hex[:6]
 
@@ -170,7 +176,7 @@ async def bare_creates(settings: CassandraSettings, seconds: float, concurrency:
         run.cpu_s = meter.stop()
         return run
     finally:
-        connection.close()
+        await asyncio.to_thread(connection.close)
 
 
 def _metadata(user: str) -> tuple[tuple[str, str], ...]:

@@ -52,6 +52,7 @@ from reminders_svc.domain.reminder import Reminder, new_reminder
 from reminders_svc.schedule import one_off_instant
 from reminders_svc.storage import aio
 from reminders_svc.storage.history import DeliveryHistory
+from reminders_svc.storage.loop_reactor import connected_on_loop
 from reminders_svc.storage.reminders_store import ReminderStore, StoredReminder
 from reminders_svc.storage.session import connect
 
@@ -113,9 +114,11 @@ async def ceiling(settings: CassandraSettings, seconds: float) -> float:
     per user (one user's LWTs never overlap, as in the dispatcher); the finalize re-arms
     the row (status back to pending), as a repeat's finalize does.
     """
-    with connect(settings) as connection:
+    async with connected_on_loop(settings) as connection:  # the driver set up as the fleet's
         session = connection.session
-        insert, claim, finalize = (session.prepare(cql) for cql in CEILING_CQL)
+        insert, claim, finalize = await asyncio.to_thread(
+            lambda: [session.prepare(cql) for cql in CEILING_CQL]
+        )
         due = datetime(2026, 1, 1, tzinfo=UTC)
         run = uuid.uuid4().hex[:6]
         by_user = [[(f"ceiling-{run}-{u}", uuid.uuid4()) for _ in range(10)] for u in range(64)]
@@ -147,12 +150,16 @@ async def ceiling(settings: CassandraSettings, seconds: float) -> float:
 async def storage_floor(settings: CassandraSettings, notifier_keyspace: str, count: int) -> float:
     """Rings/s of the storage work alone: read, claim, key, devices, history, finalize."""
     migrate_notifier(dataclasses.replace(settings, keyspace=notifier_keyspace))
-    with connect(settings) as connection:
+    async with connected_on_loop(settings) as connection:  # the driver set up as the fleet's
         session = connection.session
-        store = ReminderStore(session, Retention())
-        history = DeliveryHistory(session)
-        keys = KeyStore(session, notifier_keyspace, timedelta(days=2))
-        devices = DeviceStore(session, notifier_keyspace)
+        store, history, keys, devices = await asyncio.to_thread(
+            lambda: (
+                ReminderStore(session, Retention()),
+                DeliveryHistory(session),
+                KeyStore(session, notifier_keyspace, timedelta(days=2)),
+                DeviceStore(session, notifier_keyspace),
+            )
+        )
         # An hour back: out of the dispatchers' initial look-back, so they never see these.
         due = (datetime.now(UTC) - timedelta(hours=1)).replace(second=0, microsecond=0)
         prefix = f"floor-{uuid.uuid4().hex[:6]}"

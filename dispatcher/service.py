@@ -36,9 +36,10 @@ from dispatcher.ringer import HandoffBatcher, Ringer
 from dispatcher.settings import DispatcherSettings
 from reminders_svc.config import CassandraSettings, Retention
 from reminders_svc.storage.history import DeliveryHistory
+from reminders_svc.storage.loop_reactor import connect_on_loop
 from reminders_svc.storage.parts import PartCounts, floor_minute
 from reminders_svc.storage.reminders_store import ReminderStore
-from reminders_svc.storage.session import CassandraConnection, connect
+from reminders_svc.storage.session import CassandraConnection
 
 log = logging.getLogger(__name__)
 
@@ -59,18 +60,23 @@ class Dispatcher:
     async def run(self) -> None:
         """Until `stop()` (or SIGTERM via `serve`), then drain and release."""
         await self._start_health()
-        self._connection = await asyncio.to_thread(connect, self._cassandra)
+        self._connection = await connect_on_loop(self._cassandra)
         session = self._connection.session
         self.clock = DbClock(session, self.settings.max_clock_offset)
-        store = ReminderStore(session, Retention())
-        self._leases = PartLeases(session, self.settings.dispatcher_id, self.settings.lease)
+        # Built in a worker thread: they prepare statements, a blocking driver call, and
+        # the driver's I/O runs on this loop (storage.loop_reactor).
+        store, history, self._leases, self._reader = await asyncio.to_thread(
+            lambda: (
+                ReminderStore(session, Retention()),
+                DeliveryHistory(session),
+                PartLeases(session, self.settings.dispatcher_id, self.settings.lease),
+                BucketReader(session),
+            )
+        )
         self._parts = PartCounts(session)
         self._notifier = NotifierClient(self.settings.notifier_target)
         batcher = HandoffBatcher(self._notifier, self.settings.batch_size)
-        self._ringer = Ringer(
-            store, DeliveryHistory(session), batcher, self.clock, self.settings, self.metrics
-        )
-        self._reader = BucketReader(session)
+        self._ringer = Ringer(store, history, batcher, self.clock, self.settings, self.metrics)
         self._catch_up = RateLimiter(self.settings.catch_up_minutes_per_s)
         await self.clock.measure()
         try:

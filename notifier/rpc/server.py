@@ -24,7 +24,8 @@ from notifier.rpc.servicer import NotificationServicer
 from notifier.settings import NotifierSettings
 from notifier.storage.devices import DeviceStore
 from notifier.storage.keys import KeyStore
-from reminders_svc.storage.session import CassandraConnection, connect
+from reminders_svc.storage.loop_reactor import connect_on_loop
+from reminders_svc.storage.session import CassandraConnection
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +61,10 @@ class NotifierServer:
 
     async def start(self) -> None:
         settings = self._settings
-        self._connection = connection = await asyncio.to_thread(connect, settings.cassandra)
+        self._connection = connection = await connect_on_loop(settings.cassandra)
         session, keyspace = connection.session, settings.cassandra.keyspace
-        # Statements are prepared here, once, off the event loop.
+        # Statements are prepared here, once, off the event loop: `prepare` blocks, and
+        # the driver's I/O runs on this loop (storage.loop_reactor).
         keys = await asyncio.to_thread(KeyStore, session, keyspace, settings.key_ttl)
         devices = await asyncio.to_thread(DeviceStore, session, keyspace)
 

@@ -29,7 +29,8 @@ from genproto.reminders.v1 import reminders_pb2, reminders_pb2_grpc
 from reminders_svc.api.auth import Authenticator
 from reminders_svc.api.settings import ApiSettings, ServerTls
 from reminders_svc.config import CassandraSettings
-from reminders_svc.storage.session import CassandraConnection, StorageUnavailable, connect
+from reminders_svc.storage.loop_reactor import connect_on_loop
+from reminders_svc.storage.session import CassandraConnection, StorageUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +309,11 @@ class ApiServer:
         connection = await self._connect(interval)
         self._connection = connection
         try:
-            servicers = self._servicer_factory(connection, self._authenticator, self._settings)
+            # In a worker thread: building them prepares statements, a blocking driver
+            # call, and the driver's I/O runs on this loop (storage.loop_reactor).
+            servicers = await asyncio.to_thread(
+                self._servicer_factory, connection, self._authenticator, self._settings
+            )
         except Exception:
             # Without servicers the process can never serve: say why, loudly.
             log.exception("building the servicers failed; staying NOT_SERVING")
@@ -321,7 +326,7 @@ class ApiServer:
     async def _connect(self, retry_interval: float) -> CassandraConnection:
         while True:
             try:
-                return await asyncio.to_thread(connect, self._cassandra)
+                return await connect_on_loop(self._cassandra)
             except StorageUnavailable as error:
                 log.warning("%s; retrying in %.0f s", error, retry_interval)
                 await asyncio.sleep(retry_interval)

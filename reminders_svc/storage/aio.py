@@ -1,12 +1,14 @@
 """Await cassandra-driver's futures on the asyncio loop, and settle LWTs of unknown outcome.
 
-The driver runs its I/O on its own thread; results are handed to the loop with
-`call_soon_threadsafe`, so coroutines never block on the driver.
+Coroutines never block on the driver. A result that arrives on another thread (the
+driver's reactor thread) is handed to the loop with `call_soon_threadsafe`; one that
+arrives on the loop's own thread (`loop_reactor.LoopConnection`) is delivered at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,10 +35,21 @@ async def execute(
         if not done.done():
             done.set_exception(error)
 
-    response.add_callbacks(
-        lambda rows: loop.call_soon_threadsafe(deliver, rows),
-        lambda error: loop.call_soon_threadsafe(fail, error),
-    )
+    loop_thread = threading.get_ident()
+
+    def on_rows(rows: Any) -> None:
+        if threading.get_ident() == loop_thread:
+            deliver(rows)
+        else:
+            loop.call_soon_threadsafe(deliver, rows)
+
+    def on_error(error: BaseException) -> None:
+        if threading.get_ident() == loop_thread:
+            fail(error)
+        else:
+            loop.call_soon_threadsafe(fail, error)
+
+    response.add_callbacks(on_rows, on_error)
     return await done
 
 

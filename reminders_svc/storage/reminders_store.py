@@ -13,6 +13,7 @@ Rules (DESIGN.md invariants 2 and 4):
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -221,7 +222,7 @@ class ReminderStore:
                 if column == "op_id" or new_values[column] != old_values[column]
             )
         )
-        update = self._update_of(columns)
+        update = await self._update_of(columns)
         update_params = (
             ttl,
             *(new_values[column] for column in columns),
@@ -241,15 +242,20 @@ class ReminderStore:
         batch.add(update, update_params)
         return await self._lwt(batch, after)
 
-    def _update_of(self, columns: tuple[str, ...]) -> PreparedStatement:
-        """The compare-and-set writing these columns, prepared once per column set (a few)."""
+    async def _update_of(self, columns: tuple[str, ...]) -> PreparedStatement:
+        """The compare-and-set writing these columns, prepared once per column set (a few).
+
+        Prepared in a worker thread: `prepare` blocks, and must not block the event loop
+        (with `loop_reactor` the driver's I/O runs on it).
+        """
         statement = self._updates.get(columns)
         if statement is None:
             assignments = ", ".join(f"{column} = ?" for column in columns)
-            statement = self._session.prepare(
+            statement = await asyncio.to_thread(
+                self._session.prepare,
                 f"UPDATE reminders USING TTL ? SET {assignments}"
                 " WHERE user_id = ? AND reminder_id = ?"
-                " IF version = ? AND status = ? AND claim_token = ? AND due = ?"
+                " IF version = ? AND status = ? AND claim_token = ? AND due = ?",
             )
             self._updates[columns] = statement
         return statement

@@ -20,6 +20,7 @@ from cassandra.cluster import (
     NoHostAvailable,
     Session,
 )
+from cassandra.connection import Connection
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import named_tuple_factory
 
@@ -78,9 +79,19 @@ def execution_profile(settings: CassandraSettings) -> ExecutionProfile:
     )
 
 
-def connect(settings: CassandraSettings, *, keyspace: str | None = None) -> CassandraConnection:
-    """Connect; `keyspace=None` uses the configured one, `keyspace=""` none (for migrations)."""
+def connect(
+    settings: CassandraSettings,
+    *,
+    keyspace: str | None = None,
+    connection_class: type[Connection] | None = None,
+) -> CassandraConnection:
+    """Connect; `keyspace=None` uses the configured one, `keyspace=""` none (for migrations).
+
+    `connection_class` picks the driver's reactor (default: libev, on its own thread).
+    """
     options: dict[str, Any] = {}
+    if connection_class is not None:
+        options["connection_class"] = connection_class
     if settings.username is not None:
         password = settings.password.value if settings.password else ""
         options["auth_provider"] = PlainTextAuthProvider(settings.username, password)

@@ -1,0 +1,231 @@
+"""A cassandra-driver connection whose socket I/O runs on one asyncio event loop.
+
+The driver's own reactors (libev, asyncore, its asyncio one) each run a second thread.
+In a grpc.aio server that thread and the event loop then take turns on the interpreter
+lock for every statement: a request is encoded on the loop, sent and answered on the
+reactor thread, and its result handed back with `call_soon_threadsafe` (a self-pipe
+write and a loop wake-up). `LoopConnection` instead reads and writes the driver's
+sockets from the loop the service already runs, so a statement's whole round trip stays
+on one thread.
+
+Rules:
+- Each cluster gets its own class from `LoopConnection.on(loop)` (the driver asks the
+  class, not a connection, for timers), so several loops in one process (tests) are fine.
+- Never call the driver's blocking API (`Session.execute`, `prepare`, `Cluster.connect`,
+  `shutdown`) on the loop's thread: it would wait for I/O that only that thread can do.
+  Call them through `asyncio.to_thread`; the driver's own threads (control connection,
+  pool refills, heartbeats) already run off the loop and are safe.
+- Everything else (`push`, timers, `close`) may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import ssl
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, ClassVar
+
+from cassandra.connection import Connection, ConnectionShutdown
+
+from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.session import CassandraConnection, connect
+
+_RETRY_LATER = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.EINPROGRESS})
+
+
+class LoopTimer:
+    """The driver's timer interface (`cancel`) over `loop.call_later`."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        on_loop_thread: bool,
+        timeout: float,
+        callback: Callable[[], Any],
+    ) -> None:
+        self._handle: asyncio.TimerHandle | None = None
+        self._canceled = False
+        if on_loop_thread:
+            self._handle = loop.call_later(timeout, callback)
+        else:
+            loop.call_soon_threadsafe(self._arm, loop, timeout, callback)
+
+    def _arm(
+        self, loop: asyncio.AbstractEventLoop, timeout: float, callback: Callable[[], Any]
+    ) -> None:
+        if not self._canceled:
+            self._handle = loop.call_later(timeout, callback)
+
+    def cancel(self) -> None:
+        # TimerHandle.cancel is not thread-safe, but only flags the handle: the loop skips
+        # it when it comes due. A cancel before `_arm` ran is caught by the flag.
+        self._canceled = True
+        if self._handle is not None:
+            self._handle.cancel()
+
+
+class LoopConnection(Connection):  # type: ignore[misc]  # the driver is untyped
+    _loop: ClassVar[asyncio.AbstractEventLoop | None] = None
+    _loop_thread: ClassVar[int | None] = None
+    is_closed: bool  # the driver's, declared for the type checker
+
+    @classmethod
+    def on(cls, loop: asyncio.AbstractEventLoop, thread_id: int) -> type[LoopConnection]:
+        """A connection class whose I/O runs on `loop`, which runs on thread `thread_id`."""
+        attributes = {"_loop": loop, "_loop_thread": thread_id}
+        return type(f"{cls.__name__}_{thread_id}", (cls,), attributes)
+
+    @classmethod
+    def on_loop_thread(cls) -> bool:
+        return threading.get_ident() == cls._loop_thread
+
+    @classmethod
+    def initialize_reactor(cls) -> None:
+        if cls._loop is None:
+            raise RuntimeError("connect with LoopConnection.on(loop, thread), not LoopConnection")
+
+    @classmethod
+    def create_timer(cls, timeout: float, callback: Callable[[], Any]) -> LoopTimer:
+        assert cls._loop is not None
+        return LoopTimer(cls._loop, cls.on_loop_thread(), timeout, callback)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        Connection.__init__(self, *args, **kwargs)
+        self._pending: deque[bytes] = deque()
+        self._pending_lock = threading.Lock()
+        self._flush_scheduled = False
+        self._watching_writes = False
+        self._connect_socket()
+        self._socket.setblocking(False)
+        self._on_loop(self._watch_reads)
+        self._send_options_message()
+
+    def _on_loop(self, callback: Callable[[], None]) -> None:
+        assert self._loop is not None
+        if self.on_loop_thread() or self._loop.is_closed():
+            callback()
+        else:
+            self._loop.call_soon_threadsafe(callback)
+
+    def _watch_reads(self) -> None:
+        assert self._loop is not None
+        if not self.is_closed:
+            self._loop.add_reader(self._socket.fileno(), self._read)
+
+    # -- writes: queued by any thread, sent by the loop, several requests per send ------
+
+    def push(self, data: bytes) -> None:
+        with self._pending_lock:
+            self._pending.append(data)
+            if self._flush_scheduled:
+                return
+            self._flush_scheduled = True
+        assert self._loop is not None
+        if self.on_loop_thread():
+            # Sent at the end of this loop pass, with whatever else is pushed meanwhile.
+            self._loop.call_soon(self._flush)
+        else:
+            self._loop.call_soon_threadsafe(self._flush)
+
+    def _flush(self) -> None:
+        with self._pending_lock:
+            self._flush_scheduled = False
+            if not self._pending:
+                return
+            data = b"".join(self._pending)
+            self._pending.clear()
+        try:
+            sent = self._socket.send(data)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            sent = 0
+        except OSError as error:
+            if error.errno not in _RETRY_LATER:
+                self.defunct(error)
+                return
+            sent = 0
+        if sent < len(data):
+            with self._pending_lock:
+                self._pending.appendleft(data[sent:])
+            self._watch_writes(True)
+        elif self._watching_writes:
+            self._watch_writes(False)
+
+    def _watch_writes(self, on: bool) -> None:
+        assert self._loop is not None
+        if on == self._watching_writes or self.is_closed:
+            return
+        self._watching_writes = on
+        if on:
+            self._loop.add_writer(self._socket.fileno(), self._flush)
+        else:
+            self._loop.remove_writer(self._socket.fileno())
+
+    # -- reads --------------------------------------------------------------------------
+
+    def _read(self) -> None:
+        try:
+            while True:
+                chunk = self._socket.recv(self.in_buffer_size)
+                self._iobuf.write(chunk)
+                if len(chunk) < self.in_buffer_size:
+                    break
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            if not self._iobuf.tell():
+                return
+        except OSError as error:
+            if error.errno not in _RETRY_LATER:
+                self.defunct(error)
+                return
+            if not self._iobuf.tell():
+                return  # woken with nothing to read
+        if self._iobuf.tell():
+            self.process_io_buffer()
+        else:
+            self.close()  # the node closed the connection
+
+    # -- shutdown -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self.lock:
+            if self.is_closed:
+                return
+            self.is_closed = True
+        self._on_loop(self._close_socket)
+        if not self.is_defunct:
+            self.error_all_requests(ConnectionShutdown(f"Connection to {self.endpoint} was closed"))
+            self.connected_event.set()
+
+    def _close_socket(self) -> None:
+        assert self._loop is not None
+        fd = self._socket.fileno()
+        if fd >= 0 and not self._loop.is_closed():
+            self._loop.remove_reader(fd)
+            if self._watching_writes:
+                self._loop.remove_writer(fd)
+        self._socket.close()
+
+
+async def connect_on_loop(
+    settings: CassandraSettings, *, keyspace: str | None = None
+) -> CassandraConnection:
+    """Connect (from a worker thread) with the driver's I/O on the running loop."""
+    connection_class = LoopConnection.on(asyncio.get_running_loop(), threading.get_ident())
+    return await asyncio.to_thread(
+        connect, settings, keyspace=keyspace, connection_class=connection_class
+    )
+
+
+@asynccontextmanager
+async def connected_on_loop(
+    settings: CassandraSettings, *, keyspace: str | None = None
+) -> AsyncIterator[CassandraConnection]:
+    """`connect_on_loop`, closed (from a worker thread) on the way out."""
+    connection = await connect_on_loop(settings, keyspace=keyspace)
+    try:
+        yield connection
+    finally:
+        await asyncio.to_thread(connection.close)
