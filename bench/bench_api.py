@@ -39,7 +39,7 @@ from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
 from reminders_svc.api.auth import AuthSettings, mint_token
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage import aio
-from reminders_svc.storage.loop_reactor import connect_on_loop
+from reminders_svc.storage.loop_reactor import connected_on_loop
 from reminders_svc.storage.parts import bucket_minute, part_of
 from reminders_svc.storage.session import connect
 
@@ -131,52 +131,49 @@ async def bare_creates(settings: CassandraSettings, seconds: float, concurrency:
 
     With the driver set up as the API server sets it up (I/O on the event loop).
     """
-    connection = await connect_on_loop(settings)
-    session = connection.session
-    # Prepared off the loop: `prepare` blocks, and the driver's I/O runs on the loop.
-    record, entry, count, row = await asyncio.to_thread(
-        lambda: [session.prepare(cql) for cql in BARE_CREATE_CQL]
-    )
-    run_id = uuid.uuid4().hex[:6]
-
-    async def create(i: int) -> None:
-        user, rid, now = f"bare-{run_id}-{i % USERS}", uuid.uuid4(), datetime.now(UTC)
-        due = now + timedelta(hours=20)
-        request = (user, uuid.uuid4().hex, hashlib.sha256(b"x").digest(), rid, now)
-        await aio.execute(session, record, request)
-        await aio.execute(
-            session,
-            entry,
-            (bucket_minute(due, now), part_of(user, 64), rid, user, due, 7 * 86400 + 72000),
+    async with connected_on_loop(settings) as connection:
+        session = connection.session
+        # Prepared off the loop: `prepare` blocks, and the driver's I/O runs on the loop.
+        record, entry, count, row = await asyncio.to_thread(
+            lambda: [session.prepare(cql) for cql in BARE_CREATE_CQL]
         )
-        applied = False
-        while not applied:  # as the API does when another create moved the count
-            current = (await aio.execute(session, count, (user,))).one()
-            active = current.active_count if current else None
-            columns = ("text", "Europe/Paris", "2026-11-30T08:00:00", "FREQ=DAILY;BYHOUR=8")
-            params = (
-                (active or 0) + 1,
-                user,
-                active,
-                *columns,
-                due,
-                due,
-                uuid.uuid4(),
-                now,
-                now,
-                user,
-                rid,
-            )
-            applied = (await aio.execute(session, row, params)).one().applied
+        run_id = uuid.uuid4().hex[:6]
 
-    try:
+        async def create(i: int) -> None:
+            user, rid, now = f"bare-{run_id}-{i % USERS}", uuid.uuid4(), datetime.now(UTC)
+            due = now + timedelta(hours=20)
+            request = (user, uuid.uuid4().hex, hashlib.sha256(b"x").digest(), rid, now)
+            await aio.execute(session, record, request)
+            await aio.execute(
+                session,
+                entry,
+                (bucket_minute(due, now), part_of(user, 64), rid, user, due, 7 * 86400 + 72000),
+            )
+            applied = False
+            while not applied:  # as the API does when another create moved the count
+                current = (await aio.execute(session, count, (user,))).one()
+                active = current.active_count if current else None
+                columns = ("text", "Europe/Paris", "2026-11-30T08:00:00", "FREQ=DAILY;BYHOUR=8")
+                params = (
+                    (active or 0) + 1,
+                    user,
+                    active,
+                    *columns,
+                    due,
+                    due,
+                    uuid.uuid4(),
+                    now,
+                    now,
+                    user,
+                    rid,
+                )
+                applied = (await aio.execute(session, row, params)).one().applied
+
         meter = CpuMeter({"client": os.getpid(), "Cassandra": cassandra_pid()})
         meter.start()
         run = await _drive("bare driver creates", create, seconds, concurrency)
         run.cpu_s = meter.stop()
         return run
-    finally:
-        await asyncio.to_thread(connection.close)
 
 
 def _metadata(user: str) -> tuple[tuple[str, str], ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cassandra import OperationTimedOut, WriteTimeout, WriteType
@@ -37,19 +37,13 @@ async def execute(
 
     loop_thread = threading.get_ident()
 
-    def on_rows(rows: Any) -> None:
+    def on_loop(value: Any, settle: Callable[[Any], None]) -> None:
         if threading.get_ident() == loop_thread:
-            deliver(rows)
+            settle(value)
         else:
-            loop.call_soon_threadsafe(deliver, rows)
+            loop.call_soon_threadsafe(settle, value)
 
-    def on_error(error: BaseException) -> None:
-        if threading.get_ident() == loop_thread:
-            fail(error)
-        else:
-            loop.call_soon_threadsafe(fail, error)
-
-    response.add_callbacks(on_rows, on_error)
+    response.add_callbacks(on_loop, on_loop, callback_args=(deliver,), errback_args=(fail,))
     return await done
 
 
