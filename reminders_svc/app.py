@@ -23,11 +23,12 @@ from reminders_svc.domain.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    QuotaExceeded,
     Unavailable,
     VersionConflict,
 )
 from reminders_svc.domain.reminder import Reminder, Status
-from reminders_svc.schedule import Schedule, validate_new
+from reminders_svc.schedule import OneOff, Schedule, ScheduleError, validate_new
 from reminders_svc.storage.reminders_store import CreateRecord, ReminderStore, StoredReminder
 
 Clock = Callable[[], datetime]
@@ -52,6 +53,12 @@ class Deleted:
     was_sending: bool
 
 
+def _reused(request_id: str) -> FailedPrecondition:
+    return FailedPrecondition(
+        "request_id was already used for a different reminder: use a new request_id"
+    )
+
+
 def validate_text(text: str, limits: Limits, field: str = "reminder.text") -> str:
     if not text.strip():
         raise InvalidArgument(field, "must not be empty")
@@ -60,9 +67,18 @@ def validate_text(text: str, limits: Limits, field: str = "reminder.text") -> st
     return text
 
 
+# A bucket entry lives until its due plus the bucket retention, and Cassandra refuses a
+# TTL over 20 years: ten years ahead is as far as a reminder may first ring.
+MAX_AHEAD = timedelta(days=3652)
+
+
 def first_ring(schedule: Schedule, now: datetime) -> datetime:
     """The first ring at or after now; a ScheduleError names the schedule input at fault."""
-    return validate_new(schedule, now)
+    first = validate_new(schedule, now)
+    if first - now > MAX_AHEAD:
+        field = "at" if isinstance(schedule, OneOff) else "start"
+        raise ScheduleError(field, "the first ring must be within 10 years from now")
+    return first
 
 
 class RemindersApp:
@@ -75,19 +91,28 @@ class RemindersApp:
     async def create(
         self, user_id: str, request_id: str, text: str, schedule: Schedule, payload: bytes
     ) -> Reminder:
-        """Idempotent per (user, request_id); `payload` is the request's canonical bytes."""
+        """Idempotent per (user, request_id); `payload` is the request's canonical bytes.
+
+        A replay answers with the reminder the first request made, even once its time has
+        passed or the user is at the cap. A refused create leaves no record behind, so
+        its request_id stays free.
+        """
         if not 1 <= len(request_id) <= 128:
             raise InvalidArgument("request_id", "1 to 128 characters required")
         validate_text(text, self._limits)
         now = self._clock()
-        first = first_ring(schedule, now)
+        payload_hash = hashlib.sha256(payload).digest()
+        try:
+            first = first_ring(schedule, now)
+        except ScheduleError:
+            if (made := await self._made_by(user_id, request_id, payload_hash)) is not None:
+                return made
+            raise
         proposed = steps.new_reminder(user_id, text, schedule, first, now)
-        wanted = CreateRecord(hashlib.sha256(payload).digest(), proposed.reminder_id)
+        wanted = CreateRecord(payload_hash, proposed.reminder_id)
         record = await self._store.record_create_request(user_id, request_id, wanted, now)
-        if record.payload_hash != wanted.payload_hash:
-            raise FailedPrecondition(
-                "request_id was already used for a different reminder: use a new request_id"
-            )
+        if record.payload_hash != payload_hash:
+            raise _reused(request_id)
         if record.reminder_id != proposed.reminder_id:
             # A replay: answer with what the first request made, completing it if the first
             # attempt crashed between the record and the row.
@@ -97,6 +122,24 @@ class RemindersApp:
             proposed = steps.new_reminder(
                 user_id, text, schedule, first, now, reminder_id=record.reminder_id
             )
+        try:
+            return await self._insert(proposed)
+        except QuotaExceeded:
+            await self._store.forget_create_request(user_id, request_id, record)
+            raise
+
+    async def _made_by(self, user_id: str, request_id: str, payload_hash: bytes) -> Reminder | None:
+        """The reminder an earlier identical request made, if any (a read, no write)."""
+        record = await self._store.create_record(user_id, request_id)
+        if record is None:
+            return None
+        if record.payload_hash != payload_hash:
+            raise _reused(request_id)
+        existing = await self._store.get_serial(user_id, record.reminder_id)
+        return None if existing is None else existing.reminder
+
+    async def _insert(self, proposed: Reminder) -> Reminder:
+        user_id = proposed.user_id
         async with self._users.hold(user_id):
             for attempt in range(_MAX_ATTEMPTS):
                 await _backoff(attempt)

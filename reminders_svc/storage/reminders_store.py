@@ -99,6 +99,9 @@ class ReminderStore:
             "INSERT INTO create_requests (user_id, request_id, payload_hash, reminder_id,"
             " created_at) VALUES (?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
         )
+        self._forget_request = prepare(
+            "DELETE FROM create_requests WHERE user_id = ? AND request_id = ? IF reminder_id = ?"
+        )
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -170,6 +173,14 @@ class ReminderStore:
         if row.applied:
             return record
         return CreateRecord(row.payload_hash, row.reminder_id)
+
+    async def forget_create_request(
+        self, user_id: str, request_id: str, record: CreateRecord
+    ) -> None:
+        """Remove `record` if it still stands: a refused create must leave nothing behind
+        (and its request_id reusable)."""
+        params = (user_id, request_id, record.reminder_id)
+        await self._execute(self._session, self._forget_request, params)
 
     async def write_bucket_entry(self, reminder: Reminder, now: datetime) -> None:
         assert reminder.due is not None

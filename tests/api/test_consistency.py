@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import grpc
 import pytest
 from cassandra import WriteTimeout, WriteType
 from cassandra.cluster import ResultSet, Session
+from cassandra.query import BatchStatement
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.field_mask_pb2 import FieldMask
 
@@ -25,7 +27,15 @@ from reminders_svc.schedule import parse_repeat
 from reminders_svc.storage import aio
 from reminders_svc.storage.reminders_store import ReminderStore
 from reminders_svc.storage.session import CassandraConnection
-from tests.api.conftest import SEED_NOW, Api, FakeClock, code_of, start_api, weekly_monday_nine
+from tests.api.conftest import (
+    SEED_NOW,
+    Api,
+    FakeClock,
+    code_of,
+    one_off,
+    start_api,
+    weekly_monday_nine,
+)
 
 
 def _request(request_id: str, text: str = "call mom") -> pb.CreateReminderRequest:
@@ -106,13 +116,26 @@ def test_a_replay_after_a_crash_between_record_and_row_completes_the_row(
     assert [r.reminder_id for r in _rows(cassandra, user)] == [orphan_id]
 
 
+@pytest.fixture
+def second_api(migrated_settings: CassandraSettings) -> Iterator[Api]:
+    """Another server on the same keyspace: its calls race the first's only through LWTs
+    (a server serializes one user's changes in-process, so one server alone never would)."""
+    thread, api = start_api(migrated_settings, FakeClock(SEED_NOW))
+    yield api
+    api.channel.close()
+    thread.stop()
+
+
+@pytest.mark.parametrize("servers", [1, 2])
 def test_concurrent_edits_snoozes_and_a_delete_end_in_an_allowed_state(
-    api: Api, user: str, cassandra: CassandraConnection
+    api: Api, user: str, cassandra: CassandraConnection, servers: int, request: Any
 ) -> None:
+    apis = [api] if servers == 1 else [api, request.getfixturevalue("second_api")]
     md = api.as_user(user)
     created = api.reminders.CreateReminder(_request("race"), metadata=md)
 
     def act(i: int) -> grpc.StatusCode:
+        api = apis[i % len(apis)]
         if i == 10:
             return code_of(
                 lambda: api.reminders.DeleteReminder(
@@ -162,15 +185,24 @@ def test_concurrent_edits_snoozes_and_a_delete_end_in_an_allowed_state(
     assert row.version == 1 + successes  # every accepted change bumped the version once
 
 
+def _is_row_lwt(statement: Any) -> bool:
+    """A conditional write of a reminder row: an LWT update, or the create's batch."""
+    if isinstance(statement, BatchStatement):
+        return True
+    query = str(getattr(statement, "query_string", statement))
+    return "UPDATE reminders" in query and " IF " in query
+
+
 class _TimeoutAfterApplying:
-    """Runs the first LWT for real, then reports a timeout, as a lost reply would."""
+    """Runs the first row LWT for real or not at all, then reports a timeout, as a lost
+    reply or a lost request would."""
 
     def __init__(self, apply_first: bool) -> None:
         self.apply_first = apply_first
         self.injected = 0
 
     async def __call__(self, session: Session, statement: Any, params: Any) -> ResultSet:
-        if self.injected == 0 and "IF" in str(getattr(statement, "query_string", statement)):
+        if self.injected == 0 and _is_row_lwt(statement):
             self.injected += 1
             if self.apply_first:
                 await aio.execute(session, statement, params)
@@ -211,6 +243,45 @@ def test_an_lwt_timeout_is_settled_by_a_serial_read(
     assert (row.status, row.version) == ("paused", 2)
 
 
+@pytest.mark.parametrize("apply_first", [True, False], ids=["landed", "lost"])
+def test_a_create_whose_lwt_timed_out_is_settled_and_written_once(
+    app_factory: Any, cassandra: CassandraConnection, user: str, apply_first: bool
+) -> None:
+    schedule = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19, 10))
+    injector = _TimeoutAfterApplying(apply_first)
+
+    created = asyncio.run(app_factory(injector).create(user, "r", "call mom", schedule, b"p"))
+
+    assert injector.injected == 1
+    rows = _rows(cassandra, user)
+    assert [r.reminder_id for r in rows] == [created.reminder_id]
+    assert (rows[0].status, rows[0].version, rows[0].active_count) == ("pending", 1, 1)
+
+
+def test_a_replay_answers_with_its_reminder_after_the_reminder_s_time_has_passed(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    md = api.as_user(user)
+    request = pb.CreateReminderRequest(
+        reminder=pb.Reminder(text="call mom", schedule=one_off("2026-10-19T09:00:00")),
+        request_id="soon",
+    )
+    first = api.reminders.CreateReminder(request, metadata=md)
+    api.clock.advance(timedelta(days=1))  # its time (13:00Z) has passed: a new create would fail
+
+    again = api.reminders.CreateReminder(request, metadata=md)
+
+    assert again == first
+    assert len(_rows(cassandra, user)) == 1
+
+
+def _create_records(connection: CassandraConnection, user: str) -> set[str]:
+    rows = connection.session.execute(
+        "SELECT request_id FROM create_requests WHERE user_id = %s", (user,)
+    )
+    return {r.request_id for r in rows}
+
+
 def test_the_per_user_cap_holds_under_concurrent_creates(
     migrated_settings: CassandraSettings, cassandra: CassandraConnection, user: str
 ) -> None:
@@ -230,12 +301,16 @@ def test_the_per_user_cap_holds_under_concurrent_creates(
         assert codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) == 3
         rows = _rows(cassandra, user)
         assert len(rows) == 3
+        # A refused create leaves no record: its request_id is free for another reminder.
+        accepted = {f"cap-{i}" for i, code in enumerate(codes) if code == grpc.StatusCode.OK}
+        assert _create_records(cassandra, user) == accepted
+        refused = next(f"cap-{i}" for i in range(6) if f"cap-{i}" not in accepted)
 
         api.reminders.DeleteReminder(
             pb.DeleteReminderRequest(id=str(rows[0].reminder_id)), metadata=md
         )
-        again = code_of(lambda: api.reminders.CreateReminder(_request("cap-after"), metadata=md))
-        assert again == grpc.StatusCode.OK
+        reused = api.reminders.CreateReminder(_request(refused, "call dad"), metadata=md)
+        assert reused.text == "call dad"
     finally:
         api.channel.close()
         thread.stop()
