@@ -7,7 +7,8 @@ mint an admin token:
 - operators: `REMINDERS_ADMIN_JWT_SECRET` or `REMINDERS_ADMIN_JWT_PUBLIC_KEY_FILE`,
   audience "reminders-admin".
 With neither configured, development secrets are used, and only when REMINDERS_ENV=dev:
-anywhere else the service refuses to start rather than accept forgeable tokens.
+anywhere else the service refuses to start rather than accept forgeable tokens, and
+refuses a development secret set explicitly as well (it is published in this file).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ ADMIN_AUDIENCE = "reminders-admin"
 # Known to everyone who reads this file: accepted only when REMINDERS_ENV=dev.
 DEV_USER_SECRET = "dev-only-reminders-user-secret-not-for-production"  # noqa: S105
 DEV_ADMIN_SECRET = "dev-only-reminders-admin-secret-not-for-production"  # noqa: S105
+_DEVELOPMENT_SECRETS = frozenset({DEV_USER_SECRET, DEV_ADMIN_SECRET})
 # Tolerated clock difference between the token's issuer and this server.
 DEFAULT_LEEWAY_S = 30.0
 
@@ -83,7 +85,7 @@ def user_key_from_env(env: Mapping[str, str]) -> TokenKey:
         env,
         prefix="REMINDERS_JWT_",
         audience=env.get("REMINDERS_JWT_AUDIENCE") or USER_AUDIENCE,
-        dev_secret=DEV_USER_SECRET if _is_dev(env) else None,
+        dev_secret=DEV_USER_SECRET,
     )
 
 
@@ -92,7 +94,7 @@ def admin_key_from_env(env: Mapping[str, str]) -> TokenKey:
         env,
         prefix="REMINDERS_ADMIN_JWT_",
         audience=ADMIN_AUDIENCE,
-        dev_secret=DEV_ADMIN_SECRET if _is_dev(env) else None,
+        dev_secret=DEV_ADMIN_SECRET,
     )
 
 
@@ -100,18 +102,22 @@ def _is_dev(env: Mapping[str, str]) -> bool:
     return env.get("REMINDERS_ENV", "") == "dev"
 
 
-def _token_key(
-    env: Mapping[str, str], *, prefix: str, audience: str, dev_secret: str | None
-) -> TokenKey:
+def _token_key(env: Mapping[str, str], *, prefix: str, audience: str, dev_secret: str) -> TokenKey:
     secret = env.get(prefix + "SECRET") or None
     key_file = env.get(prefix + "PUBLIC_KEY_FILE") or None
     if secret is not None and key_file is not None:
         raise ConfigError(f"set one of {prefix}SECRET and {prefix}PUBLIC_KEY_FILE, not both")
     if secret is not None:
+        published = secret in _DEVELOPMENT_SECRETS
+        if published and not _is_dev(env):
+            # Anyone can forge tokens with it; the message names the variable, never the value.
+            raise ConfigError(
+                f"{prefix}SECRET is a development secret: refused unless REMINDERS_ENV=dev"
+            )
         if len(secret) < 32:
             # HS256 with a short secret is brute-forceable offline from any one token.
             raise ConfigError(f"{prefix}SECRET: expected at least 32 characters")
-        return TokenKey("HS256", Secret(secret), audience)
+        return TokenKey("HS256", Secret(secret), audience, is_development=published)
     if key_file is not None:
         try:
             pem = Path(key_file).read_text()
@@ -120,7 +126,7 @@ def _token_key(
         if "PUBLIC KEY" not in pem:
             raise ConfigError(f"{prefix}PUBLIC_KEY_FILE={key_file!r}: expected a PEM public key")
         return TokenKey("RS256", Secret(pem), audience)
-    if dev_secret is not None:
+    if _is_dev(env):
         return TokenKey("HS256", Secret(dev_secret), audience, is_development=True)
     raise ConfigError(
         f"no token key: set {prefix}SECRET or {prefix}PUBLIC_KEY_FILE "

@@ -34,8 +34,18 @@ from reminders_svc.storage.session import CassandraConnection, StorageUnavailabl
 
 log = logging.getLogger(__name__)
 
-REMINDERS_SERVICE = reminders_pb2.DESCRIPTOR.services_by_name["RemindersService"].full_name
-ADMIN_SERVICE = reminders_pb2.DESCRIPTOR.services_by_name["RemindersAdminService"].full_name
+_SERVICE_DESCRIPTORS = tuple(
+    reminders_pb2.DESCRIPTOR.services_by_name[name]
+    for name in ("RemindersService", "RemindersAdminService")
+)
+REMINDERS_SERVICE, ADMIN_SERVICE = (service.full_name for service in _SERVICE_DESCRIPTORS)
+# Every full method path the proto declares: the only `method` label values these services
+# can produce, whatever path a caller sends.
+DECLARED_METHODS = frozenset(
+    f"/{service.full_name}/{method.name}"
+    for service in _SERVICE_DESCRIPTORS
+    for method in service.methods
+)
 # "" is the server as a whole, which is what most probes (grpc_health_probe, k8s) ask.
 HEALTH_SERVICES = ("", REMINDERS_SERVICE, ADMIN_SERVICE)
 # The cheapest query that proves a coordinator answers.
@@ -188,9 +198,11 @@ async def _storage_not_ready(request: bytes, context: grpc.aio.ServicerContext[A
 
 
 class StorageBoundHandlers(grpc.GenericRpcHandler):
-    """The reminders services, answering UNAVAILABLE until their servicers are installed."""
+    """The reminders services, answering UNAVAILABLE until their servicers are installed.
 
-    _PREFIXES = (f"/{REMINDERS_SERVICE}/", f"/{ADMIN_SERVICE}/")
+    Only declared methods get a handler, before as after: any other path is UNIMPLEMENTED
+    and never reaches the metrics, so callers cannot mint label values.
+    """
 
     def __init__(self) -> None:
         self._installed: list[grpc.GenericRpcHandler] = []
@@ -210,7 +222,7 @@ class StorageBoundHandlers(grpc.GenericRpcHandler):
             found = handler.service(handler_call_details)
             if found is not None:
                 return found
-        if not self._installed and handler_call_details.method.startswith(self._PREFIXES):
+        if not self._installed and handler_call_details.method in DECLARED_METHODS:
             return grpc.unary_unary_rpc_method_handler(_storage_not_ready)
         return None
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from dispatcher.settings import DispatcherSettings
 from reminders_svc.config import ConfigError, Retention
 
 
@@ -71,21 +73,26 @@ class ApiSettings:
             if raw in (None, ""):
                 return default
             try:
-                return float(raw)
+                value = float(raw)
             except ValueError:
-                raise ConfigError(f"{name}={raw!r}: expected a number") from None
+                value = math.nan
+            if not math.isfinite(value):
+                raise ConfigError(f"{name}={raw!r}: expected a number")
+            return value
 
         reflection_raw = env.get("REMINDERS_API_REFLECTION", "true" if dev else "false").lower()
         if reflection_raw not in ("true", "false", "1", "0"):
             raise ConfigError(
                 f"REMINDERS_API_REFLECTION={reflection_raw!r}: expected true or false"
             )
+        write_deadline = timedelta(seconds=number("REMINDERS_API_WRITE_DEADLINE_S", 10))
+        _check_write_deadline(write_deadline, env)
         return cls(
             host=env.get("REMINDERS_API_HOST", "127.0.0.1"),
             port=int(number("REMINDERS_API_PORT", 50051)),
             metrics_port=int(number("REMINDERS_API_METRICS_PORT", 9464)),
             reflection=reflection_raw in ("true", "1"),
-            write_deadline=timedelta(seconds=number("REMINDERS_API_WRITE_DEADLINE_S", 10)),
+            write_deadline=write_deadline,
             shutdown_grace=timedelta(seconds=number("REMINDERS_API_SHUTDOWN_GRACE_S", 20)),
             limits=Limits(
                 max_active_per_user=int(number("REMINDERS_MAX_ACTIVE_PER_USER", 5000)),
@@ -99,4 +106,22 @@ class ApiSettings:
             health_probe_interval=timedelta(
                 seconds=number("REMINDERS_API_HEALTH_PROBE_INTERVAL_S", 3)
             ),
+        )
+
+
+def _check_write_deadline(write_deadline: timedelta, env: Mapping[str, str]) -> None:
+    """Refuse a deadline that is not positive or not shorter than the dispatcher's grace G:
+    a write landing after G could miss the minute's final re-read (DESIGN.md invariant 3).
+
+    G comes from the dispatcher's own settings, read from the same environment, so its
+    variable name and default live in one place (dispatcher/settings.py).
+    """
+    if write_deadline <= timedelta(0):
+        raise ConfigError("REMINDERS_API_WRITE_DEADLINE_S: expected a number of seconds above 0")
+    grace = DispatcherSettings.from_env(env).grace
+    if write_deadline >= grace:
+        raise ConfigError(
+            f"REMINDERS_API_WRITE_DEADLINE_S={write_deadline.total_seconds():g} must be shorter "
+            f"than the dispatcher's grace G ({grace.total_seconds():g} s), or a write could "
+            "land after the minute's final re-read"
         )

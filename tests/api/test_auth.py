@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from reminders_svc.api.auth import (
+    DEV_ADMIN_SECRET,
     DEV_USER_SECRET,
     Authenticator,
     AuthSettings,
@@ -149,6 +150,29 @@ def test_development_secret_only_with_reminders_env_dev() -> None:
     assert settings.user.key.value == DEV_USER_SECRET
     token = mint_token(settings.user, "alice", 60)
     assert Authenticator(settings).user_id(bearer(token)) == "alice"
+
+
+@pytest.mark.parametrize("environment", [{}, {"REMINDERS_ENV": "prod"}], ids=["unset", "prod"])
+@pytest.mark.parametrize(
+    ("variable", "secret"),
+    [
+        ("REMINDERS_JWT_SECRET", DEV_USER_SECRET),
+        ("REMINDERS_JWT_SECRET", DEV_ADMIN_SECRET),
+        ("REMINDERS_ADMIN_JWT_SECRET", DEV_ADMIN_SECRET),
+        ("REMINDERS_ADMIN_JWT_SECRET", DEV_USER_SECRET),
+    ],
+    ids=["user-key", "admin-secret-as-user-key", "admin-key", "user-secret-as-admin-key"],
+)
+def test_a_development_secret_set_explicitly_is_refused_outside_dev(
+    environment: dict[str, str], variable: str, secret: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"{variable} .*REMINDERS_ENV=dev") as refused:
+        AuthSettings.from_env({**CONFIGURED, **environment, variable: secret})
+    assert secret not in str(refused.value)
+    # In development it is accepted, and flagged as what it is.
+    settings = AuthSettings.from_env({**CONFIGURED, "REMINDERS_ENV": "dev", variable: secret})
+    key = settings.user if variable == "REMINDERS_JWT_SECRET" else settings.admin
+    assert key.is_development
 
 
 @pytest.mark.parametrize(

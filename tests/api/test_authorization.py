@@ -1,4 +1,5 @@
-"""Every RPC x {own reminder, another user's, no token, bad signature, expired token}."""
+"""Every RPC x {own reminder, another user's, no token, bad signature, expired token};
+the admin RPC x {admin credential, a user's own token, no token, bad signature, expired}."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.field_mask_pb2 import FieldMask
 
 from genproto.reminders.v1 import reminders_pb2 as pb
-from reminders_svc.api.auth import USER_AUDIENCE
+from reminders_svc.api.auth import TokenKey
 from tests.api.conftest import Api, code_of, weekly_monday_nine
 
 Metadata = tuple[tuple[str, str], ...]
@@ -23,6 +24,7 @@ Call = Callable[[Api, str, Metadata], Any]
 OK = grpc.StatusCode.OK
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
+PERMISSION_DENIED = grpc.StatusCode.PERMISSION_DENIED
 
 # Each RPC, called on reminder `rid` with metadata `md`.
 CALLS: dict[str, Call] = {
@@ -73,22 +75,23 @@ def _bearer(token: str) -> Metadata:
     return (("authorization", f"Bearer {token}"),)
 
 
-def _credentials(api: Api, owner: str) -> dict[str, Metadata]:
+def _credentials(key: TokenKey, subject: str) -> dict[str, Metadata]:
+    """Credentials that must not pass, each otherwise fit for `key`'s audience."""
     now = int(time.time())
     return {
         "no token": (),
         "bad signature": _bearer(
             jwt.encode(
-                {"sub": owner, "aud": USER_AUDIENCE, "exp": now + 600},
+                {"sub": subject, "aud": key.audience, "exp": now + 600},
                 "an-attacker-secret-that-is-long-enough-0000",
-                algorithm="HS256",
+                algorithm=key.algorithm,
             )
         ),
         "expired": _bearer(
             jwt.encode(
-                {"sub": owner, "aud": USER_AUDIENCE, "exp": now - 3600},
-                api.auth.user.key.value,
-                algorithm="HS256",
+                {"sub": subject, "aud": key.audience, "exp": now - 3600},
+                key.key.value,
+                algorithm=key.algorithm,
             )
         ),
     }
@@ -116,7 +119,7 @@ def test_targeted_rpcs(api: Api, user: str, rpc: str) -> None:
         "another user's": code_of(lambda: call(api, reminder.id, api.as_user(f"{user}-mallory"))),
         **{
             name: code_of(lambda md=md: call(api, reminder.id, md))  # type: ignore[misc]
-            for name, md in _credentials(api, user).items()
+            for name, md in _credentials(api.auth.user, user).items()
         },
     }
     unchanged = api.reminders.GetReminder(
@@ -140,10 +143,40 @@ def test_untargeted_rpcs(api: Api, user: str, rpc: str) -> None:
     call = UNTARGETED[rpc]
     outcomes = {
         name: code_of(lambda md=md: call(api, "", md))  # type: ignore[misc]
-        for name, md in _credentials(api, user).items()
+        for name, md in _credentials(api.auth.user, user).items()
     }
     assert set(outcomes.values()) == {UNAUTHENTICATED}, outcomes
     assert code_of(lambda: call(api, "", api.as_user(user))) == OK
+
+
+def test_delete_user_data_needs_the_admin_credential(api: Api, user: str) -> None:
+    reminder = _owned_reminder(api, user)
+    request = pb.DeleteUserDataRequest(user_id=user)
+    get = pb.GetReminderRequest(id=reminder.id)
+
+    def purge(md: Metadata) -> Any:
+        return api.admin.DeleteUserData(request, metadata=md)
+
+    refused = {
+        # Authenticated, but not as an operator: the credential is valid, the right missing.
+        "user's own token": code_of(lambda: purge(api.as_user(user))),
+        **{
+            name: code_of(lambda md=md: purge(md))  # type: ignore[misc]
+            for name, md in _credentials(api.auth.admin, "ops").items()
+        },
+    }
+    survived = api.reminders.GetReminder(get, metadata=api.as_user(user))
+    answer = purge(api.as_admin())
+
+    assert refused == {
+        "user's own token": PERMISSION_DENIED,
+        "no token": UNAUTHENTICATED,
+        "bad signature": UNAUTHENTICATED,
+        "expired": UNAUTHENTICATED,
+    }
+    assert survived.id == reminder.id  # no refused call deleted anything
+    assert answer.reminders_deleted == 1
+    assert code_of(lambda: api.reminders.GetReminder(get, metadata=api.as_user(user))) == NOT_FOUND
 
 
 def test_a_missing_reminder_looks_exactly_like_another_users(api: Api, user: str) -> None:

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
-from reminders_svc.api.auth import Authenticator, AuthSettings, mint_token
+from reminders_svc.api.auth import DEV_USER_SECRET, Authenticator, AuthSettings, mint_token
 from reminders_svc.api.server import ADMIN_SERVICE, REMINDERS_SERVICE, ApiServer
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import CassandraSettings
@@ -94,6 +94,7 @@ def test_reflection_off(migrated_settings: CassandraSettings) -> None:
 
 def test_not_serving_while_cassandra_is_unreachable(migrated_settings: CassandraSettings) -> None:
     closed = dataclasses.replace(migrated_settings, port=free_port())
+    made_up = f"/{REMINDERS_SERVICE}/MadeUpMethodChosenByTheCaller"
     with serve_api(closed) as api:
         api.wait_for_health(NOT_SERVING)
         assert api.health(REMINDERS_SERVICE) == NOT_SERVING
@@ -102,15 +103,50 @@ def test_not_serving_while_cassandra_is_unreachable(migrated_settings: Cassandra
             with pytest.raises(grpc.RpcError) as unavailable:
                 stub.ListReminders(pb.ListRemindersRequest(), metadata=user_metadata("u"))
             assert unavailable.value.code() == grpc.StatusCode.UNAVAILABLE
+            raw_call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(made_up)
+            with pytest.raises(grpc.RpcError) as unknown:
+                raw_call(b"", metadata=user_metadata("u"))
+            assert unknown.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+        # Only declared methods become label values, whatever path a caller sends.
+        methods = {
+            value
+            for _, labels in metric_samples(api.metrics_port)
+            for name, value in labels
+            if name == "method"
+        }
+        assert f"/{REMINDERS_SERVICE}/ListReminders" in methods
+        assert made_up not in methods
         assert api.terminate() == 0
 
 
-def test_startup_refuses_development_secret_outside_dev(
-    migrated_settings: CassandraSettings,
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"REMINDERS_ENV": "prod"}, "REMINDERS_ENV=dev"),
+        (
+            {
+                "REMINDERS_ENV": "prod",
+                "REMINDERS_JWT_SECRET": DEV_USER_SECRET,
+                "REMINDERS_ADMIN_JWT_SECRET": "an-operator-secret-of-at-least-32-chars",
+            },
+            "REMINDERS_JWT_SECRET is a development secret",
+        ),
+        (
+            {"REMINDERS_API_WRITE_DEADLINE_S": "20", "REMINDERS_DISPATCH_GRACE_S": "20"},
+            "shorter than the dispatcher's grace",
+        ),
+    ],
+    ids=["no-key-outside-dev", "development-secret-outside-dev", "write-deadline-not-below-g"],
+)
+def test_startup_refuses_unsafe_configuration(
+    migrated_settings: CassandraSettings, env: dict[str, str], message: str
 ) -> None:
-    with serve_api(migrated_settings, REMINDERS_ENV="prod") as api:
+    with serve_api(migrated_settings, **env) as api:
         assert api.process.wait(30) == 2
-        assert "REMINDERS_ENV=dev" in api.output()
+        output = api.output()
+    assert message in output
+    assert DEV_USER_SECRET not in output
 
 
 class _SlowServicers:
