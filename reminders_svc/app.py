@@ -55,7 +55,8 @@ class Deleted:
 
 def _reused(request_id: str) -> FailedPrecondition:
     return FailedPrecondition(
-        "request_id was already used for a different reminder: use a new request_id"
+        "request_id was already used for a different reminder: use a new request_id",
+        field="request_id",
     )
 
 

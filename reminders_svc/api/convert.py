@@ -1,6 +1,8 @@
 """Protobuf <-> domain, only here at the gRPC boundary.
 
-Input errors name the request field at fault (its path in the request message).
+Input errors name the request field at fault (its path in the request message). Every
+Timestamp, Duration and schedule text is range- or length-checked here, before any
+arithmetic or parsing can fail on it in a way that is not the caller's error.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ import contextlib
 import json
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
-from typing import TypeVar
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Generic, TypeVar
 
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from genproto.reminders.v1 import reminders_pb2 as pb
@@ -48,6 +52,16 @@ _ANSWERS = {
     Answer.ABANDONED: pb.Delivery.ANSWER_ABANDONED,
 }
 Cursor = TypeVar("Cursor")
+# The years of the instants and local times the API accepts: far wider than any reminder
+# needs, and far enough inside datetime's years 1-9999 that zone shifts and the time
+# engine's search horizon never step outside them.
+_YEARS = range(1900, 9000)
+# The longest accepted text of each schedule input: generous for every real value (the
+# longest IANA zone name has 32 characters), and short enough to parse cheaply.
+MAX_ZONE_CHARS = 64
+MAX_LOCAL_TIME_CHARS = 32
+MAX_EXPRESSION_CHARS = 256
+MAX_RRULE_CHARS = 1024
 
 
 def timestamp(instant: datetime | None) -> Timestamp | None:
@@ -58,8 +72,42 @@ def timestamp(instant: datetime | None) -> Timestamp | None:
     return stamp
 
 
-def instant_of(stamp: Timestamp) -> datetime:
-    return stamp.ToDatetime(tzinfo=UTC)
+def instant_of(stamp: Timestamp, field: str) -> datetime:
+    """A Timestamp input as an aware UTC datetime, or InvalidArgument on `field`."""
+    try:
+        instant = stamp.ToDatetime(tzinfo=UTC)
+    except (ValueError, OverflowError):
+        raise InvalidArgument(field, "not a valid timestamp") from None
+    return _within_years(instant, field)
+
+
+def duration_of(message: Duration, field: str, longest: timedelta) -> timedelta:
+    """A Duration input of at most `longest` either way, checked before any arithmetic."""
+    if abs(message.nanos) > 999_999_999 or message.seconds * message.nanos < 0:
+        raise InvalidArgument(field, "not a valid duration")
+    if abs(message.seconds) > longest.total_seconds():
+        raise InvalidArgument(field, f"must be at most {longest.total_seconds():g} seconds")
+    return message.ToTimedelta()
+
+
+def _within_years(value: datetime, field: str) -> datetime:
+    if value.year not in _YEARS:
+        raise InvalidArgument(field, f"the year must be {_YEARS.start} to {_YEARS[-1]}")
+    return value
+
+
+def bounded(text: str, field: str, longest: int) -> str:
+    """`text` if it has at most `longest` characters, else InvalidArgument on `field`."""
+    if len(text) > longest:
+        raise InvalidArgument(field, f"at most {longest} characters")
+    return text
+
+
+def version_seen(version: int, field: str = "version") -> int | None:
+    """The version the caller last saw, or None when unset (0)."""
+    if version < 0:
+        raise InvalidArgument(field, "must not be negative")
+    return version or None
 
 
 def reminder_id(text: str, field: str = "id") -> uuid.UUID:
@@ -72,9 +120,10 @@ def reminder_id(text: str, field: str = "id") -> uuid.UUID:
 def local_time(text: str, field: str) -> datetime:
     """ISO 8601 local wall time without an offset, e.g. 2026-11-01T01:30:00."""
     try:
-        return parse_local_datetime(text, field)
+        parsed = parse_local_datetime(bounded(text, field, MAX_LOCAL_TIME_CHARS), field)
     except ScheduleError as error:
         raise InvalidArgument(field, error.message) from None
+    return _within_years(parsed, field)
 
 
 def state_filter(state: int) -> Status | None:
@@ -90,6 +139,7 @@ def schedule_from_proto(message: pb.Schedule, now: datetime, field: str) -> Sche
     zone_field = f"{field}.time_zone"
     if not message.time_zone:
         raise InvalidArgument(zone_field, "required (an IANA zone such as Europe/Paris)")
+    bounded(message.time_zone, zone_field, MAX_ZONE_CHARS)
     kind = message.WhichOneof("kind")
     with schedule_errors(message, field):
         zone = load_zone(message.time_zone)
@@ -114,7 +164,7 @@ def _one_off(message: pb.OneOff, zone: str, field: str) -> OneOff:
     if when == "local_time":
         return one_off_local(local_time(message.local_time, f"{field}.local_time"), zone)
     if when == "instant":
-        return one_off_instant(instant_of(message.instant), zone)
+        return one_off_instant(instant_of(message.instant, f"{field}.instant"), zone)
     raise InvalidArgument(field, "one of local_time or instant is required")
 
 
@@ -127,9 +177,11 @@ def _repeat(message: pb.Repeat, zone: str, local_now: datetime, field: str) -> R
     )
     rule = message.WhichOneof("rule")
     if rule == "expression":
-        return parse_repeat(message.expression, zone, start)
+        expression = bounded(message.expression, f"{field}.repeat.expression", MAX_EXPRESSION_CHARS)
+        return parse_repeat(expression, zone, start)
     if rule == "rrule":
-        return parse_rrule(message.rrule, zone, start)
+        rrule = bounded(message.rrule, f"{field}.repeat.rrule", MAX_RRULE_CHARS)
+        return parse_rrule(rrule, zone, start)
     raise InvalidArgument(f"{field}.repeat", "one of expression or rrule is required")
 
 
@@ -176,25 +228,46 @@ def reminder_to_proto(reminder: Reminder) -> pb.Reminder:
     )
 
 
-def page_token(cursor: str | None, kind: str) -> str:
-    """An opaque token for the next page of one listing (`kind` names listing and filter)."""
-    if cursor is None:
-        return ""
-    raw = json.dumps({"v": 1, "k": kind, "c": cursor}).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+@dataclass(frozen=True)
+class Pages(Generic[Cursor]):
+    """The opaque page tokens of one listing; `kind` names the listing and its filter.
+
+    A token is accepted only if it is exactly one this server writes for this listing, so
+    whatever a client sends, the cursor reaching storage is one `parse` made from `render`.
+    """
+
+    kind: str
+    parse: Callable[[str], Cursor]
+    render: Callable[[Cursor], str]
+
+    def token(self, cursor: Cursor | None) -> str:
+        if cursor is None:
+            return ""
+        raw = json.dumps({"v": 1, "k": self.kind, "c": self.render(cursor)}).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    def cursor(self, token: str) -> Cursor | None:
+        if not token:
+            return None
+        refused = InvalidArgument("page_token", "not a token from this listing")
+        try:
+            text = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))["c"]
+            if not isinstance(text, str):
+                raise refused
+            cursor = self.parse(text)
+        except (ValueError, KeyError, TypeError):
+            raise refused from None
+        if self.token(cursor) != token:
+            raise refused
+        return cursor
 
 
-def page_cursor(token: str, kind: str, parse: Callable[[str], Cursor]) -> Cursor | None:
-    """Decode a token made by `page_token` for the same listing, or refuse it."""
-    if not token:
-        return None
-    try:
-        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        if data["v"] != 1 or data["k"] != kind:
-            raise ValueError(kind)
-        return parse(data["c"])
-    except (ValueError, KeyError, TypeError):
-        raise InvalidArgument("page_token", "not a token from this listing") from None
+def utc_instant(text: str) -> datetime:
+    """An RFC 3339 instant in UTC as `datetime.isoformat` writes it (ValueError if not)."""
+    instant = datetime.fromisoformat(text)
+    if instant.utcoffset() != timedelta(0):
+        raise ValueError(text)
+    return instant
 
 
 def page_size(requested: int, default: int, largest: int) -> int:

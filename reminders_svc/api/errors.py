@@ -1,7 +1,9 @@
 """Domain errors -> gRPC status codes, with google.rpc.BadRequest naming the field at fault.
 
 Anything unexpected is logged (without request contents) and answered INTERNAL, never
-UNKNOWN and never with a stack trace.
+UNKNOWN and never with a stack trace. Every text of a status is capped: a message may
+quote the caller's input, and a status larger than the client's metadata limit would
+reach it as RESOURCE_EXHAUSTED instead of the error it is.
 """
 
 from __future__ import annotations
@@ -17,11 +19,15 @@ from cassandra import DriverException
 from cassandra.cluster import NoHostAvailable
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
 
 from reminders_svc.domain import errors
 from reminders_svc.storage.session import StorageUnavailable
 
 log = logging.getLogger(__name__)
+# Characters of one message or description: the status travels twice (grpc-message and the
+# details trailer, base64), far below gRPC's default 8 KiB metadata limit.
+MAX_MESSAGE_CHARS = 300
 
 _CODES: dict[type[errors.ReminderError], grpc.StatusCode] = {
     errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
@@ -42,28 +48,31 @@ def code_of(error: errors.ReminderError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+def capped(text: str, longest: int = MAX_MESSAGE_CHARS) -> str:
+    """`text`, cut to `longest` characters."""
+    return text if len(text) <= longest else text[: longest - 1] + "…"
+
+
+def status_of(error: errors.ReminderError) -> grpc.Status:
+    """The status answering `error`: its code and message, and the field at fault if any."""
+    code = code_of(error)
+    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=capped(error.message))
+    if error.field is not None:
+        violation = error_details_pb2.BadRequest.FieldViolation(
+            field=capped(error.field), description=capped(error.description)
+        )
+        detail = any_pb2.Any()
+        detail.Pack(error_details_pb2.BadRequest(field_violations=[violation]))
+        status.details.append(detail)
+    answer: grpc.Status = rpc_status.to_status(status)  # untyped: packs the details trailer
+    return answer
+
+
 async def abort(
     context: grpc.aio.ServicerContext[Any, Any], error: errors.ReminderError
 ) -> NoReturn:
-    code = code_of(error)
-    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=error.message)
-    if isinstance(error, errors.InvalidArgument):
-        detail = any_pb2.Any()
-        detail.Pack(
-            error_details_pb2.BadRequest(
-                field_violations=[
-                    error_details_pb2.BadRequest.FieldViolation(
-                        field=error.field, description=error.description
-                    )
-                ]
-            )
-        )
-        status.details.append(detail)
-    await context.abort(
-        code,
-        error.message,
-        trailing_metadata=(("grpc-status-details-bin", status.SerializeToString()),),
-    )
+    status = status_of(error)
+    await context.abort(status.code, status.details, status.trailing_metadata)
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
 

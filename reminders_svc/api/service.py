@@ -91,13 +91,13 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
     ) -> pb.ListRemindersResponse:
         user = self._user(context)
         status = convert.state_filter(request.state)
-        kind = f"reminders:{status or ''}"
-        after = convert.page_cursor(request.page_token, kind, uuid.UUID)
+        pages = convert.Pages(f"reminders:{status or ''}", uuid.UUID, str)
+        after = pages.cursor(request.page_token)
         size = self._page_size(request.page_size)
         page, next_after = await self._app.list(user, after, size, status)
         return pb.ListRemindersResponse(
             reminders=[convert.reminder_to_proto(r) for r in page],
-            next_page_token=convert.page_token(str(next_after) if next_after else None, kind),
+            next_page_token=pages.token(next_after),
         )
 
     @translated
@@ -110,7 +110,8 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
             raise InvalidArgument("update_mask", "name the fields to change: text, schedule")
         if unknown := paths - _UPDATABLE:
             raise InvalidArgument("update_mask", f"cannot update {', '.join(sorted(unknown))}")
-        if request.reminder.version <= 0:
+        version = convert.version_seen(request.reminder.version, "reminder.version")
+        if version is None:
             raise InvalidArgument("reminder.version", "the version you last saw is required")
         target = convert.reminder_id(request.reminder.id, "reminder.id")
         schedule = None
@@ -121,9 +122,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         text = request.reminder.text if "text" in paths else None
         with convert.schedule_errors(request.reminder.schedule, "reminder.schedule"):
             async with asyncio.timeout(self._write_deadline):
-                updated = await self._app.update(
-                    user, target, request.reminder.version, text, schedule
-                )
+                updated = await self._app.update(user, target, version, text, schedule)
         return convert.reminder_to_proto(updated)
 
     @translated
@@ -133,7 +132,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         user = self._user(context)
         target = convert.reminder_id(request.id)
         async with asyncio.timeout(self._write_deadline):
-            deleted = await self._app.delete(user, target, request.version or None)
+            deleted = await self._app.delete(user, target, convert.version_seen(request.version))
         return pb.DeleteReminderResponse(
             reminder=convert.reminder_to_proto(deleted.reminder), was_sending=deleted.was_sending
         )
@@ -150,12 +149,12 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
                 "until", "one of duration, snooze_until_time or snooze_until_local_time is required"
             )
         if which == "duration":
-            until: Any = request.duration.ToTimedelta()
+            until: Any = convert.duration_of(request.duration, which, self._limits.max_snooze)
         elif which == "snooze_until_time":
-            until = convert.instant_of(request.snooze_until_time)
+            until = convert.instant_of(request.snooze_until_time, which)
         else:
-            current = await self._app.get(user, target)
             local = convert.local_time(request.snooze_until_local_time, which)
+            current = await self._app.get(user, target)
             until = to_utc(local, current.schedule.zone)  # the gap and fold rules apply
         async with asyncio.timeout(self._write_deadline):
             snoozed = await self._app.snooze(user, target, until, which)
@@ -183,7 +182,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         user = self._user(context)
         target = convert.reminder_id(request.id)
         async with asyncio.timeout(self._write_deadline):
-            changed = await change(user, target, request.version or None)
+            changed = await change(user, target, convert.version_seen(request.version))
         return convert.reminder_to_proto(changed)
 
     @translated
@@ -192,7 +191,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
     ) -> pb.PreviewScheduleResponse:
         self._user(context)
         start = (
-            convert.instant_of(request.from_time)
+            convert.instant_of(request.from_time, "from_time")
             if request.HasField("from_time")
             else self._clock()
         )
@@ -220,15 +219,13 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         user = self._user(context)
         target = convert.reminder_id(request.reminder_id, "reminder_id")
         await self._app.get(user, target)  # NOT_FOUND for what the caller does not own
-        kind = f"deliveries:{target}"
-        before = convert.page_cursor(request.page_token, kind, datetime.fromisoformat)
+        pages = convert.Pages(f"deliveries:{target}", convert.utc_instant, datetime.isoformat)
+        before = pages.cursor(request.page_token)
         size = self._page_size(request.page_size)
         page, next_before = await self._history.list_page(user, target, before, size)
         return pb.ListDeliveriesResponse(
             deliveries=[convert.delivery_to_proto(d) for d in page],
-            next_page_token=convert.page_token(
-                next_before.isoformat() if next_before else None, kind
-            ),
+            next_page_token=pages.token(next_before),
         )
 
 

@@ -1,26 +1,34 @@
 """The service's error hierarchy. The gRPC layer maps each class to one status code.
 
 Every error carries a message safe to show the caller (never a reminder text, never a
-stack trace). `InvalidArgument` also names the request field at fault.
+stack trace). `InvalidArgument` names the request field at fault; any other error may
+name one too (e.g. the reused `request_id` of a FailedPrecondition).
 """
 
 from __future__ import annotations
 
 
 class ReminderError(Exception):
-    """Base of every error the API answers on purpose."""
+    """Base of every error the API answers on purpose.
 
-    def __init__(self, message: str) -> None:
+    `field`, when set, is the path in the request of the field at fault, e.g.
+    "reminder.text"; `description` says what is wrong with it.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.field = field
+        self.description = message
 
 
 class InvalidArgument(ReminderError):
     """The request is malformed; `field` is its path in the request, e.g. "reminder.text"."""
 
+    field: str
+
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
+        super().__init__(f"{field}: {message}", field=field)
         self.description = message
 
 

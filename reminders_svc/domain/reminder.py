@@ -157,7 +157,8 @@ def resume(reminder: Reminder, now: datetime) -> Reminder:
     if isinstance(reminder.schedule, OneOff):
         if not _in_future(reminder.occurrence, now) and snooze_until is None:
             raise FailedPrecondition(
-                "this one-off reminder's time has passed: edit its time instead of resuming"
+                "this one-off reminder's time has passed: edit its time instead of resuming",
+                field="id",
             )
         occurrence = reminder.occurrence if _in_future(reminder.occurrence, now) else None
     else:

@@ -11,6 +11,13 @@ from reminders_svc.schedule.rule import Rule, parse_rule_text
 from reminders_svc.schedule.zones import load_zone, to_utc_in
 
 
+def quoted(text: str, longest: int = 60) -> str:
+    """`text` quoted for an error message, shortened: an error must stay small, whatever
+    the input it quotes."""
+    shown = repr(text)
+    return shown if len(shown) <= longest else shown[: longest - 4] + "..." + shown[0]
+
+
 def _naive(value: datetime, field: str) -> datetime:
     if value.tzinfo is not None:
         raise ScheduleError(field, f"{value.isoformat()} must be a local time without offset")
@@ -61,7 +68,7 @@ def parse_local_datetime(text: str, field: str) -> datetime:
     try:
         value = datetime.fromisoformat(text)
     except ValueError:
-        raise ScheduleError(field, f"{text!r} is not an ISO 8601 date-time") from None
+        raise ScheduleError(field, f"{quoted(text)} is not an ISO 8601 date-time") from None
     if value.tzinfo is not None:
-        raise ScheduleError(field, f"{text!r} must be a local time without offset")
+        raise ScheduleError(field, f"{quoted(text)} must be a local time without offset")
     return value

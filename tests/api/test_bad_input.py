@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import grpc
@@ -20,6 +23,13 @@ from tests.api.conftest import Api, one_off, weekly_monday_nine
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 NY = "America/New_York"
+# The request_id of the reminder every case starts from (users are fresh per test).
+EXISTING_REQUEST = "existing-request"
+# Seconds of a Timestamp far outside its valid range (years 1 to 9999).
+OUT_OF_RANGE_SECONDS = 2**62
+# 9999-12-31T23:59:59Z and 0001-01-01T00:00:00Z: valid Timestamps at datetime's very edges.
+LAST_SECOND = 253_402_300_799
+FIRST_SECOND = -62_135_596_800
 
 
 def _create(reminder: pb.Reminder, request_id: str = "req") -> Callable[[Api, str, str], Any]:
@@ -29,10 +39,8 @@ def _create(reminder: pb.Reminder, request_id: str = "req") -> Callable[[Api, st
     )
 
 
-def _repeat(**fields: str) -> pb.Schedule:
-    return pb.Schedule(
-        time_zone=NY, repeat=pb.Repeat(start_local_time="2026-10-19T10:00:00", **fields)
-    )
+def _repeat(start_local_time: str = "2026-10-19T10:00:00", **fields: str) -> pb.Schedule:
+    return pb.Schedule(time_zone=NY, repeat=pb.Repeat(start_local_time=start_local_time, **fields))
 
 
 def _update(reminder: pb.Reminder, paths: list[str]) -> Callable[[Api, str, str], Any]:
@@ -58,6 +66,46 @@ def _past() -> Timestamp:
     stamp = Timestamp()
     stamp.FromJsonString("2020-01-01T00:00:00Z")
     return stamp
+
+
+def _once_at(instant: Timestamp) -> pb.Reminder:
+    return pb.Reminder(
+        text="t", schedule=pb.Schedule(time_zone=NY, once=pb.OneOff(instant=instant))
+    )
+
+
+def _preview_from(from_time: Timestamp) -> Callable[[Api, str, str], Any]:
+    return lambda api, rid, user: api.reminders.PreviewSchedule(
+        pb.PreviewScheduleRequest(schedule=weekly_monday_nine(), from_time=from_time),
+        metadata=api.as_user(user),
+    )
+
+
+def _token(cursor: object, kind: str) -> str:
+    """A well-formed page token, as the server encodes them, around any cursor."""
+    raw = json.dumps({"v": 1, "k": kind, "c": cursor}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _list_after(cursor: object) -> Callable[[Api, str, str], Any]:
+    return lambda api, rid, user: api.reminders.ListReminders(
+        pb.ListRemindersRequest(page_token=_token(cursor, "reminders:")),
+        metadata=api.as_user(user),
+    )
+
+
+def _deliveries_before(cursor: object) -> Callable[[Api, str, str], Any]:
+    return lambda api, rid, user: api.reminders.ListDeliveries(
+        pb.ListDeliveriesRequest(reminder_id=rid, page_token=_token(cursor, f"deliveries:{rid}")),
+        metadata=api.as_user(user),
+    )
+
+
+def _at_version(rpc: str, version: int) -> Callable[[Api, str, str], Any]:
+    request = getattr(pb, f"{rpc}Request")
+    return lambda api, rid, user: getattr(api.reminders, rpc)(
+        request(id=rid, version=version), metadata=api.as_user(user)
+    )
 
 
 GOOD = pb.Reminder(text="ok", schedule=weekly_monday_nine())
@@ -246,32 +294,176 @@ CASES: list[tuple[str, Callable[[Api, str, str], Any], str]] = [
         ),
         "id",
     ),
+    # Timestamps outside their range, or at datetime's edges where zone shifts overflow.
+    (
+        "once instant out of range",
+        _create(_once_at(Timestamp(seconds=OUT_OF_RANGE_SECONDS))),
+        "reminder.schedule.once.instant",
+    ),
+    (
+        "once instant with negative nanos",
+        _create(_once_at(Timestamp(seconds=1_900_000_000, nanos=-5))),
+        "reminder.schedule.once.instant",
+    ),
+    (
+        # Its bucket entry's TTL would pass Cassandra's 20-year maximum.
+        "once local time more than 10 years ahead",
+        _create(pb.Reminder(text="t", schedule=one_off("2047-01-01T09:00:00"))),
+        "reminder.schedule.once.local_time",
+    ),
+    (
+        "edit to a time more than 10 years ahead",
+        _update(pb.Reminder(version=1, schedule=one_off("2040-01-01T09:00:00")), ["schedule"]),
+        "reminder.schedule.once.local_time",
+    ),
+    (
+        "once local time in year 9999",
+        _create(pb.Reminder(text="t", schedule=one_off("9999-12-31T23:00:00"))),
+        "reminder.schedule.once.local_time",
+    ),
+    (
+        "repeat starting in year 1",
+        _create(
+            pb.Reminder(
+                text="t", schedule=_repeat("0001-01-01T00:00:00", expression="every day 08:00")
+            )
+        ),
+        "reminder.schedule.repeat.start_local_time",
+    ),
+    (
+        "snooze: until out of range",
+        _snooze(snooze_until_time=Timestamp(seconds=-OUT_OF_RANGE_SECONDS)),
+        "snooze_until_time",
+    ),
+    (
+        "snooze: local time in year 9999",
+        _snooze(snooze_until_local_time="9999-12-31T23:00:00"),
+        "snooze_until_local_time",
+    ),
+    (
+        "preview: from out of range",
+        _preview_from(Timestamp(seconds=OUT_OF_RANGE_SECONDS)),
+        "from_time",
+    ),
+    ("preview: from year 1", _preview_from(Timestamp(seconds=FIRST_SECOND)), "from_time"),
+    ("preview: from year 9999", _preview_from(Timestamp(seconds=LAST_SECOND)), "from_time"),
+    # Durations too long for any instant to be that far from now.
+    ("snooze: 10,000 years", _snooze(duration=Duration(seconds=315_576_000_000)), "duration"),
+    (
+        "snooze: minus 10,000 years",
+        _snooze(duration=Duration(seconds=-315_576_000_000)),
+        "duration",
+    ),
+    ("snooze: 2**62 seconds", _snooze(duration=Duration(seconds=2**62)), "duration"),
+    (
+        "snooze: nanos of another sign",
+        _snooze(duration=Duration(seconds=600, nanos=-1)),
+        "duration",
+    ),
+    # Well-formed page tokens that are not what the server wrote.
+    ("list: token with a number cursor", _list_after(5), "page_token"),
+    ("list: token with a list cursor", _list_after([]), "page_token"),
+    (
+        "list: token with a braced uuid",
+        _list_after("{" + str(uuid.UUID(int=1)) + "}"),
+        "page_token",
+    ),
+    ("deliveries: token with a number cursor", _deliveries_before(5), "page_token"),
+    (
+        "deliveries: token with a local time",
+        _deliveries_before("2026-10-26T13:00:00"),
+        "page_token",
+    ),
+    # Large bad values: the error must still reach the caller, naming the field.
+    (
+        "once local time of 20 KB",
+        _create(pb.Reminder(text="t", schedule=one_off("9" * 20_000))),
+        "reminder.schedule.once.local_time",
+    ),
+    (
+        "expression of 40 KB",
+        _create(pb.Reminder(text="t", schedule=_repeat(expression="every " + "x" * 40_000))),
+        "reminder.schedule.repeat.expression",
+    ),
+    (
+        "rrule of 40 KB",
+        _create(pb.Reminder(text="t", schedule=_repeat(rrule="FREQ=DAILY;X=" + "1" * 40_000))),
+        "reminder.schedule.repeat.rrule",
+    ),
+    (
+        "zone of 40 KB",
+        _create(pb.Reminder(text="t", schedule=one_off("2026-11-01T09:00:00", "Z" * 40_000))),
+        "reminder.schedule.time_zone",
+    ),
+    (
+        "snooze: local time of 20 KB",
+        _snooze(snooze_until_local_time="l" * 20_000),
+        "snooze_until_local_time",
+    ),
+    (
+        "update: unknown path of 40 KB",
+        _update(pb.Reminder(version=1), ["p" * 40_000]),
+        "update_mask",
+    ),
+    # Negative versions: 0 means "any version", below that is malformed.
+    (
+        "update: version -1",
+        _update(pb.Reminder(version=-1, text="x"), ["text"]),
+        "reminder.version",
+    ),
+    ("delete: version -1", _at_version("DeleteReminder", -1), "version"),
+    ("pause: version -1", _at_version("PauseReminder", -1), "version"),
+    ("resume: version -1", _at_version("ResumeReminder", -1), "version"),
+]
+
+# Rejections with another code than INVALID_ARGUMENT still name the field at fault.
+REFUSALS: list[Any] = [
+    *(pytest.param(call, INVALID, field, id=name) for name, call, field in CASES),
+    pytest.param(
+        _create(pb.Reminder(text="another", schedule=weekly_monday_nine()), EXISTING_REQUEST),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "request_id",
+        id="create: request_id reused for another reminder",
+    ),
 ]
 
 
 def _snapshot(cassandra: CassandraConnection, user: str) -> list[tuple[Any, ...]]:
-    rows = cassandra.session.execute("SELECT * FROM reminders WHERE user_id = %s", (user,))
-    requests = cassandra.session.execute(
-        "SELECT * FROM create_requests WHERE user_id = %s", (user,)
-    )
-    return [tuple(r) for r in rows] + [tuple(r) for r in requests]
+    """Everything of `user` a request could write: rows, idempotency records, bucket entries."""
+    queries = [
+        "SELECT * FROM reminders WHERE user_id = %s",
+        "SELECT * FROM create_requests WHERE user_id = %s",
+        # Buckets are partitioned by minute: a scan, fine on the test keyspace.
+        "SELECT * FROM due_buckets WHERE user_id = %s ALLOW FILTERING",
+    ]
+    return [tuple(row) for query in queries for row in cassandra.session.execute(query, (user,))]
+
+
+def _assert_refused(error: grpc.RpcError, code: grpc.StatusCode, field: str) -> None:
+    """`error` has `code` and a google.rpc.BadRequest naming just `field`."""
+    assert error.code() == code, error.details()
+    status = rpc_status.from_call(error)
+    assert status is not None, "no google.rpc.Status in the trailers"
+    bad_request = error_details_pb2.BadRequest()
+    assert status.details[0].Unpack(bad_request)
+    assert [v.field for v in bad_request.field_violations] == [field]
 
 
 def test_the_table_has_at_least_30_cases() -> None:
     assert len(CASES) >= 30
 
 
-@pytest.mark.parametrize(("name", "call", "field"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("call", "code", "field"), REFUSALS)
 def test_bad_input_is_refused_with_its_field_and_changes_nothing(
     api: Api,
     user: str,
     cassandra: CassandraConnection,
-    name: str,
     call: Callable[[Api, str, str], Any],
+    code: grpc.StatusCode,
     field: str,
 ) -> None:
     existing = api.reminders.CreateReminder(
-        pb.CreateReminderRequest(reminder=GOOD, request_id=uuid.uuid4().hex),
+        pb.CreateReminderRequest(reminder=GOOD, request_id=EXISTING_REQUEST),
         metadata=api.as_user(user),
     )
     before = _snapshot(cassandra, user)
@@ -279,12 +471,28 @@ def test_bad_input_is_refused_with_its_field_and_changes_nothing(
     with pytest.raises(grpc.RpcError) as refused:
         call(api, existing.id, user)
 
-    assert refused.value.code() == INVALID, refused.value.details()
-    status = rpc_status.from_call(refused.value)
-    assert status is not None, "no google.rpc.Status in the trailers"
-    bad_request = error_details_pb2.BadRequest()
-    assert status.details[0].Unpack(bad_request)
-    assert [v.field for v in bad_request.field_violations] == [field]
+    _assert_refused(refused.value, code, field)
+    assert _snapshot(cassandra, user) == before
+
+
+def test_resuming_a_passed_one_off_names_the_reminder_and_changes_nothing(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    md = api.as_user(user)
+    created = api.reminders.CreateReminder(
+        pb.CreateReminderRequest(
+            reminder=pb.Reminder(text="t", schedule=one_off("2026-10-20T09:00:00")), request_id="r"
+        ),
+        metadata=md,
+    )
+    api.reminders.PauseReminder(pb.PauseReminderRequest(id=created.id), metadata=md)
+    api.clock.advance(timedelta(days=2))
+    before = _snapshot(cassandra, user)
+
+    with pytest.raises(grpc.RpcError) as refused:
+        api.reminders.ResumeReminder(pb.ResumeReminderRequest(id=created.id), metadata=md)
+
+    _assert_refused(refused.value, grpc.StatusCode.FAILED_PRECONDITION, "id")
     assert _snapshot(cassandra, user) == before
 
 
