@@ -6,8 +6,13 @@
   off (`claim.due`, which with the reminder id is the ring's idempotency key). A re-claim
   keeps that due, so a retry after a crash reuses the key.
 - `finalized`: after the notifier answered. A snoozed ring clears the snooze; a regular
-  ring moves the occurrence to the next one after max(occurrence, now) (the misfire
-  policy: after an outage a repeat rings once, late, then continues in the future).
+  ring moves the occurrence to the next one after max(occurrence, now).
+
+The misfire policy (invariant 9): rings missed during an outage collapse into one ring,
+claimed with the latest of them as its due (`missed_due`), so its key and its lateness
+are the latest missed ring's; its finalize clears every missed ring at or before that due,
+and the series continues after now. A one-off rings late; a repeat rings once for its
+latest missed occurrence.
 """
 
 from __future__ import annotations
@@ -19,14 +24,18 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from reminders_svc.domain.reminder import Claim, Reminder, Status, earliest
-from reminders_svc.schedule import OneOff, next_after
+from reminders_svc.schedule import OneOff, Repeat, latest_at_or_before, next_after
 
 
 class SkipReason(StrEnum):
+    """Why a bucket entry's row is not rung (the `reason` label of the skips metric)."""
+
     DELETED = "deleted"  # gone, or a tombstone
     PAUSED = "paused"
-    DONE = "done"
-    RESCHEDULED = "rescheduled"  # pending with a due in a later minute: its own entry covers it
+    DONE = "done"  # the series has ended (or the one-off rang): nothing left to ring
+    # Pending with a due past the window: the entry is stale (the row rang and re-armed, or
+    # a user's change moved it). The due's own entry covers it.
+    STALE = "stale"
 
 
 @dataclass(frozen=True)
@@ -78,17 +87,35 @@ def decide(row: Reminder | None, now: datetime, horizon: datetime) -> Decision:
         return Claimable(row.due, row.version)
     if row.due < horizon:
         return WaitUntil(row.due)
-    return Skip(SkipReason.RESCHEDULED)
+    return Skip(SkipReason.STALE)
+
+
+def missed_due(row: Reminder, now: datetime) -> datetime:
+    """The due a claim of this pending row hands off: the latest of its rings at or before
+    `now` (its snooze, its occurrence, and for a repeat every occurrence since), never
+    earlier than the row's due. Normally that is the row's due itself."""
+    assert row.due is not None
+    missed = [row.due]
+    if row.snooze_until is not None and row.snooze_until <= now:
+        missed.append(row.snooze_until)
+    if row.occurrence is not None and row.occurrence <= now:
+        latest = None
+        if isinstance(row.schedule, Repeat):
+            latest = latest_at_or_before(row.schedule, row.occurrence, now)
+        missed.append(latest or row.occurrence)
+    return max(missed)
 
 
 def claimed(row: Reminder, token: uuid.UUID, now: datetime, lease: timedelta) -> Reminder:
-    assert row.due is not None
-    return dataclasses.replace(
-        row, status=Status.SENDING, claim=Claim(token, row.due, now + lease), op_id=uuid.uuid4()
-    )
+    """Pending -> sending. The row's due and version stay as read: the claim's LWT compares
+    them; only the claim carries the due handed off (`missed_due`)."""
+    claim = Claim(token, missed_due(row, now), now + lease)
+    return dataclasses.replace(row, status=Status.SENDING, claim=claim, op_id=uuid.uuid4())
 
 
 def reclaimed(row: Reminder, token: uuid.UUID, now: datetime, lease: timedelta) -> Reminder:
+    """An expired claim taken over: a new token, the same claim due (the same key). The
+    store's LWT also compares the expiry read, so a renewal in between refuses it."""
     assert row.claim is not None
     return dataclasses.replace(
         row, claim=Claim(token, row.claim.due, now + lease), op_id=uuid.uuid4()
@@ -99,6 +126,7 @@ def finalized(row: Reminder, now: datetime) -> Reminder:
     """The row after its claimed ring was handed off (or given up for good)."""
     assert row.claim is not None
     rung = row.claim.due
+    # Every ring at or before the one rung is covered by it: nothing missed rings twice.
     snooze_until = (
         None if row.snooze_until is not None and row.snooze_until <= rung else (row.snooze_until)
     )

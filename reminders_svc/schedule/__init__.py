@@ -13,6 +13,7 @@ from reminders_svc.schedule.describe import describe
 from reminders_svc.schedule.errors import ScheduleError
 from reminders_svc.schedule.expand import (
     HORIZON_YEARS,
+    latest_at_or_before,
     next_after,
     occurrences,
     validate_new,
@@ -28,6 +29,7 @@ __all__ = [
     "Schedule",
     "ScheduleError",
     "describe",
+    "latest_at_or_before",
     "load_zone",
     "next_after",
     "occurrences",

@@ -345,6 +345,27 @@ def next_after(schedule: Schedule, instant: datetime) -> datetime | None:
     return found[0] if found else None
 
 
+def latest_at_or_before(schedule: Schedule, since: datetime, instant: datetime) -> datetime | None:
+    """The last ring in [``since``, ``instant``] (both aware, inclusive), or None.
+
+    The misfire policy's question: which of the rings missed since ``since`` is the latest?
+    It walks forward from ``since``; repeats ring at most hourly, so an outage of N hours
+    costs at most N rings.
+    """
+    _check_instant(since, "from")
+    _check_instant(instant, "to")
+    if isinstance(schedule, OneOff):
+        ring = _one_off_ring(schedule)
+        return ring if since <= ring <= instant else None
+    latest = None
+    for ring in _repeat_rings(schedule, since):
+        if ring > instant:
+            break
+        if ring >= since:
+            latest = ring
+    return latest
+
+
 def validate_new(schedule: Schedule, now: datetime) -> datetime:
     """The first ring at or after ``now``, or ScheduleError if there is none."""
     found = occurrences(schedule, now, 1)

@@ -26,7 +26,7 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from reminders_svc.config import Retention
 from reminders_svc.domain.errors import QuotaExceeded
-from reminders_svc.domain.reminder import Reminder, Status
+from reminders_svc.domain.reminder import Claim, Reminder, Status
 from reminders_svc.storage import aio
 from reminders_svc.storage.parts import PartCounts, bucket_minute, entry_ttl, part_of
 from reminders_svc.storage.rows import MUTABLE_COLUMNS, SELECT_COLUMNS, from_row, to_columns
@@ -54,6 +54,19 @@ class CreateRecord:
 
 def _active(reminder: Reminder | None) -> int:
     return 0 if reminder is None or reminder.status is Status.DELETED else 1
+
+
+def _taken_over(old: Reminder, new: Reminder) -> Claim | None:
+    """The claim a re-claim takes over (it hands the claim to a new token), else None.
+
+    Its expiry as read goes into the LWT's compare: the expiry was judged passed on that
+    read, and any renewal or release since has moved it, so the compare is race-free
+    whatever the clocks of the holder and the taker (`claim_expires <= now` would trust
+    the taker's clock against the holder's).
+    """
+    if old.claim is None or new.claim is None or new.claim.token == old.claim.token:
+        return None
+    return old.claim
 
 
 class ReminderStore:
@@ -87,7 +100,7 @@ class ReminderStore:
         self._create = prepare(
             f"UPDATE reminders SET {assignments}, created_at = ? {where} IF status = null"
         )
-        self._updates: dict[tuple[str, ...], PreparedStatement] = {}
+        self._updates: dict[tuple[tuple[str, ...], bool], PreparedStatement] = {}
         self._count = prepare(
             "UPDATE reminders SET active_count = ? WHERE user_id = ? IF active_count = ?"
         )
@@ -213,7 +226,9 @@ class ReminderStore:
 
         The compare covers version, status, claim token and due: a dispatcher's
         claim-and-finalize in between changes no version but moves the due, and a step
-        computed from the older due must not land.
+        computed from the older due must not land. A re-claim (a claim handed to a new
+        token) also compares the claim's expiry as read: the holder's renewal moves it, so
+        a claim renewed after the read that judged it expired is not taken over.
         """
         old = before.reminder
         if after.due is not None and after.due != old.due:
@@ -233,7 +248,8 @@ class ReminderStore:
                 if column == "op_id" or new_values[column] != old_values[column]
             )
         )
-        update = await self._update_of(columns)
+        expired_claim = _taken_over(old, after)
+        update = await self._update_of(columns, compare_expiry=expired_claim is not None)
         update_params = (
             ttl,
             *(new_values[column] for column in columns),
@@ -243,6 +259,7 @@ class ReminderStore:
             old.status.value,
             old.claim.token if old.claim else None,
             old.due,
+            *((expired_claim.expires,) if expired_claim else ()),
         )
         delta = _active(after) - _active(old)
         if delta == 0:
@@ -253,22 +270,26 @@ class ReminderStore:
         batch.add(update, update_params)
         return await self._lwt(batch, after)
 
-    async def _update_of(self, columns: tuple[str, ...]) -> PreparedStatement:
+    async def _update_of(
+        self, columns: tuple[str, ...], *, compare_expiry: bool
+    ) -> PreparedStatement:
         """The compare-and-set writing these columns, prepared once per column set (a few).
 
         Prepared in a worker thread: `prepare` blocks, and must not block the event loop
         (with `loop_reactor` the driver's I/O runs on it).
         """
-        statement = self._updates.get(columns)
+        key = (columns, compare_expiry)
+        statement = self._updates.get(key)
         if statement is None:
             assignments = ", ".join(f"{column} = ?" for column in columns)
+            expiry = " AND claim_expires = ?" if compare_expiry else ""
             statement = await asyncio.to_thread(
                 self._session.prepare,
                 f"UPDATE reminders USING TTL ? SET {assignments}"
                 " WHERE user_id = ? AND reminder_id = ?"
-                " IF version = ? AND status = ? AND claim_token = ? AND due = ?",
+                f" IF version = ? AND status = ? AND claim_token = ? AND due = ?{expiry}",
             )
-            self._updates[columns] = statement
+            self._updates[key] = statement
         return statement
 
     def _batch(self) -> BatchStatement:

@@ -110,7 +110,7 @@ def test_replay_re_arms_only_rows_the_row_says_are_still_due(
         "paused": 1,
         "deleted": 1,
         "done": 1,
-        "rescheduled": 1,
+        "stale": 1,  # its due moved to a later minute
     }
     now_minute = floor_minute(datetime.now(UTC))
     fresh = {

@@ -1,13 +1,18 @@
-"""The dispatcher's steps of the state machine, pure (no I/O)."""
+"""The dispatcher's steps of the state machine: pure rules (no I/O), then the re-claim's
+compare-and-set on the real node."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from reminders_svc.domain import dispatch
 from reminders_svc.domain.reminder import Reminder, Status, delete, new_reminder, pause, snooze
 from reminders_svc.schedule import one_off_local, parse_repeat
+from reminders_svc.storage.session import CassandraConnection
+from tests.admin.conftest import at_instant, change, put, run, store_of
 
 NY = "America/New_York"
 T0 = datetime(2026, 10, 19, 12, 0, tzinfo=UTC)
@@ -33,7 +38,7 @@ def test_the_row_decides_claim_wait_or_skip() -> None:
         at("2026-10-26T13:00:00")
     )
     assert dispatch.decide(row, at("2026-10-26T12:59:58"), at("2026-10-26T13:00:00")) == (
-        dispatch.Skip(dispatch.SkipReason.RESCHEDULED)
+        dispatch.Skip(dispatch.SkipReason.STALE)
     )
     assert dispatch.decide(None, T0, minute_end) == dispatch.Skip(dispatch.SkipReason.DELETED)
     assert dispatch.decide(delete(row, T0), T0, minute_end) == dispatch.Skip(
@@ -67,17 +72,79 @@ def test_finalizing_a_regular_ring_moves_to_the_next_dst_correct_occurrence() ->
     assert done.version == 1  # the dispatcher's steps are not user changes
 
 
-def test_after_an_outage_a_repeat_rings_once_then_continues_in_the_future() -> None:
-    now = at("2026-11-18T12:00:00")  # three Mondays missed
-    done = dispatch.finalized(dispatch.claimed(weekly(), uuid.uuid4(), now, LEASE), now)
-    assert done.occurrence == at("2026-11-23T14:00:00")
+def test_after_an_outage_a_repeat_rings_once_for_its_latest_missed_occurrence() -> None:
+    row = weekly()
+    now = at("2026-11-10T12:00:00")  # Oct 26 (EDT), Nov 2 and Nov 9 (EST) missed
+    sending = dispatch.claimed(row, uuid.uuid4(), now, LEASE)
+    assert sending.claim is not None
+    # One ring, for the latest Monday at 09:00 New York time: its key and its lateness.
+    assert sending.claim.due == at("2026-11-09T14:00:00")
+    assert dispatch.idempotency_key(sending) == f"{row.reminder_id}/2026-11-09T14:00:00.000000Z"
+    # The claim's compare is still on the row as read (its oldest missed due, its version).
+    assert (sending.due, sending.version) == (row.due, row.version)
+
+    done = dispatch.finalized(sending, now)
+    assert done.occurrence == done.due == at("2026-11-16T14:00:00")
+    assert dispatch.decide(done, now, now + timedelta(minutes=1)) == dispatch.Skip(
+        dispatch.SkipReason.STALE
+    )  # nothing missed rings a second time
+
+
+def test_a_re_claim_keeps_the_claimed_due_even_after_more_occurrences_passed() -> None:
+    claimed_at = at("2026-11-10T12:00:00")
+    sending = dispatch.claimed(weekly(), uuid.uuid4(), claimed_at, LEASE)
+    later = at("2026-11-24T12:00:00")  # two more Mondays passed while the claim was held
+    taken = dispatch.reclaimed(sending, uuid.uuid4(), later, LEASE)
+    assert dispatch.idempotency_key(taken) == dispatch.idempotency_key(sending)
+    assert dispatch.finalized(taken, later).due == at("2026-11-30T14:00:00")
+
+
+def test_a_one_off_missed_rings_late_with_its_own_due() -> None:
+    schedule = one_off_local(datetime(2026, 10, 20, 9, 0), NY)
+    row = new_reminder("u", "x", schedule, at("2026-10-20T13:00:00"), T0)
+    now = at("2026-10-22T08:00:00")
+    sending = dispatch.claimed(row, uuid.uuid4(), now, LEASE)
+    assert sending.claim is not None
+    assert sending.claim.due == at("2026-10-20T13:00:00")
+    assert dispatch.finalized(sending, now).status is Status.DONE
+
+
+def test_a_missed_snooze_before_the_latest_occurrence_is_covered_by_its_ring() -> None:
+    snoozed = snooze(weekly(), at("2026-10-27T12:00:00"), T0)  # between two missed Mondays
+    assert snoozed.due == at("2026-10-26T13:00:00")
+    now = at("2026-11-03T12:00:00")
+    sending = dispatch.claimed(snoozed, uuid.uuid4(), now, LEASE)
+    assert sending.claim is not None
+    assert sending.claim.due == at("2026-11-02T14:00:00")
+    done = dispatch.finalized(sending, now)
+    assert (done.snooze_until, done.due) == (None, at("2026-11-09T14:00:00"))
+
+
+def test_a_missed_snooze_after_the_latest_occurrence_is_the_one_ring_with_its_own_key() -> None:
+    snoozed = snooze(weekly(), at("2026-11-03T12:00:00"), T0)
+    now = at("2026-11-04T12:00:00")  # Oct 26 and Nov 2 missed, then the snooze
+    sending = dispatch.claimed(snoozed, uuid.uuid4(), now, LEASE)
+    assert sending.claim is not None
+    assert sending.claim.due == at("2026-11-03T12:00:00")
+    done = dispatch.finalized(sending, now)
+    assert (done.snooze_until, done.due) == (None, at("2026-11-09T14:00:00"))
+
+
+def test_on_time_a_ring_is_claimed_with_the_rows_own_due() -> None:
+    for now in (at("2026-10-26T13:00:00"), at("2026-10-26T13:00:00.900")):
+        sending = dispatch.claimed(weekly(), uuid.uuid4(), now, LEASE)
+        assert sending.claim is not None
+        assert sending.claim.due == at("2026-10-26T13:00:00")
 
 
 def test_a_snoozed_ring_clears_the_snooze_and_keeps_the_series() -> None:
     row = snooze(weekly(), at("2026-10-20T12:00:00"), T0)
     assert row.due == at("2026-10-20T12:00:00")
     now = at("2026-10-20T12:00:00")
-    done = dispatch.finalized(dispatch.claimed(row, uuid.uuid4(), now, LEASE), now)
+    sending = dispatch.claimed(row, uuid.uuid4(), now, LEASE)
+    assert sending.claim is not None
+    assert sending.claim.due == at("2026-10-20T12:00:00")  # its own due, its own key
+    done = dispatch.finalized(sending, now)
     assert done.snooze_until is None
     assert done.occurrence == at("2026-10-26T13:00:00")
     assert done.due == at("2026-10-26T13:00:00")
@@ -107,3 +174,39 @@ def test_the_key_names_the_reminder_and_the_due() -> None:
     now = at("2026-10-26T13:00:00")
     row = dispatch.claimed(weekly(), uuid.uuid4(), now, LEASE)
     assert dispatch.idempotency_key(row) == f"{row.reminder_id}/2026-10-26T13:00:00.000000Z"
+
+
+@pytest.mark.cassandra
+def test_a_re_claim_is_refused_when_the_holder_renewed_after_the_read(
+    own_keyspace: CassandraConnection,
+) -> None:
+    store = store_of(own_keyspace)
+
+    async def scenario() -> None:
+        now = datetime.now(UTC).replace(microsecond=0)
+        stored = await put(store, at_instant("u-reclaim", now, now - timedelta(minutes=1)))
+        user, reminder_id = "u-reclaim", stored.reminder.reminder_id
+        holder = dispatch.claimed(stored.reminder, uuid.uuid4(), now - 2 * LEASE, LEASE)
+        assert holder.claim is not None
+        sending = await change(store, stored, holder)
+
+        # The taker reads the claim expired; the holder renews it before the taker's LWT.
+        assert isinstance(dispatch.decide(sending.reminder, now, now), dispatch.Reclaimable)
+        assert await store.set_claim_expiry(user, reminder_id, holder.claim.token, now + LEASE)
+        taker = dispatch.reclaimed(sending.reminder, uuid.uuid4(), now, LEASE)
+        assert not await store.replace(sending, taker, now)
+        kept = await store.get(user, reminder_id)
+        assert kept is not None
+        assert kept.reminder.claim is not None
+        assert kept.reminder.claim.token == holder.claim.token
+
+        # Once it has expired again, read afresh, the same re-claim goes through: same key.
+        assert await store.set_claim_expiry(user, reminder_id, holder.claim.token, now)
+        expired = await store.get(user, reminder_id)
+        assert expired is not None
+        taker = dispatch.reclaimed(expired.reminder, uuid.uuid4(), now, LEASE)
+        taken = await change(store, expired, taker)
+        assert taken.reminder.claim == taker.claim
+        assert dispatch.idempotency_key(taken.reminder) == dispatch.idempotency_key(holder)
+
+    run(scenario())
