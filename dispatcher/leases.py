@@ -29,9 +29,15 @@ class Lease:
     epoch: int
     checkpoint: datetime | None  # last minute fully finished
     valid_until: float  # time.monotonic() deadline; local, conservative
+    # Released, or known lost (a renewal or checkpoint refused): never held again.
+    ended: bool = False
 
     def held(self) -> bool:
-        return time.monotonic() < self.valid_until
+        return not self.ended and time.monotonic() < self.valid_until
+
+    def end(self) -> None:
+        self.ended = True
+        self.valid_until = 0.0
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,8 @@ class PartLeases:
         return Lease(part, epoch, state.checkpoint, started + self._lease_s - self._margin_s)
 
     async def renew(self, lease: Lease) -> bool:
+        if lease.ended:
+            return False
         started = time.monotonic()
         applied = (
             (
@@ -141,7 +149,7 @@ class PartLeases:
         if applied:
             lease.valid_until = started + self._lease_s - self._margin_s
         else:
-            lease.valid_until = 0.0
+            lease.end()
         return bool(applied)
 
     async def checkpoint(self, lease: Lease, minute: datetime) -> bool:
@@ -159,11 +167,11 @@ class PartLeases:
         if applied:
             lease.checkpoint = minute
         else:
-            lease.valid_until = 0.0
+            lease.end()
         return bool(applied)
 
     async def release(self, lease: Lease) -> None:
-        lease.valid_until = 0.0
+        lease.end()
         await aio.execute(self._session, self._release, (lease.part, self.owner, lease.epoch))
 
 

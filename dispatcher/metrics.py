@@ -37,7 +37,8 @@ class DispatcherMetrics:
         )
         self.claims_lost = Counter(
             "reminders_dispatch_claims_lost_total",
-            "Claims or finalizes lost to a user's change (edit, pause, delete).",
+            "Claims, claim renewals or finalizes lost to a user's change (edit, snooze,"
+            " pause, delete); a lost part lease is counted in leases_lost instead.",
             registry=r,
         )
         self.reclaims = Counter(
@@ -55,16 +56,19 @@ class DispatcherMetrics:
             registry=r,
         )
         self.leases_lost = Counter(
-            "reminders_dispatch_leases_lost_total", "Leases lost before release.", registry=r
+            "reminders_dispatch_leases_lost_total",
+            "Leases lost before release (a renewal or a checkpoint refused).",
+            registry=r,
         )
         self.checkpoint_lag = Gauge(
             "reminders_dispatch_checkpoint_lag_seconds",
-            "Age of the oldest unfinished minute over the parts held.",
+            "Age of the oldest unfinished minute over the parts held (from the minute's"
+            " start: up to 60 s plus the grace when keeping up).",
             registry=r,
         )
         self.oldest_claim = Gauge(
             "reminders_dispatch_oldest_unresolved_claim_seconds",
-            "Age (from due) of the oldest claimed, unfinalized ring.",
+            "Age (from its claim) of the oldest claimed, unfinalized ring.",
             registry=r,
         )
         self.clock_offset = Gauge(

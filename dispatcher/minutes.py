@@ -5,8 +5,10 @@ For each minute M of the part:
   keep reading entries written since the last look (less a skew margin) and start each
   new entry's ring at its due; after M + 60 s + grace, read the whole minute once more;
 - past (catch-up after an outage): read the whole minute once, at a bounded rate.
-M is checkpointed only when every ring started from it is resolved (finalized, skipped
-or let go), and only in order, and only while the lease is held.
+M is checkpointed only when every ring started from it is resolved (finalized, skipped,
+or taken over by a user's change), and only in order, and only while the lease is held.
+A stop (SIGTERM, a hand-over) ends the reads and waits at once; a minute it cut short is
+not checkpointed, so the part's next owner reads it again.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dispatcher.metrics import DispatcherMetrics
 from dispatcher.ratelimit import RateLimiter
 from dispatcher.ringer import Ringer
 from dispatcher.settings import DispatcherSettings
+from dispatcher.shift import Shift
 from reminders_svc.storage.parts import floor_minute
 
 log = logging.getLogger(__name__)
@@ -36,7 +39,7 @@ class MinuteJob:
         self.minute = minute
         self._worker = worker
         self._seen: set[tuple[object, object]] = set()
-        self._rings: list[asyncio.Task[None]] = []
+        self._rings: list[asyncio.Task[bool]] = []
 
     def _start(self, entries: list[Entry]) -> None:
         worker = self._worker
@@ -46,29 +49,48 @@ class MinuteJob:
                 continue
             self._seen.add(key)
             task = asyncio.create_task(
-                worker.ringer.ring(entry, self.minute + MINUTE, worker.lease)
+                worker.ringer.ring(entry, self.minute + MINUTE, worker.shift)
             )
             self._rings.append(task)
 
-    async def run(self) -> None:
+    async def run(self) -> bool:
+        """True when the minute is finished: read to its end and once more after the grace,
+        and every ring started from it resolved. False when the shift ended first."""
+        try:
+            read_through = await self._read_through()
+            # Every ring started is seen to its end, stopping or not: rings already with the
+            # notifier finish, the others let their claims go.
+            resolved = await asyncio.gather(*self._rings)
+            return read_through and all(resolved)
+        finally:
+            # Cancelled (the part lost, or the shutdown grace over): the rings let their
+            # claims go as they are cancelled, before this returns.
+            for ring in self._rings:
+                ring.cancel()
+            await asyncio.gather(*self._rings, return_exceptions=True)
+
+    async def _read_through(self) -> bool:
         w = self._worker
+        shift = w.shift
         end = self.minute + MINUTE
         final_read_at = end + w.settings.grace
         if w.clock.now() < final_read_at:
-            await w.clock.sleep_until(self.minute - w.settings.prefetch)
+            if not await shift.sleep_until(w.clock, self.minute - w.settings.prefetch):
+                return False
             looked_at = w.clock.now()
             self._start(await w.reader.read(self.minute, w.lease.part))
-            while w.clock.now() < end and w.lease.held():
-                await asyncio.sleep(w.settings.poll_every.total_seconds())
+            while w.clock.now() < end:
+                if not await shift.sleep(w.settings.poll_every.total_seconds()):
+                    return False
                 since = looked_at - w.settings.skew
                 looked_at = w.clock.now()
                 self._start(await w.reader.read(self.minute, w.lease.part, since))
-            await w.clock.sleep_until(final_read_at)
-        else:
-            await w.catch_up.wait()
-        if w.lease.held():
-            self._start(await w.reader.read(self.minute, w.lease.part))
-        await asyncio.gather(*self._rings)
+            if not await shift.sleep_until(w.clock, final_read_at):
+                return False
+        elif not await shift.sleep(w.catch_up.reserve()):
+            return False
+        self._start(await w.reader.read(self.minute, w.lease.part))
+        return True
 
 
 class PartWorker:
@@ -85,6 +107,7 @@ class PartWorker:
         metrics: DispatcherMetrics,
         catch_up: RateLimiter,
     ) -> None:
+        self.shift = Shift(lease)
         self.lease = lease
         self.leases = leases
         self.reader = reader
@@ -93,12 +116,11 @@ class PartWorker:
         self.settings = settings
         self.metrics = metrics
         self.catch_up = catch_up
-        self._stopping = asyncio.Event()
         self.oldest_unfinished: datetime | None = None
 
     def stop(self) -> None:
-        """Take no new minute; minutes already open finish."""
-        self._stopping.set()
+        """Take no new minute and no new ring; open minutes wind down (see `Shift`)."""
+        self.shift.stop()
 
     def _first_minute(self) -> datetime:
         if self.lease.checkpoint is not None:
@@ -106,38 +128,56 @@ class PartWorker:
         return floor_minute(self.clock.now() - self.settings.initial_lookback)
 
     async def run(self) -> None:
+        open_jobs: deque[tuple[datetime, asyncio.Task[bool]]] = deque()
+        cancel_open = True
+        try:
+            await self._work(open_jobs)
+            # Stopping: the open minutes wind down by themselves. Otherwise the part was
+            # lost (or a minute left unfinished): they stop now.
+            cancel_open = not self.shift.stopping
+        finally:
+            for _, task in open_jobs:
+                if cancel_open:
+                    task.cancel()
+            ended = await asyncio.gather(*(task for _, task in open_jobs), return_exceptions=True)
+            for outcome in ended:
+                if isinstance(outcome, Exception):
+                    log.error("part %d: a minute failed", self.lease.part, exc_info=outcome)
+
+    async def _work(self, open_jobs: deque[tuple[datetime, asyncio.Task[bool]]]) -> None:
+        """Open minutes in order, checkpoint each once finished, in order, under the lease."""
         minute = self._first_minute()
-        open_jobs: deque[tuple[datetime, asyncio.Task[None]]] = deque()
         while self.lease.held():
             self._report(minute, open_jobs)
-            can_open = not self._stopping.is_set() and len(open_jobs) < _MAX_OPEN_MINUTES
+            can_open = self.shift.on() and len(open_jobs) < _MAX_OPEN_MINUTES
             if can_open and self.clock.now() >= minute - self.settings.prefetch - MINUTE:
                 job = MinuteJob(self, minute)
                 open_jobs.append((minute, asyncio.create_task(job.run())))
                 minute += MINUTE
                 continue
             if not open_jobs:
-                if self._stopping.is_set():
+                if self.shift.stopping:
                     return
-                await asyncio.sleep(0.5)
+                await self.shift.sleep(0.5)
                 continue
             first_minute, first = open_jobs[0]
-            waiters: set[asyncio.Future[object]] = {first}  # type: ignore[arg-type]
-            if not self._stopping.is_set():
-                waiters.add(asyncio.ensure_future(asyncio.sleep(0.5)))
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-            if first.done():
-                open_jobs.popleft()
-                first.result()
-                if not await self.leases.checkpoint(self.lease, first_minute):
-                    log.warning("part %d: lease lost; stopping", self.lease.part)
-                    self.metrics.leases_lost.inc()
-                    break
-                self.metrics.minutes_done.inc()
-        for _, task in open_jobs:
-            task.cancel()
+            await asyncio.wait({first}, timeout=0.5)
+            if not first.done():
+                continue
+            open_jobs.popleft()
+            if not first.result():
+                # Unfinished (the shift ended first): neither it nor any later minute is
+                # checkpointed; whoever works the part next re-reads it from the checkpoint.
+                if self.shift.on():
+                    log.warning("part %d: minute %s left unfinished", self.lease.part, first_minute)
+                return
+            if not await self.leases.checkpoint(self.lease, first_minute):
+                log.warning("part %d: lease lost; stopping", self.lease.part)
+                self.metrics.leases_lost.inc()
+                return
+            self.metrics.minutes_done.inc()
 
     def _report(
-        self, next_minute: datetime, open_jobs: deque[tuple[datetime, asyncio.Task[None]]]
+        self, next_minute: datetime, open_jobs: deque[tuple[datetime, asyncio.Task[bool]]]
     ) -> None:
         self.oldest_unfinished = open_jobs[0][0] if open_jobs else next_minute

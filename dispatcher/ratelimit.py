@@ -12,11 +12,16 @@ class RateLimiter:
         self._interval = 1.0 / per_second
         self._next = 0.0
 
-    async def wait(self) -> None:
-        loop = asyncio.get_running_loop()
-        now = loop.time()
+    def reserve(self) -> float:
+        """Take the next slot; returns the seconds to wait for it (a waiter that stops
+        early just leaves its slot unused)."""
+        now = asyncio.get_running_loop().time()
         self._next = max(self._next, now)
         delay = self._next - now
         self._next += self._interval
+        return delay
+
+    async def wait(self) -> None:
+        delay = self.reserve()
         if delay > 0:
             await asyncio.sleep(delay)

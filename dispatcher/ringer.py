@@ -1,14 +1,19 @@
 """One ring, from a bucket entry to a finalized row (DESIGN.md state machine, invariants 1,
 5, 6, 8 and 9).
 
-`Ringer.ring(entry, horizon, lease)`:
+`Ringer.ring(entry, horizon, shift)`:
 1. at max(entry due, now), take one of `max_in_flight` slots (late entries paced first),
    read the row fresh and `decide` (the row decides); the slot is held to the finalize;
-2. claim it by LWT at due, never at prefetch (or take over an expired claim, same due);
-3. hand it off in a batch (SendBatch), retrying with backoff and jitter while the notifier
-   answers retryable, renewing the claim before each retry and stopping if that fails;
+2. claim it by LWT at due, never at prefetch (or take over an expired claim, same due); a
+   claim that loses to a user's change reads the row again, and the row decides again;
+3. hand it off in a batch (SendBatch), only while the part's lease is held, retrying with
+   backoff and jitter while the notifier answers retryable (each attempt with an expiry
+   of its own), renewing the claim before each retry and stopping if that fails;
 4. finalize by LWT; if it loses, re-read: the claim still ours (only a snooze or a text
-   edit landed) -> recompute and retry; the claim gone -> the user's change wins.
+   edit landed) -> recompute and retry, with backoff, as long as the part is ours; the
+   claim gone -> the user's change wins.
+A ring not resolved when its shift ends (a stop, the part lost) lets its claim go (expiry
+now), so it is re-claimed at once, under the same key, by whoever works the part next.
 
 One user's LWTs never run concurrently (a lock per user), so they do not contend; the
 hand-off itself runs outside that lock so one user's many rings still batch together.
@@ -31,10 +36,10 @@ from cassandra.protocol import ErrorMessage
 from dispatcher.buckets import Entry
 from dispatcher.clock import DbClock
 from dispatcher.handoff import Answer, NotifierClient, Outcome, Ring
-from dispatcher.leases import Lease
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.ratelimit import RateLimiter
 from dispatcher.settings import DispatcherSettings, MisfirePolicy
+from dispatcher.shift import Shift
 from reminders_svc.concurrency import UserLocks
 from reminders_svc.domain import dispatch
 from reminders_svc.domain.delivery import Answer as HistoryAnswer
@@ -63,6 +68,13 @@ def _crash_if(name: str) -> None:
     if fault(name):
         log.warning("fault hook %s: killing this process", name)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _freeze_if(name: str) -> None:
+    """Stop this process (as a long GC pause or a frozen VM would) until sent SIGCONT."""
+    if fault(name):
+        log.warning("fault hook %s: stopping this process", name)
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 @dataclass
@@ -131,11 +143,14 @@ class Ringer:
         self._in_flight: dict[uuid.UUID, asyncio.Future[None]] = {}
         self._capacity = asyncio.Semaphore(settings.max_in_flight)
         self._catch_up = RateLimiter(settings.catch_up_rings_per_s)
-        self.claimed_since: dict[uuid.UUID, datetime] = {}  # for the oldest-claim gauge
+        self.claimed_since: dict[uuid.UUID, datetime] = {}  # claim times, for the gauge
 
-    async def ring(self, entry: Entry, horizon: datetime, lease: Lease) -> None:
-        """Handle one bucket entry to the end; returns when nothing is left unresolved."""
-        await self._clock.sleep_until(entry.due)
+    async def ring(self, entry: Entry, horizon: datetime, shift: Shift) -> bool:
+        """Handle one bucket entry to the end. True when nothing is left unresolved; False
+        when the shift ended first (no claim of it is then left held, and its minute is
+        not finished)."""
+        if not await shift.sleep_until(self._clock, entry.due):
+            return False
         while True:
             # A second entry for a reminder already in hand waits for the first, then the
             # row decides again (it may be due again, e.g. snoozed meanwhile).
@@ -146,49 +161,61 @@ class Ringer:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._in_flight[entry.reminder_id] = done
         try:
-            while lease.held():
+            while shift.on():
                 try:
-                    await self._ring(entry, horizon, lease)
-                    break
+                    return await self._ring(entry, horizon, shift)
                 except (DriverException, ErrorMessage, OSError) as error:
                     # Storage trouble: nothing was decided that the row does not record;
                     # look again shortly (the row decides), as long as the part is ours.
                     log.warning("ring of an entry failed (%s); retrying", type(error).__name__)
-                    await asyncio.sleep(random.uniform(0.5, 2.0))
+                    await shift.sleep(random.uniform(0.5, 2.0))
+            return False
         finally:
             del self._in_flight[entry.reminder_id]
             done.set_result(None)
 
-    async def _ring(self, entry: Entry, horizon: datetime, lease: Lease) -> None:
+    async def _ring(self, entry: Entry, horizon: datetime, shift: Shift) -> bool:
         due = entry.due
-        while lease.held():
-            while not self._clock.ready():  # noqa: ASYNC110
+        read = self._store.get
+        while shift.on():
+            if not self._clock.ready():
                 # Never early: no hand-off on an unchecked clock. The service re-measures it.
-                await asyncio.sleep(1.0)
-            if self._clock.now() - due > self._settings.late_after:
-                await self._catch_up.wait()  # an entry from a backlog: paced, live ones are not
+                await shift.sleep(1.0)
+                continue
+            late = self._clock.now() - due > self._settings.late_after
+            if late and not await shift.sleep(self._catch_up.reserve()):
+                return False  # an entry from a backlog is paced, a live one is not
             # One slot from the fresh read to the finalize: at most max_in_flight rings in
             # hand, taken in due order, each read just before its claim (a minute of 20,000
             # entries no longer fires 20,000 reads at once).
             async with self._capacity:
-                stored = await self._store.get(entry.user_id, entry.reminder_id)
+                if not shift.on():
+                    return False
+                stored = await read(entry.user_id, entry.reminder_id)
                 now = self._clock.now()
                 decision = dispatch.decide(stored.reminder if stored else None, now, horizon)
                 if isinstance(decision, dispatch.Skip):
                     self._metrics.skips.labels(decision.reason.value).inc()
-                    return
+                    return True
                 if not isinstance(decision, dispatch.WaitUntil):
                     assert stored is not None
-                    await self._claim_and_hand_off(stored, decision, lease)
-                    return
+                    claimed = await self._claim(stored, decision, now, shift)
+                    if claimed is None:
+                        # The row changed under the claim: read it through Paxos (what the
+                        # claim lost to is settled then) and let it decide again.
+                        read = self._store.get_serial
+                        continue
+                    return await self._deliver(claimed, now, shift)
             due = decision.instant
-            await self._clock.sleep_until(due)
+            if not await shift.sleep_until(self._clock, due):
+                return False
+        return False
 
-    async def _claim_and_hand_off(
-        self, stored: StoredReminder, decision: dispatch.Decision, lease: Lease
-    ) -> None:
+    async def _claim(
+        self, stored: StoredReminder, decision: dispatch.Decision, now: datetime, shift: Shift
+    ) -> Reminder | None:
+        """The row as claimed; None when the shift ended or a user's change landed first."""
         row = stored.reminder
-        now = self._clock.now()
         token = uuid.uuid4()
         claim_lease = self._settings.claim_lease
         if isinstance(decision, dispatch.Reclaimable):
@@ -196,101 +223,140 @@ class Ringer:
         else:
             after = dispatch.claimed(row, token, now, claim_lease)
         async with self._users.hold(row.user_id):
-            if not lease.held() or not await self._store.replace(stored, after, now):
-                return  # the row changed under us (or the part moved on): its entry decides
+            if not shift.on():
+                return None
+            if not await self._store.replace(stored, after, now):
+                self._metrics.claims_lost.inc()
+                return None
         assert after.claim is not None
         _crash_if("crash_after_claim")
+        _freeze_if("freeze_after_claim")
         if isinstance(decision, dispatch.Reclaimable):
             self._metrics.reclaims.inc()
         self._metrics.claim_lateness.observe(max(0.0, (now - after.claim.due).total_seconds()))
-        self.claimed_since[row.reminder_id] = after.claim.due
-        try:
-            try:
-                answer = await self._hand_off(after, lease)
-            except asyncio.CancelledError:
-                # Shutting down: let the claim go now, so the next owner re-claims the ring
-                # at once (same due, same key) instead of after the claim lease.
-                await asyncio.shield(
-                    self._store.set_claim_expiry(
-                        row.user_id, row.reminder_id, token, self._clock.now() - claim_lease
-                    )
-                )
-                raise
-            if answer is None:
-                abandoned = Answer(Outcome.RETRYABLE, "claim lost while retrying")
-                await self._history.record(self._delivery(after, now, None, abandoned, None))
-            else:
-                await self._finish(after, answer, claimed_at=now)
-        finally:
-            self.claimed_since.pop(row.reminder_id, None)
+        return after
 
-    async def _hand_off(self, row: Reminder, lease: Lease) -> Answer | None:
-        """The notifier's final answer, or None when the claim was lost or let go."""
+    async def _deliver(self, claimed_row: Reminder, claimed_at: datetime, shift: Shift) -> bool:
+        """Hand the claimed ring off and finalize it; True once resolved. A claim left
+        unresolved (the shift ended first, or storage trouble) is let go, so it is
+        re-claimed at once, here or by the part's next owner, under the same key."""
+        reminder_id = claimed_row.reminder_id
+        self.claimed_since[reminder_id] = claimed_at
+        resolved = False
+        try:
+            answer = await self._hand_off(claimed_row, shift)
+            if answer is None:
+                return False
+            if answer.outcome is Outcome.RETRYABLE:
+                resolved = True  # the claim was taken while retrying: the user's change wins
+                await self._history.record(
+                    self._delivery(claimed_row, claimed_at, None, answer, None)
+                )
+            else:
+                resolved = await self._finish(claimed_row, answer, claimed_at, shift)
+            return resolved
+        finally:
+            self.claimed_since.pop(reminder_id, None)
+            if not resolved:
+                await asyncio.shield(self._let_go(claimed_row))
+
+    async def _hand_off(self, row: Reminder, shift: Shift) -> Answer | None:
+        """The notifier's final answer; RETRYABLE when the claim was taken while retrying;
+        None when the shift ended before a final answer."""
         assert row.claim is not None
         due = row.claim.due
-        now = self._clock.now()
-        late_by = now - due
         if (
             self._settings.misfire_policy is MisfirePolicy.SKIP_MISSED
-            and late_by > self._settings.misfire_grace
+            and self._clock.now() - due > self._settings.misfire_grace
         ):
             return Answer(Outcome.REJECTED, "missed: older than the misfire grace")
-        ring = Ring(
-            key=dispatch.idempotency_key(row),
-            user_id=row.user_id,
-            text=row.text,
-            due=due,
-            expires=max(due, now) + self._settings.ring_expiry,
-        )
+        key = dispatch.idempotency_key(row)
         delay = 0.5
-        while True:
+        # Checked before every hand-off, as before every checkpoint: a dispatcher paused
+        # past its lease hands nothing off for a part it lost, nor does one stopping.
+        while shift.on():
+            # Each attempt's expiry counts from the attempt: a ring held back by a notifier
+            # outage is late (the misfire policy's business), never expired by it.
+            ring = Ring(
+                key=key,
+                user_id=row.user_id,
+                text=row.text,
+                due=due,
+                expires=self._clock.now() + self._settings.ring_expiry,
+            )
             answer = await self._batcher.send(ring)
             if answer.outcome is not Outcome.RETRYABLE:
                 return answer
             self._metrics.notifier_errors.inc()
-            await asyncio.sleep(random.uniform(delay / 2, delay))
-            delay = min(delay * 2, 30.0)
-            expires = self._clock.now() + self._settings.claim_lease
-            renewed = lease.held() and await self._store.set_claim_expiry(
-                row.user_id, row.reminder_id, row.claim.token, expires
-            )
-            if not renewed:
-                # The user took over (or the part moved on): stop; whoever holds the ring
-                # now decides. The notifier's key dedupes a re-send.
-                self._metrics.claims_lost.inc()
+            if not await shift.sleep(random.uniform(delay / 2, delay)):
                 return None
+            delay = min(delay * 2, 30.0)
+            if not await self._set_claim_expiry(
+                row, self._clock.now() + self._settings.claim_lease
+            ):
+                # The user took over (edit, pause, delete): stop; the row is theirs now. The
+                # notifier's key dedupes a re-send.
+                self._metrics.claims_lost.inc()
+                return Answer(Outcome.RETRYABLE, "claim lost while retrying")
+        return None
 
-    async def _finish(self, claimed_row: Reminder, answer: Answer, claimed_at: datetime) -> None:
+    async def _finish(
+        self, claimed_row: Reminder, answer: Answer, claimed_at: datetime, shift: Shift
+    ) -> bool:
         assert claimed_row.claim is not None
         now = self._clock.now()
         lateness = now - claimed_row.claim.due
         self._metrics.handoff_lateness.observe(max(0.0, lateness.total_seconds()))
         self._metrics.rings.labels(answer.outcome.value).inc()
         await self._history.record(self._delivery(claimed_row, claimed_at, now, answer, lateness))
-        async with self._users.hold(claimed_row.user_id):
-            await self._finalize(claimed_row, now)
+        return await self._finalize(claimed_row, now, shift)
 
-    async def _finalize(self, claimed_row: Reminder, now: datetime) -> None:
+    async def _finalize(self, claimed_row: Reminder, now: datetime, shift: Shift) -> bool:
+        """Finalize by LWT until it lands or the claim is gone (the user's change wins):
+        True then. False only when the part's lease ended first: the minute must not be
+        checkpointed past a claim still standing (DESIGN.md invariant 9)."""
         assert claimed_row.claim is not None
         token = claimed_row.claim.token
         # First try against the row as this dispatcher claimed it (the usual case: nobody
         # touched it since); only a lost compare needs a SERIAL re-read.
         stored: StoredReminder | None = StoredReminder(claimed_row, None)
-        for attempt in range(10):
-            if attempt:
-                stored = await self._store.get_serial(claimed_row.user_id, claimed_row.reminder_id)
-            current = stored.reminder if stored else None
-            if (
-                stored is None
-                or current is None
-                or current.claim is None
-                or (current.claim.token != token)
-            ):
+        delay = 0.02
+        while True:
+            claim = stored.reminder.claim if stored else None
+            if stored is None or claim is None or claim.token != token:
                 self._metrics.claims_lost.inc()  # edited, paused or deleted: the user wins
-                return
-            if await self._store.replace(stored, dispatch.finalized(current, now), now):
-                return
-        log.warning("finalize of a ring kept losing; its claim will expire and be retaken")
+                return True
+            current = stored.reminder
+            async with self._users.hold(current.user_id):
+                if await self._store.replace(stored, dispatch.finalized(current, now), now):
+                    return True
+            # Lost to a change that left the claim standing (a snooze, a text edit): read it
+            # and try again. A stop does not cut this short (the ring went out); the
+            # shutdown grace does, by cancelling.
+            await asyncio.sleep(random.uniform(delay / 2, delay))
+            delay = min(delay * 2, 1.0)
+            if not shift.lease.held():
+                return False
+            stored = await self._store.get_serial(claimed_row.user_id, claimed_row.reminder_id)
+
+    async def _set_claim_expiry(self, row: Reminder, expires: datetime) -> bool:
+        """Renew or release the claim while it is still this one, under the user's lock like
+        every other LWT on the user's partition."""
+        assert row.claim is not None
+        async with self._users.hold(row.user_id):
+            return await self._store.set_claim_expiry(
+                row.user_id, row.reminder_id, row.claim.token, expires
+            )
+
+    async def _let_go(self, row: Reminder) -> None:
+        """Release a claim not resolved: it expires now, so the ring is re-claimed at once
+        (same due, same key) rather than after the claim lease."""
+        try:
+            await self._set_claim_expiry(row, self._clock.now())
+        except (DriverException, ErrorMessage, OSError) as error:
+            log.warning(
+                "letting a claim go failed (%s); it expires by itself", type(error).__name__
+            )
 
     def _delivery(
         self,

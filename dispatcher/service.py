@@ -1,27 +1,30 @@
 """The dispatcher process: leases parts, works them, serves health and metrics.
 
 Part balance: every `lease_renew_every`, renew the leases held (a lease that cannot be
-renewed is dropped and its worker stopped), write a heartbeat (with a TTL) into
-`dispatcher_members`, then take free parts while holding fewer than
-ceil(P / live dispatchers); hold more than that and the extra parts are handed over.
-A dispatcher whose clock is off by more than the bound is not ready: it keeps its
-leases but hands nothing off.
+renewed is dropped and its worker cancelled), release the leases of parts whose work
+ended, write a heartbeat (with a TTL) into `dispatcher_members`, then take free parts
+while holding fewer than ceil(P / live dispatchers); hold more than that and the extra
+parts are handed over. A dispatcher whose clock is off by more than the bound is not
+ready: it keeps its leases but hands nothing off.
 
-Shutdown (SIGTERM): take no new minute, let open minutes finish within the grace, release
-the claims still held (their rings are re-claimed by the next owner under the same key),
-then release the leases.
+Winding a part down (SIGTERM for every part, a hand-over for one): at once, no new
+minute is read and no new ring claimed; rings already with the notifier finish, claims
+not handed off are let go (re-claimed by the next owner at once, under the same key);
+the lease is renewed meanwhile and released as soon as the part is done. Whatever is
+still running after the shutdown grace is cancelled, letting its claims go.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import signal
 from datetime import timedelta
 
 import grpc
+from cassandra import DriverException
+from cassandra.protocol import ErrorMessage
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
@@ -82,15 +85,25 @@ class Dispatcher:
         try:
             while not self._stopping.is_set():
                 await self._tick()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        self._stopping.wait(), self.settings.lease_renew_every.total_seconds()
-                    )
+                await self._until_next_tick()
         finally:
             await self._drain()
 
     def stop(self) -> None:
         self._stopping.set()
+
+    async def _until_next_tick(self) -> None:
+        """The renewal period, cut short by a stop or by a part's work ending (a part handed
+        over, say: its lease is then released at once, not a period later)."""
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait(
+                {stop, *(task for _, task in self._workers.values())},
+                timeout=self.settings.lease_renew_every.total_seconds(),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            stop.cancel()
 
     async def _tick(self) -> None:
         try:
@@ -111,12 +124,42 @@ class Dispatcher:
         self._report()
 
     async def _renew(self) -> None:
+        """Renew the leases of parts being worked or wound down; release those of parts whose
+        work ended; cut short a wind-down that outlasted the shutdown grace."""
+        grace_s = self.settings.shutdown_grace.total_seconds()
         for part, (worker, task) in list(self._workers.items()):
-            if task.done() or not await self._leases.renew(worker.lease):
-                if not task.done():
-                    self.metrics.leases_lost.inc()
-                    task.cancel()
+            if task.done():
                 del self._workers[part]
+                await self._release(worker, task)
+                continue
+            if worker.shift.stopped_for_s() > grace_s and not task.cancelling():
+                task.cancel()  # its rings let their claims go as they are cancelled
+            if worker.lease.ended:
+                continue  # known lost: its worker is winding down
+            try:
+                renewed = await self._leases.renew(worker.lease)
+            except (DriverException, ErrorMessage, OSError) as error:
+                # Not renewed this time; the lease's local deadline stops the work if this
+                # keeps failing.
+                log.warning("part %d: lease renewal failed (%s)", part, type(error).__name__)
+                continue
+            if not renewed:
+                self.metrics.leases_lost.inc()
+                task.cancel()
+
+    async def _release(self, worker: PartWorker, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("part %d: its worker failed", worker.lease.part, exc_info=task.exception())
+        if not worker.lease.held():
+            return
+        try:
+            await self._leases.release(worker.lease)
+        except (DriverException, ErrorMessage, OSError) as error:
+            log.warning(
+                "part %d: lease release failed (%s); it expires by itself",
+                worker.lease.part,
+                type(error).__name__,
+            )
 
     async def _balance(self) -> None:
         # Size the share by the P in force by the time the next tick could act, so parts
@@ -127,7 +170,8 @@ class Dispatcher:
         await self._leases.heartbeat()
         states = await self._leases.states()
         target = math.ceil(parts / len(await self._leases.members()))
-        held = len(self._workers)
+        working = sorted(part for part, (w, _) in self._workers.items() if not w.shift.stopping)
+        held = len(working)
         for part in range(parts):
             if held >= target:
                 break
@@ -143,11 +187,11 @@ class Dispatcher:
                 self.metrics.lease_takeovers.inc()
             self._start_worker(lease)
             held += 1
-        for part in sorted(self._workers)[target:]:
-            # Hand the part over now: its claims are released on cancel and the next owner
-            # resumes from the checkpoint (the row decides, the key dedupes a re-send).
-            _, task = self._workers.pop(part)
-            task.cancel()
+        for part in working[target:]:
+            # Hand the part over: it winds down as on SIGTERM and its lease is released once
+            # it is done; the next owner resumes from the checkpoint (the row decides, the
+            # key dedupes a re-send).
+            self._workers[part][0].stop()
 
     def _start_worker(self, lease: Lease) -> None:
         worker = PartWorker(
@@ -160,22 +204,16 @@ class Dispatcher:
             self.metrics,
             self._catch_up,
         )
-        task = asyncio.create_task(self._work(worker), name=f"part-{lease.part}")
+        task = asyncio.create_task(worker.run(), name=f"part-{lease.part}")
         self._workers[lease.part] = (worker, task)
-
-    async def _work(self, worker: PartWorker) -> None:
-        try:
-            await worker.run()
-        finally:
-            if worker.lease.held():
-                await self._leases.release(worker.lease)
 
     def _report(self) -> None:
         now = self.clock.now()
         self.metrics.parts_owned.set(len(self._workers))
         unfinished = [w.oldest_unfinished for w, _ in self._workers.values() if w.oldest_unfinished]
+        # The age of the oldest unfinished minute: up to a minute plus the grace when keeping up.
         lag = max(((now - m).total_seconds() for m in unfinished), default=0.0)
-        self.metrics.checkpoint_lag.set(max(0.0, lag - 60 - self.settings.grace.total_seconds()))
+        self.metrics.checkpoint_lag.set(max(0.0, lag))
         self.metrics.catch_up_backlog.set(
             sum(max(0.0, (now - m) / timedelta(minutes=1) - 2) for m in unfinished)
         )
@@ -186,18 +224,13 @@ class Dispatcher:
         await self._health.enter_graceful_shutdown()
         for worker, _ in self._workers.values():
             worker.stop()
-        tasks = [task for _, task in self._workers.values()]
-        if tasks:
-            _, late = await asyncio.wait(
-                tasks, timeout=self.settings.shutdown_grace.total_seconds()
-            )
-            for task in late:
-                task.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
-        for worker, _ in self._workers.values():
-            if worker.lease.held():
-                await self._leases.release(worker.lease)
-        self._workers.clear()
+        # Until every part is done: keep the leases, release each as its part is done.
+        renew_s = self.settings.lease_renew_every.total_seconds()
+        while self._workers:
+            await self._renew()
+            running = [task for _, task in self._workers.values()]
+            if running:
+                await asyncio.wait(running, timeout=renew_s, return_when=asyncio.FIRST_COMPLETED)
         await self._leases.leave()
         await self._notifier.close()
         if self._server is not None:

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -30,6 +31,7 @@ from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
 from reminders_svc.api.auth import AuthSettings, mint_token
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
+from reminders_svc.storage.parts import floor_minute, part_of
 from reminders_svc.storage.session import CassandraConnection, connect
 
 REMINDERS = str(Path(sys.executable).with_name("reminders"))
@@ -53,6 +55,17 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def scrape(metrics_port: int) -> dict[str, float]:
+    """The unlabelled samples a process exports on /metrics, by name."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    return samples
 
 
 def stamp(instant: datetime) -> Timestamp:
@@ -220,3 +233,48 @@ def running_stack(cassandra: CassandraSettings, *dispatchers: str) -> Iterator[S
 
 def soon(seconds: float) -> datetime:
     return (datetime.now(UTC) + timedelta(seconds=seconds)).replace(microsecond=0)
+
+
+def owners(stack: Stack) -> dict[int, tuple[str | None, int]]:
+    rows = stack.db.session.execute("SELECT part, owner, epoch FROM dispatch_parts")
+    return {row.part: (row.owner, row.epoch) for row in rows}
+
+
+def wait_owning(stack: Stack, names: set[str], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        held = owners(stack)
+        if len(held) == PARTS and {o for o, _ in held.values()} == names:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"parts not owned by {names}: {owners(stack)}")
+
+
+def new_user() -> str:
+    return f"u-{uuid.uuid4().hex[:10]}"
+
+
+def user_in(part: int) -> str:
+    while part_of(user := new_user(), PARTS) != part:
+        pass
+    return user
+
+
+def move_due(stack: Stack, user: str, reminder_id: str, due: datetime) -> None:
+    """Bucket first, row second, as every writer does: the row now rang-due in the past."""
+    rid = uuid.UUID(reminder_id)
+    stack.db.session.execute(
+        "INSERT INTO due_buckets (minute, part, written_at, reminder_id, user_id, due)"
+        " VALUES (%s, %s, now(), %s, %s, %s)",
+        (floor_minute(due), part_of(user, PARTS), rid, user, due),
+    )
+    applied = (
+        stack.db.session.execute(
+            "UPDATE reminders SET due = %s, occurrence = %s WHERE user_id = %s AND reminder_id = %s"
+            " IF status = 'pending'",
+            (due, due, user, rid),
+        )
+        .one()
+        .applied
+    )
+    assert applied

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import signal
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -20,7 +19,18 @@ from google.protobuf.duration_pb2 import Duration
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage.parts import floor_minute, part_of
-from tests.dispatcher.stack import PARTS, Stack, soon
+from tests.dispatcher.stack import (
+    PARTS,
+    Stack,
+    free_port,
+    move_due,
+    new_user,
+    owners,
+    scrape,
+    soon,
+    user_in,
+    wait_owning,
+)
 
 
 @pytest.fixture
@@ -33,23 +43,13 @@ def stack(cassandra_settings: CassandraSettings) -> Iterator[Stack]:
         running.close()
 
 
-def _owners(stack: Stack) -> dict[int, tuple[str | None, int]]:
-    rows = stack.db.session.execute("SELECT part, owner, epoch FROM dispatch_parts")
-    return {row.part: (row.owner, row.epoch) for row in rows}
-
-
-def _wait_owning(stack: Stack, names: set[str], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        owners = _owners(stack)
-        if len(owners) == PARTS and {o for o, _ in owners.values()} == names:
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"parts not owned by {names}: {_owners(stack)}")
-
-
-def _user() -> str:
-    return f"u-{uuid.uuid4().hex[:10]}"
+# Part and claim leases far longer than these tests: a part or a ring another dispatcher
+# takes within seconds was let go, not left to expire.
+LONG_HOLDS = {
+    "REMINDERS_DISPATCH_LEASE_S": "60",
+    "REMINDERS_DISPATCH_CLAIM_LEASE_S": "60",
+    "REMINDERS_DISPATCH_SHUTDOWN_GRACE_S": "20",
+}
 
 
 @pytest.mark.parametrize("hook", ["crash_after_claim", "crash_after_send"])
@@ -58,8 +58,8 @@ def test_a_crashed_dispatchers_ring_is_re_sent_by_the_next_owner_and_delivered_o
 ) -> None:
     stack.start_notifier()
     doomed = stack.start_dispatcher("doomed", REMINDERS_DISPATCH_FAULTS=hook)
-    _wait_owning(stack, {"doomed"})
-    user = _user()
+    wait_owning(stack, {"doomed"})
+    user = new_user()
     created = stack.create_at(user, soon(3))
 
     doomed.wait(timeout=30)
@@ -81,10 +81,90 @@ def test_a_crashed_dispatchers_ring_is_re_sent_by_the_next_owner_and_delivered_o
     assert [d.answer for d in history.deliveries] == [expected]  # one key, one row
 
 
+def test_sigterm_lets_go_of_unsent_claims_and_leases_at_once(stack: Stack) -> None:
+    notifier = stack.start_notifier()
+    leaving = stack.start_dispatcher("leaving", **LONG_HOLDS)
+    wait_owning(stack, {"leaving"})
+    stack.stop(notifier)
+    user = new_user()
+    created = stack.create_at(user, soon(3))
+    # Claimed; the notifier is down.
+    assert stack.wait_status(user, created.id, "sending").status == "sending"  # type: ignore[attr-defined]
+
+    started = time.monotonic()
+    assert stack.stop(leaving) == 0
+    assert time.monotonic() - started < 4  # not the minute's end plus the grace
+    assert {owner for owner, _ in owners(stack).values()} == {None}
+    stack.start_notifier()
+    stack.start_dispatcher("heir", **LONG_HOLDS)
+
+    wait_owning(stack, {"heir"}, timeout_s=10)
+    assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=10)) == 1
+    assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
+    time.sleep(2)
+    assert len(stack.pushes(user, created.id)) == 1
+
+
+def test_parts_handed_over_let_go_of_their_unsent_claims_at_once(stack: Stack) -> None:
+    notifier = stack.start_notifier()
+    metrics_port = free_port()
+    first = {"REMINDERS_DISPATCH_METRICS_PORT": str(metrics_port), **LONG_HOLDS}
+    stack.start_dispatcher("first", **first)
+    wait_owning(stack, {"first"})
+    stack.stop(notifier)
+    users = [user_in(part) for part in range(PARTS)]
+    due = soon(3)
+    created = {user: stack.create_at(user, due).id for user in users}
+    for user, reminder_id in created.items():
+        assert stack.wait_status(user, reminder_id, "sending").status == "sending"  # type: ignore[attr-defined]
+
+    stack.start_dispatcher("second", **LONG_HOLDS)  # "first" hands half of its parts over
+    wait_owning(stack, {"first", "second"}, timeout_s=15)
+    stack.start_notifier()
+
+    # The rings of the parts handed over are re-claimed and sent by "second", those of the
+    # parts kept by "first", each once.
+    assert len(stack.wait_for_pushes(PARTS, timeout_s=30)) == PARTS
+    for user, reminder_id in created.items():
+        assert stack.wait_status(user, reminder_id, "done").status == "done"  # type: ignore[attr-defined]
+    time.sleep(2)
+    assert len(stack.pushes()) == PARTS
+    samples = scrape(metrics_port)
+    assert samples["reminders_dispatch_claims_lost_total"] == 0  # no user took anything
+    assert samples["reminders_dispatch_leases_lost_total"] == 0  # handed over, not lost
+
+
+def test_a_dispatcher_frozen_right_after_its_claim_hands_nothing_off_when_it_wakes(
+    stack: Stack,
+) -> None:
+    stack.start_notifier()
+    frozen = stack.start_dispatcher("frozen", REMINDERS_DISPATCH_FAULTS="freeze_after_claim")
+    wait_owning(stack, {"frozen"})
+    user = new_user()
+    created = stack.create_at(user, soon(3))
+    # Claimed, and the dispatcher stopped right after its claim.
+    assert stack.wait_status(user, created.id, "sending").status == "sending"  # type: ignore[attr-defined]
+    try:
+        stack.start_dispatcher("heir")
+        assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=40)) == 1
+        assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    time.sleep(4)  # it carries on from right after its claim, past its lease
+
+    assert frozen.poll() is None
+    assert len(stack.pushes(user, created.id)) == 1
+    history = stack.api.ListDeliveries(
+        pb.ListDeliveriesRequest(reminder_id=created.id), metadata=stack.md(user)
+    )
+    # A late hand-off would be answered duplicate and recorded over the heir's answer.
+    assert [d.answer for d in history.deliveries] == [pb.Delivery.ANSWER_ACCEPTED]
+
+
 def test_a_dropped_reply_is_retried_and_answered_duplicate(stack: Stack) -> None:
     stack.start_notifier(REMINDERS_NOTIFIER_FAULTS="drop_reply:1")
     stack.start_dispatcher("d")
-    user = _user()
+    user = new_user()
     created = stack.create_at(user, soon(4))
 
     stack.wait_for_pushes(1, user, created.id, timeout_s=30)
@@ -100,15 +180,15 @@ def test_a_dropped_reply_is_retried_and_answered_duplicate(stack: Stack) -> None
 def test_a_frozen_dispatcher_past_its_lease_writes_nothing_when_it_wakes(stack: Stack) -> None:
     stack.start_notifier()
     frozen = stack.start_dispatcher("frozen")
-    _wait_owning(stack, {"frozen"})
+    wait_owning(stack, {"frozen"})
     frozen.send_signal(signal.SIGSTOP)
     try:
-        user = _user()
+        user = new_user()
         created = stack.create_at(user, soon(3))
         stack.start_dispatcher("awake")
         stack.wait_for_pushes(1, user, created.id, timeout_s=40)
-        _wait_owning(stack, {"awake"})
-        taken = _owners(stack)
+        wait_owning(stack, {"awake"})
+        taken = owners(stack)
         checkpoints = dict(stack.db.session.execute("SELECT part, checkpoint FROM dispatch_parts"))
     finally:
         frozen.send_signal(signal.SIGCONT)
@@ -116,7 +196,7 @@ def test_a_frozen_dispatcher_past_its_lease_writes_nothing_when_it_wakes(stack: 
 
     # Its old leases are dead: it may only come back through new ones (a higher epoch,
     # after rebalancing), never by renewing or checkpointing under its stale epoch.
-    for part, (owner, epoch) in _owners(stack).items():
+    for part, (owner, epoch) in owners(stack).items():
         assert epoch >= taken[part][1]
         if owner == "frozen":
             assert epoch > taken[part][1]
@@ -130,8 +210,8 @@ def test_two_dispatchers_share_the_parts_and_hand_each_ring_off_once(stack: Stac
     stack.start_notifier()
     stack.start_dispatcher("a")
     stack.start_dispatcher("b")
-    _wait_owning(stack, {"a", "b"})
-    users = [_user() for _ in range(40)]
+    wait_owning(stack, {"a", "b"})
+    users = [new_user() for _ in range(40)]
     due = soon(6)
     created = {stack.create_at(user, due).id for user in users}
 
@@ -148,7 +228,7 @@ def test_after_an_outage_missed_rings_go_out_per_the_misfire_policy(stack: Stack
     stack.start_notifier()
     # The outage: rows whose dues passed minutes ago, parts checkpointed before them.
     missed_at = (datetime.now(UTC) - timedelta(minutes=4)).replace(microsecond=0)
-    one_off_user, repeat_user = _user(), _user()
+    one_off_user, repeat_user = new_user(), new_user()
     one_off = stack.create_at(one_off_user, soon(3600))
     hourly = stack.api.CreateReminder(
         pb.CreateReminderRequest(
@@ -169,7 +249,7 @@ def test_after_an_outage_missed_rings_go_out_per_the_misfire_policy(stack: Stack
         metadata=stack.md(repeat_user),
     )
     for user, created in ((one_off_user, one_off), (repeat_user, hourly)):
-        _move_due(stack, user, created.id, missed_at)
+        move_due(stack, user, created.id, missed_at)
     for part in range(PARTS):
         stack.db.session.execute(
             "INSERT INTO dispatch_parts (part, epoch, checkpoint) VALUES (%s, 1, %s)",
@@ -195,9 +275,10 @@ def test_after_an_outage_missed_rings_go_out_per_the_misfire_policy(stack: Stack
 
 def test_nothing_is_lost_while_the_notifier_is_down(stack: Stack) -> None:
     notifier = stack.start_notifier()
-    stack.start_dispatcher("d")
+    # The outage outlasts a ring's expiry: the ring is late, not expired.
+    stack.start_dispatcher("d", REMINDERS_DISPATCH_RING_EXPIRY_S="4")
     stack.stop(notifier)
-    user = _user()
+    user = new_user()
     created = stack.create_at(user, soon(3))
     time.sleep(10)  # due, claimed, retried against a notifier that is not there
     assert stack.row(user, created.id).status == "sending"  # type: ignore[attr-defined]
@@ -209,6 +290,25 @@ def test_nothing_is_lost_while_the_notifier_is_down(stack: Stack) -> None:
     assert stack.row(user, created.id).status == "done"  # type: ignore[attr-defined]
 
 
+def test_a_waiting_claim_is_aged_from_its_claim_and_its_minute_from_the_minute(
+    stack: Stack,
+) -> None:
+    """The gauges SREs alert on, with a ring due 90 s ago claimed and the notifier down."""
+    user = new_user()
+    created = stack.create_at(user, soon(3600))
+    missed_at = (datetime.now(UTC) - timedelta(seconds=90)).replace(microsecond=0)
+    move_due(stack, user, created.id, missed_at)
+    metrics_port = free_port()
+    stack.start_dispatcher("d", REMINDERS_DISPATCH_METRICS_PORT=str(metrics_port))
+    assert stack.wait_status(user, created.id, "sending").status == "sending"  # type: ignore[attr-defined]
+    time.sleep(2.5)  # a renewal tick refreshes the gauges
+
+    samples = scrape(metrics_port)
+    minute_age = (datetime.now(UTC) - floor_minute(missed_at)).total_seconds()
+    assert 0 < samples["reminders_dispatch_oldest_unresolved_claim_seconds"] < 10
+    assert minute_age - 10 < samples["reminders_dispatch_checkpoint_lag_seconds"] <= minute_age
+
+
 def test_while_ringing_a_snooze_rings_later_and_a_delete_stops_the_series(stack: Stack) -> None:
     """Rings held in `sending` (the notifier is down) while their users act."""
     notifier = stack.start_notifier()
@@ -217,7 +317,7 @@ def test_while_ringing_a_snooze_rings_later_and_a_delete_stops_the_series(stack:
     start = (datetime.now(UTC) - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:00")
     reminders = {}
     for action in ("snooze", "delete"):
-        user = _user()
+        user = new_user()
         created = stack.api.CreateReminder(
             pb.CreateReminderRequest(
                 reminder=pb.Reminder(
@@ -231,7 +331,7 @@ def test_while_ringing_a_snooze_rings_later_and_a_delete_stops_the_series(stack:
             ),
             metadata=stack.md(user),
         )
-        _move_due(stack, user, created.id, soon(2))
+        move_due(stack, user, created.id, soon(2))
         reminders[action] = (user, created)
     for user, created in reminders.values():
         assert stack.wait_status(user, created.id, "sending").status == "sending"  # type: ignore[attr-defined]
@@ -259,23 +359,3 @@ def test_while_ringing_a_snooze_rings_later_and_a_delete_stops_the_series(stack:
     # The delete: at most the one ring already in flight, and nothing after it.
     assert len(stack.pushes(delete_user, deleted.id)) <= 1
     assert stack.row(delete_user, deleted.id).status == "deleted"  # type: ignore[attr-defined]
-
-
-def _move_due(stack: Stack, user: str, reminder_id: str, due: datetime) -> None:
-    """Bucket first, row second, as every writer does: the row now rang-due in the past."""
-    rid = uuid.UUID(reminder_id)
-    stack.db.session.execute(
-        "INSERT INTO due_buckets (minute, part, written_at, reminder_id, user_id, due)"
-        " VALUES (%s, %s, now(), %s, %s, %s)",
-        (floor_minute(due), part_of(user, PARTS), rid, user, due),
-    )
-    applied = (
-        stack.db.session.execute(
-            "UPDATE reminders SET due = %s, occurrence = %s WHERE user_id = %s AND reminder_id = %s"
-            " IF status = 'pending'",
-            (due, due, user, rid),
-        )
-        .one()
-        .applied
-    )
-    assert applied

@@ -1,0 +1,295 @@
+"""One part's rings in process, on the real node, handed off to a real gRPC notifier.
+
+These pin what end-to-end timing cannot: a user's change landing just before the
+dispatcher's own LWT (before its claim, again and again before its finalize), many claims
+of one user let go at once, a part lost while its rings wait for the notifier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import grpc
+import pytest
+from cassandra.cluster import Session
+
+from dispatcher.buckets import BucketReader, Entry
+from dispatcher.clock import DbClock
+from dispatcher.handoff import NotifierClient
+from dispatcher.leases import PartLeases
+from dispatcher.metrics import DispatcherMetrics
+from dispatcher.minutes import PartWorker
+from dispatcher.ratelimit import RateLimiter
+from dispatcher.ringer import HandoffBatcher, Ringer
+from dispatcher.settings import DispatcherSettings
+from dispatcher.shift import Shift
+from genproto.notification.v1 import notification_pb2 as npb
+from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
+from reminders_svc.config import Retention
+from reminders_svc.domain.reminder import Reminder, Status, new_reminder, pause, snooze
+from reminders_svc.schedule import one_off_instant
+from reminders_svc.storage.history import DeliveryHistory
+from reminders_svc.storage.parts import DEFAULT_PARTS, floor_minute, part_of
+from reminders_svc.storage.reminders_store import ReminderStore, StoredReminder
+from reminders_svc.storage.session import CassandraConnection
+
+UserChange = Callable[[Reminder, datetime], Reminder]
+
+
+def snooze_an_hour(row: Reminder, now: datetime) -> Reminder:
+    return snooze(row, now + timedelta(hours=1), now)
+
+
+class Notifier(npb_grpc.NotificationServiceServicer):
+    """Answers every item retryable while `down`, accepted otherwise."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.accepted: list[str] = []
+        self.refused = 0
+
+    async def SendBatch(  # noqa: N802 (the gRPC method's name)
+        self, request: npb.SendBatchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> npb.SendBatchResponse:
+        keys = [item.idempotency_key for item in request.notifications]
+        if self.down:
+            self.refused += len(keys)
+            outcome = npb.SendResult.OUTCOME_RETRYABLE
+        else:
+            self.accepted.extend(keys)
+            outcome = npb.SendResult.OUTCOME_ACCEPTED
+        return npb.SendBatchResponse(
+            results=[npb.SendResult(idempotency_key=key, outcome=outcome) for key in keys]
+        )
+
+
+class RacedStore(ReminderStore):
+    """The real store, where a user's change can land (by LWT, as the API makes it) just
+    before the dispatcher's claim or finalize; it also records the most LWTs it saw running
+    at once on one user's partition."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(session, Retention())
+        self.before_claim: list[UserChange] = []
+        self.before_finalize: list[UserChange] = []
+        self._running: collections.Counter[str] = collections.Counter()
+        self.most_at_once = 0
+
+    async def replace(self, before: StoredReminder, after: Reminder, now: datetime) -> bool:
+        old = before.reminder
+        if old.status is Status.PENDING and after.status is Status.SENDING:
+            await self._land_first(self.before_claim, old, now)
+        elif old.status is Status.SENDING and after.claim is None:
+            await self._land_first(self.before_finalize, old, now)
+        async with self._counted(old.user_id):
+            return await super().replace(before, after, now)
+
+    async def set_claim_expiry(
+        self, user_id: str, reminder_id: uuid.UUID, token: uuid.UUID, expires: datetime
+    ) -> bool:
+        async with self._counted(user_id):
+            return await super().set_claim_expiry(user_id, reminder_id, token, expires)
+
+    async def _land_first(self, changes: list[UserChange], row: Reminder, now: datetime) -> None:
+        if changes:
+            stored = await self.get_serial(row.user_id, row.reminder_id)
+            assert stored is not None
+            assert await super().replace(stored, changes.pop(0)(stored.reminder, now), now)
+
+    @contextlib.asynccontextmanager
+    async def _counted(self, user_id: str) -> AsyncIterator[None]:
+        self._running[user_id] += 1
+        self.most_at_once = max(self.most_at_once, self._running[user_id])
+        try:
+            yield
+        finally:
+            self._running[user_id] -= 1
+
+
+@dataclass
+class Part:
+    """A leased part with its ringer, as a dispatcher process has it."""
+
+    store: RacedStore
+    notifier: Notifier
+    metrics: DispatcherMetrics
+    settings: DispatcherSettings
+    clock: DbClock
+    leases: PartLeases
+    ringer: Ringer
+    shift: Shift
+
+    def count(self, name: str, **labels: str) -> float:
+        return self.metrics.registry.get_sample_value(name, labels) or 0.0
+
+    async def due_reminder(self, user: str, due: datetime) -> Reminder:
+        """A one-off created at its due (so its bucket entry is in its due's minute)."""
+        reminder = new_reminder(user, "ring", one_off_instant(due), due, due)
+        assert await self.store.create(reminder, await self.store.active_count(user), 1000)
+        return reminder
+
+    def ring(self, reminder: Reminder) -> asyncio.Task[bool]:
+        assert reminder.due is not None
+        entry = Entry(reminder.user_id, reminder.reminder_id, reminder.due, uuid.uuid1())
+        horizon = floor_minute(reminder.due) + timedelta(minutes=1)
+        return asyncio.create_task(self.ringer.ring(entry, horizon, self.shift))
+
+    async def row(self, reminder: Reminder) -> Reminder:
+        stored = await self.store.get_serial(reminder.user_id, reminder.reminder_id)
+        assert stored is not None
+        return stored.reminder
+
+
+@contextlib.asynccontextmanager
+async def leased_part(connection: CassandraConnection, part: int = 0) -> AsyncIterator[Part]:
+    notifier = Notifier()  # type: ignore[abstract]  # only SendBatch is served
+    server = grpc.aio.server()
+    npb_grpc.add_NotificationServiceServicer_to_server(notifier, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    client = NotifierClient(f"127.0.0.1:{port}")
+    session = connection.session
+    settings = DispatcherSettings(dispatcher_id="in-process", grace=timedelta(seconds=1))
+    clock = DbClock(session, settings.max_clock_offset)
+    await clock.measure()
+    store = RacedStore(session)
+    metrics = DispatcherMetrics()
+    batcher = HandoffBatcher(client, settings.batch_size)
+    ringer = Ringer(store, DeliveryHistory(session), batcher, clock, settings, metrics)
+    leases = PartLeases(session, settings.dispatcher_id, settings.lease)
+    lease = await leases.try_take(part)
+    assert lease is not None
+    try:
+        yield Part(store, notifier, metrics, settings, clock, leases, ringer, Shift(lease))
+    finally:
+        await client.close()
+        await server.stop(None)
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():  # noqa: ASYNC110 (set by other tasks: polled, as tests do)
+            await asyncio.sleep(0.05)
+
+
+def _just_due() -> datetime:
+    return (datetime.now(UTC) - timedelta(seconds=1)).replace(microsecond=0)
+
+
+@pytest.mark.parametrize(
+    ("change", "rings"), [(pause, False), (snooze_an_hour, True)], ids=["pause", "snooze"]
+)
+def test_a_claim_lost_to_a_users_change_is_counted_and_the_row_decides_again(
+    own_keyspace: CassandraConnection, change: UserChange, rings: bool
+) -> None:
+    async def scenario() -> None:
+        async with leased_part(own_keyspace) as part:
+            reminder = await part.due_reminder("u-claim", _just_due())
+            part.store.before_claim.append(change)
+
+            assert await part.ring(reminder)
+
+            assert part.count("reminders_dispatch_claims_lost_total") == 1
+            # Paused: skipped. Snoozed (its due unchanged, so no new entry): it still rings.
+            assert len(part.notifier.accepted) == (1 if rings else 0)
+            paused_skips = part.count("reminders_dispatch_skips_total", reason="paused")
+            assert paused_skips == (0 if rings else 1)
+
+    asyncio.run(scenario())
+
+
+def test_a_minute_is_not_checkpointed_while_its_finalize_keeps_losing_to_snoozes(
+    own_keyspace: CassandraConnection,
+) -> None:
+    user = "u-finalize"
+    due = (datetime.now(UTC) - timedelta(seconds=90)).replace(microsecond=0)
+    minute = floor_minute(due)
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace, part_of(user, DEFAULT_PARTS)) as part:
+            reminder = await part.due_reminder(user, due)
+            # More lost compares than a finalize used to try before giving up (10).
+            part.store.before_finalize.extend([snooze_an_hour] * 11)
+            lease = part.shift.lease
+            assert await part.leases.checkpoint(lease, minute - timedelta(minutes=1))
+            worker = PartWorker(
+                lease,
+                part.leases,
+                BucketReader(own_keyspace.session),
+                part.ringer,
+                part.clock,
+                part.settings,
+                part.metrics,
+                RateLimiter(part.settings.catch_up_minutes_per_s),
+            )
+            working = asyncio.create_task(worker.run())
+            await _until(lambda: lease.checkpoint is not None and lease.checkpoint >= minute, 30)
+            worker.stop()
+            await working
+
+            row = await part.row(reminder)
+            assert row.status is Status.PENDING  # finalized before its minute was checkpointed
+            assert row.claim is None
+            assert row.due == row.snooze_until  # the last snooze kept, the series went on
+            assert len(part.notifier.accepted) == 1
+            assert part.store.before_finalize == []
+
+    asyncio.run(scenario())
+
+
+def test_stopping_lets_one_users_unsent_claims_go_one_lwt_at_a_time(
+    own_keyspace: CassandraConnection,
+) -> None:
+    async def scenario() -> None:
+        async with leased_part(own_keyspace) as part:
+            part.notifier.down = True
+            due = _just_due()
+            reminders = [await part.due_reminder("u-many", due) for _ in range(20)]
+            rings = [part.ring(reminder) for reminder in reminders]
+            # All claimed, each handed off once and waiting to retry.
+            await _until(lambda: part.notifier.refused >= len(reminders), 10)
+
+            part.shift.stop()
+            async with asyncio.timeout(2):
+                assert await asyncio.gather(*rings) == [False] * len(rings)
+
+            let_go_by = part.clock.now() + timedelta(seconds=1)
+            for reminder in reminders:
+                row = await part.row(reminder)
+                assert row.status is Status.SENDING
+                assert row.claim is not None
+                assert row.claim.expires <= let_go_by  # released, not left to the claim lease
+            assert part.store.most_at_once == 1
+            assert part.count("reminders_dispatch_claims_lost_total") == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_part_lost_while_its_ring_waits_lets_the_claim_go_and_loses_no_claim(
+    own_keyspace: CassandraConnection,
+) -> None:
+    async def scenario() -> None:
+        async with leased_part(own_keyspace) as part:
+            part.notifier.down = True
+            reminder = await part.due_reminder("u-lost", _just_due())
+            ring = part.ring(reminder)
+            await _until(lambda: part.notifier.refused > 0, 10)
+
+            part.shift.lease.end()  # as when a renewal is refused
+
+            async with asyncio.timeout(5):
+                assert not await ring
+            row = await part.row(reminder)
+            assert row.claim is not None
+            assert row.claim.expires <= part.clock.now() + timedelta(seconds=1)
+            assert part.notifier.accepted == []
+            assert part.count("reminders_dispatch_claims_lost_total") == 0
+
+    asyncio.run(scenario())
