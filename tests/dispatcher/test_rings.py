@@ -49,6 +49,21 @@ def test_a_one_off_created_3_s_ahead_rings_once_not_early(stack: Stack, user: st
     assert history.deliveries[0].lateness.ToMilliseconds() >= 0
 
 
+def test_a_one_off_that_has_rung_can_be_snoozed_to_ring_again(stack: Stack, user: str) -> None:
+    created = stack.create_at(user, soon(2))
+    stack.wait_for_pushes(1, user, created.id)
+    stack.wait_status(user, created.id, "done")
+
+    snoozed = stack.api.SnoozeReminder(
+        pb.SnoozeReminderRequest(id=created.id, duration=Duration(seconds=600)),
+        metadata=stack.md(user),
+    )
+
+    assert snoozed.state == pb.Reminder.STATE_PENDING
+    assert snoozed.next_ring_time == snoozed.snooze_until_time
+    assert snoozed.next_ring_time.ToDatetime(tzinfo=UTC) > soon(590)
+
+
 def test_a_repeat_rings_and_re_arms_at_its_next_occurrence(stack: Stack, user: str) -> None:
     start = soon(65).replace(second=0) + timedelta(minutes=1)
     local = start.strftime("%Y-%m-%dT%H:%M:%S")

@@ -1,0 +1,208 @@
+"""Behaviour the dispatcher had without an end-to-end test: real processes, real gRPC, the
+real node, a stack of their own per test (see stack.py), each within seconds.
+
+- a ring the notifier rejects is recorded and finalized, not retried;
+- the skip_missed misfire policy re-arms a ring older than the grace without sending it;
+- a repeat re-arms at its next occurrence's DST-correct instant;
+- an edit into the current minute, already read, rings at its new time;
+- the fault hooks do nothing while their environment variables are unset.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, date, datetime, timedelta
+from datetime import time as wall_time
+from zoneinfo import ZoneInfo
+
+import pytest
+from google.protobuf.field_mask_pb2 import FieldMask
+
+from genproto.reminders.v1 import reminders_pb2 as pb
+from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.parts import floor_minute
+from tests.dispatcher.stack import Stack, move_due, new_user, soon, stamp, wait_owning
+
+FAULT_VARIABLES = ("REMINDERS_DISPATCH_FAULTS", "REMINDERS_NOTIFIER_FAULTS")
+NEW_YORK = "America/New_York"
+
+
+@pytest.fixture
+def stack(cassandra_settings: CassandraSettings) -> Iterator[Stack]:
+    """API and notifier up, fault hooks unset whatever the runner's environment holds;
+    each test starts the dispatcher it needs."""
+    running = Stack(cassandra_settings)
+    for name in FAULT_VARIABLES:
+        running.env.pop(name, None)
+    try:
+        running.start_api()
+        running.start_notifier()
+        yield running
+    finally:
+        running.close()
+
+
+def _deliveries(stack: Stack, user: str, reminder_id: str) -> list[pb.Delivery]:
+    request = pb.ListDeliveriesRequest(reminder_id=reminder_id)
+    return list(stack.api.ListDeliveries(request, metadata=stack.md(user)).deliveries)
+
+
+def _create_repeat(stack: Stack, user: str, zone: str, rrule: str, start: datetime) -> pb.Reminder:
+    return stack.api.CreateReminder(
+        pb.CreateReminderRequest(
+            reminder=pb.Reminder(
+                text="repeat",
+                schedule=pb.Schedule(
+                    time_zone=zone,
+                    repeat=pb.Repeat(rrule=rrule, start_local_time=start.isoformat()),
+                ),
+            ),
+            request_id="repeat",
+        ),
+        metadata=stack.md(user),
+    )
+
+
+def _wait_re_armed(
+    stack: Stack, user: str, reminder_id: str, rung: datetime, timeout_s: float = 30
+) -> object:
+    """The row once its ring at `rung` is finalized: pending again, due after it."""
+    deadline = time.monotonic() + timeout_s
+    row = stack.row(user, reminder_id)
+    while time.monotonic() < deadline and not (
+        row.status == "pending" and row.due.replace(tzinfo=UTC) > rung  # type: ignore[attr-defined]
+    ):
+        time.sleep(0.25)
+        row = stack.row(user, reminder_id)
+    return row
+
+
+def test_a_ring_the_notifier_rejects_is_recorded_and_finalized(stack: Stack) -> None:
+    # Every ring is handed off already expired: the notifier refuses it for good.
+    stack.start_dispatcher("d", REMINDERS_DISPATCH_RING_EXPIRY_S="-60")
+    user = new_user()
+    created = stack.create_at(user, soon(3))
+
+    assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
+    time.sleep(2)  # would it be tried again?
+
+    deliveries = _deliveries(stack, user, created.id)
+    assert [(d.answer, d.reason) for d in deliveries] == [(pb.Delivery.ANSWER_REJECTED, "expired")]
+    assert stack.pushes(user, created.id) == []
+
+
+def test_skip_missed_re_arms_a_ring_older_than_the_grace_without_sending_it(
+    stack: Stack,
+) -> None:
+    stack.start_dispatcher(
+        "d",
+        REMINDERS_DISPATCH_MISFIRE_POLICY="skip_missed",
+        REMINDERS_DISPATCH_MISFIRE_GRACE_S="30",
+    )
+    missed_user, on_time_user = new_user(), new_user()
+    next_hour = soon(65).replace(second=0) + timedelta(minutes=1)
+    hourly = _create_repeat(
+        stack, missed_user, "UTC", "FREQ=HOURLY", next_hour.replace(tzinfo=None)
+    )
+    missed = soon(-75)  # passed 75 s ago: older than the 30 s grace
+    move_due(stack, missed_user, hourly.id, missed)
+    on_time = stack.create_at(on_time_user, soon(3))
+
+    assert len(stack.wait_for_pushes(1, on_time_user, on_time.id)) == 1  # within grace: sent
+    row = _wait_re_armed(stack, missed_user, hourly.id, missed)
+
+    assert row.due.replace(tzinfo=UTC) == next_hour  # type: ignore[attr-defined]
+    assert stack.pushes(missed_user, hourly.id) == []
+    deliveries = _deliveries(stack, missed_user, hourly.id)
+    assert [d.answer for d in deliveries] == [pb.Delivery.ANSWER_REJECTED]
+    assert "misfire grace" in deliveries[0].reason
+    assert deliveries[0].due_time.ToDatetime(tzinfo=UTC) == missed
+
+
+def _first_day_on_another_offset(zone: ZoneInfo, today: date) -> date:
+    def offset(day: date) -> timedelta | None:
+        return datetime.combine(day, wall_time(12), zone).utcoffset()
+
+    day = today
+    while offset(day) == offset(today):
+        day += timedelta(days=1)
+    return day
+
+
+def test_a_repeat_re_arms_at_its_next_dst_correct_instant(stack: Stack) -> None:
+    stack.start_dispatcher("d")
+    zone = ZoneInfo(NEW_YORK)
+    # Yearly at 09:00 New York time, on a day past the next DST change: the instant after
+    # the ring below is on the other UTC offset than today's.
+    ring_day = _first_day_on_another_offset(zone, datetime.now(zone).date()) + timedelta(days=7)
+    local_start = datetime.combine(ring_day, wall_time(9))
+    expected = local_start.replace(tzinfo=zone).astimezone(UTC)
+    assert expected.astimezone(zone).utcoffset() != datetime.now(zone).utcoffset()
+    user = new_user()
+    created = _create_repeat(stack, user, NEW_YORK, "FREQ=YEARLY", local_start)
+    # Ring it now, as an earlier occurrence would (bucket first, row second).
+    rung = soon(2)
+    move_due(stack, user, created.id, rung)
+
+    assert len(stack.wait_for_pushes(1, user, created.id)) == 1
+    row = _wait_re_armed(stack, user, created.id, rung)
+
+    assert row.due.replace(tzinfo=UTC) == expected  # type: ignore[attr-defined]
+    assert row.occurrence.replace(tzinfo=UTC) == expected  # type: ignore[attr-defined]
+
+
+def _sleep_into_a_minute_already_read(room: timedelta) -> None:
+    """Return inside a minute whose bucket was read at its start (prefetch), with `room`
+    left before it ends."""
+    now = datetime.now(UTC)
+    second = now.second + now.microsecond / 1e6
+    if second < 2:
+        time.sleep(2 - second)
+    elif second > 60 - room.total_seconds():
+        time.sleep(62 - second)
+
+
+def test_an_edit_into_the_current_minute_already_read_rings_at_its_new_time(
+    stack: Stack,
+) -> None:
+    stack.start_dispatcher("d")
+    wait_owning(stack, {"d"})
+    time.sleep(2)  # its workers have opened and read the current minute
+    user = new_user()
+    created = stack.create_at(user, soon(600))
+    _sleep_into_a_minute_already_read(room=timedelta(seconds=8))
+
+    new_due = soon(4)
+    assert floor_minute(new_due) == floor_minute(datetime.now(UTC))
+    schedule = pb.Schedule(time_zone="UTC", once=pb.OneOff(instant=stamp(new_due)))
+    stack.api.UpdateReminder(
+        pb.UpdateReminderRequest(
+            reminder=pb.Reminder(id=created.id, version=1, schedule=schedule),
+            update_mask=FieldMask(paths=["schedule"]),
+        ),
+        metadata=stack.md(user),
+    )
+
+    pushes = stack.wait_for_pushes(1, user, created.id, timeout_s=20)
+    time.sleep(1)
+    assert len(stack.pushes(user, created.id)) == 1
+    pushed = pushes[0].push_time.ToDatetime(tzinfo=UTC)
+    assert new_due <= pushed < new_due + timedelta(seconds=5)
+
+
+def test_the_fault_hooks_are_inert_while_their_variables_are_unset(stack: Stack) -> None:
+    dispatcher = stack.start_dispatcher("d")
+    user = new_user()
+    created = stack.create_at(user, soon(3))
+
+    assert len(stack.wait_for_pushes(1, user, created.id)) == 1
+    assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
+    time.sleep(1)
+
+    # crash_after_claim or crash_after_send would have SIGKILLed the dispatcher by now.
+    assert dispatcher.poll() is None
+    # drop_reply would have made the notifier's first answer vanish and the retry's say
+    # "duplicate".
+    assert [d.answer for d in _deliveries(stack, user, created.id)] == [pb.Delivery.ANSWER_ACCEPTED]
+    assert len(stack.pushes(user, created.id)) == 1
