@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 
-from reminders_svc.config import ConfigError
+from reminders_svc.config import ConfigError, MinuteTiming
 
 
 class MisfirePolicy(StrEnum):
@@ -36,9 +36,9 @@ class DispatcherSettings:
     poll_every: timedelta = timedelta(seconds=1)
     # Re-read a whole minute this long after it ends before checkpointing it: longer
     # than the API's write deadline plus clock skew (DESIGN.md invariant 3).
-    grace: timedelta = timedelta(seconds=20)
+    grace: timedelta = MinuteTiming.grace
     # Entries are read "written since the last look" minus this, for writers' clock skew.
-    skew: timedelta = timedelta(seconds=5)
+    skew: timedelta = MinuteTiming.skew
     max_clock_offset: timedelta = timedelta(seconds=1)
     batch_size: int = 100
     # Rings in hand at once, each from its fresh row read to its finalize.
@@ -53,7 +53,7 @@ class DispatcherSettings:
     misfire_grace: timedelta = timedelta(minutes=5)
     # A ring handed off later than this after its due is marked late.
     late_after: timedelta = timedelta(seconds=60)
-    # How long the notifier may still deliver a ring (catch-up rings get this from now).
+    # How long the notifier may still deliver a ring, counted from each hand-off attempt.
     ring_expiry: timedelta = timedelta(hours=1)
     shutdown_grace: timedelta = timedelta(seconds=25)
 
@@ -85,6 +85,7 @@ class DispatcherSettings:
             raise ConfigError(
                 f"{prefix}MISFIRE_POLICY={policy_raw!r}: expected ring_late or skip_missed"
             ) from None
+        timing = MinuteTiming.from_env(env)  # shared with the API, which checks its deadline
         settings = cls(
             dispatcher_id=env.get(prefix + "ID") or f"{socket.gethostname()}-{os.getpid()}",
             notifier_target=env.get("REMINDERS_NOTIFIER_TARGET", "127.0.0.1:50061"),
@@ -96,8 +97,8 @@ class DispatcherSettings:
             claim_lease=seconds("CLAIM_LEASE_S", cls.claim_lease),
             prefetch=seconds("PREFETCH_S", cls.prefetch),
             poll_every=seconds("POLL_S", cls.poll_every),
-            grace=seconds("GRACE_S", cls.grace),
-            skew=seconds("SKEW_S", cls.skew),
+            grace=timing.grace,
+            skew=timing.skew,
             max_clock_offset=seconds("MAX_CLOCK_OFFSET_S", cls.max_clock_offset),
             batch_size=integer("BATCH_SIZE", cls.batch_size),
             max_in_flight=integer("MAX_IN_FLIGHT", cls.max_in_flight),

@@ -143,6 +143,35 @@ class CassandraSettings:
         )
 
 
+@dataclass(frozen=True)
+class MinuteTiming:
+    """How the dispatcher closes a minute, which every writer of bucket entries must respect
+    (DESIGN.md invariant 3): it re-reads the minute `grace` (G) after its end, reading
+    entries `skew` earlier than its last look for writers' clocks. A write that may land
+    later than G minus the skew could miss that re-read, so the API's write deadline must
+    be shorter. The dispatcher and the API both read it here, from the same variables
+    (one ConfigMap, k8s/base/reminders.env)."""
+
+    grace: timedelta = timedelta(seconds=20)
+    skew: timedelta = timedelta(seconds=5)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> MinuteTiming:
+        def seconds(name: str, default: timedelta) -> timedelta:
+            raw = env.get(name)
+            return default if raw in (None, "") else timedelta(seconds=_float(raw, name))
+
+        return cls(
+            grace=seconds("REMINDERS_DISPATCH_GRACE_S", cls.grace),
+            skew=seconds("REMINDERS_DISPATCH_SKEW_S", cls.skew),
+        )
+
+    @property
+    def longest_write(self) -> timedelta:
+        """A write deadline must be shorter than this."""
+        return self.grace - self.skew
+
+
 def _truthy(value: str | None, name: str) -> bool:
     lowered = (value or "").lower()
     if lowered in ("1", "true", "yes", "on"):

@@ -8,8 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from dispatcher.settings import DispatcherSettings
-from reminders_svc.config import ConfigError, Retention
+from reminders_svc.config import ConfigError, MinuteTiming, Retention
 
 
 @dataclass(frozen=True)
@@ -110,18 +109,16 @@ class ApiSettings:
 
 
 def _check_write_deadline(write_deadline: timedelta, env: Mapping[str, str]) -> None:
-    """Refuse a deadline that is not positive or not shorter than the dispatcher's grace G:
-    a write landing after G could miss the minute's final re-read (DESIGN.md invariant 3).
-
-    G comes from the dispatcher's own settings, read from the same environment, so its
-    variable name and default live in one place (dispatcher/settings.py).
-    """
+    """Refuse a deadline that is not positive, or not shorter than the dispatcher's grace G
+    minus its clock-skew allowance: a write landing later could miss the minute's final
+    re-read (DESIGN.md invariant 3). G and the skew are read as the dispatcher reads them."""
     if write_deadline <= timedelta(0):
         raise ConfigError("REMINDERS_API_WRITE_DEADLINE_S: expected a number of seconds above 0")
-    grace = DispatcherSettings.from_env(env).grace
-    if write_deadline >= grace:
+    timing = MinuteTiming.from_env(env)
+    if write_deadline >= timing.longest_write:
         raise ConfigError(
             f"REMINDERS_API_WRITE_DEADLINE_S={write_deadline.total_seconds():g} must be shorter "
-            f"than the dispatcher's grace G ({grace.total_seconds():g} s), or a write could "
-            "land after the minute's final re-read"
+            f"than the dispatcher's grace G ({timing.grace.total_seconds():g} s) minus its "
+            f"clock-skew allowance ({timing.skew.total_seconds():g} s), or a write could land "
+            "after the minute's final re-read"
         )

@@ -133,7 +133,7 @@ def test_not_serving_while_cassandra_is_unreachable(migrated_settings: Cassandra
             "REMINDERS_JWT_SECRET is a development secret",
         ),
         (
-            {"REMINDERS_API_WRITE_DEADLINE_S": "20", "REMINDERS_DISPATCH_GRACE_S": "20"},
+            {"REMINDERS_API_WRITE_DEADLINE_S": "15", "REMINDERS_DISPATCH_GRACE_S": "20"},
             "shorter than the dispatcher's grace",
         ),
     ],

@@ -6,11 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from dispatcher.settings import DispatcherSettings
 from reminders_svc.api.settings import ApiSettings
-from reminders_svc.config import ConfigError
+from reminders_svc.config import ConfigError, MinuteTiming
 
-DEFAULT_GRACE_S = DispatcherSettings.grace.total_seconds()
+LONGEST_WRITE_S = MinuteTiming().longest_write.total_seconds()  # G 20 s - skew 5 s
 
 
 @pytest.mark.parametrize(
@@ -20,26 +19,39 @@ DEFAULT_GRACE_S = DispatcherSettings.grace.total_seconds()
         ({"REMINDERS_API_WRITE_DEADLINE_S": "-5"}, "above 0"),
         ({"REMINDERS_API_WRITE_DEADLINE_S": "nan"}, "expected a number"),
         ({"REMINDERS_API_WRITE_DEADLINE_S": "inf"}, "expected a number"),
-        ({"REMINDERS_API_WRITE_DEADLINE_S": f"{DEFAULT_GRACE_S:g}"}, "grace G"),
-        ({"REMINDERS_API_WRITE_DEADLINE_S": f"{DEFAULT_GRACE_S + 1:g}"}, "grace G"),
-        # G is what the dispatcher reads from the same environment, not a copy of its default.
+        ({"REMINDERS_API_WRITE_DEADLINE_S": f"{LONGEST_WRITE_S:g}"}, "grace G"),
+        ({"REMINDERS_API_WRITE_DEADLINE_S": f"{LONGEST_WRITE_S + 1:g}"}, "grace G"),
+        # G and the skew are what the dispatcher reads from the same environment.
         (
-            {"REMINDERS_API_WRITE_DEADLINE_S": "10", "REMINDERS_DISPATCH_GRACE_S": "10"},
-            "grace G \\(10 s\\)",
+            {"REMINDERS_API_WRITE_DEADLINE_S": "8", "REMINDERS_DISPATCH_GRACE_S": "12"},
+            "grace G \\(12 s\\) minus its clock-skew allowance \\(5 s\\)",
+        ),
+        (
+            {"REMINDERS_API_WRITE_DEADLINE_S": "10", "REMINDERS_DISPATCH_SKEW_S": "10"},
+            "clock-skew allowance \\(10 s\\)",
         ),
     ],
-    ids=["zero", "negative", "nan", "inf", "equal-to-g", "above-g", "above-configured-g"],
+    ids=[
+        "zero",
+        "negative",
+        "nan",
+        "inf",
+        "equal-to-g-minus-skew",
+        "above-g-minus-skew",
+        "above-configured-g",
+        "above-configured-skew",
+    ],
 )
-def test_a_write_deadline_not_between_0_and_the_dispatchers_grace_is_refused(
+def test_a_write_deadline_not_between_0_and_the_dispatchers_grace_minus_skew_is_refused(
     env: dict[str, str], message: str
 ) -> None:
     with pytest.raises(ConfigError, match=f"REMINDERS_API_WRITE_DEADLINE_S.*{message}"):
         ApiSettings.from_env(env)
 
 
-def test_a_write_deadline_below_the_dispatchers_grace_is_accepted() -> None:
-    assert ApiSettings.from_env({}).write_deadline < DispatcherSettings.grace
+def test_a_write_deadline_below_the_dispatchers_grace_minus_skew_is_accepted() -> None:
+    assert ApiSettings.from_env({}).write_deadline < MinuteTiming().longest_write
     settings = ApiSettings.from_env(
-        {"REMINDERS_API_WRITE_DEADLINE_S": "29.5", "REMINDERS_DISPATCH_GRACE_S": "30"}
+        {"REMINDERS_API_WRITE_DEADLINE_S": "24.5", "REMINDERS_DISPATCH_GRACE_S": "30"}
     )
-    assert settings.write_deadline == timedelta(seconds=29.5)
+    assert settings.write_deadline == timedelta(seconds=24.5)
