@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -249,27 +250,9 @@ def test_list_deliveries_reads_the_history_newest_first(
     api: Api, user: str, cassandra: CassandraConnection
 ) -> None:
     created = create(api, user, weekly_monday_nine())
-    history = DeliveryHistory(cassandra.session)
-    import asyncio
-
-    async def record() -> None:
-        for day in (26, 27, 28):
-            due = at(f"2026-10-{day}T13:00:00")
-            await history.record(
-                Delivery(
-                    user_id=user,
-                    reminder_id=uuid.UUID(created.id),
-                    claim_due=due,
-                    claim_token=uuid.uuid4(),
-                    claimed_at=due,
-                    handed_off_at=due + timedelta(seconds=2),
-                    answer=Answer.ACCEPTED,
-                    reason=None,
-                    late=False,
-                )
-            )
-
-    asyncio.run(record())
+    record_deliveries(
+        cassandra, created, user, [at(f"2026-10-{day}T13:00:00") for day in (26, 27, 28)]
+    )
     md = api.as_user(user)
     first = api.reminders.ListDeliveries(
         pb.ListDeliveriesRequest(reminder_id=created.id, page_size=2), metadata=md
@@ -281,7 +264,7 @@ def test_list_deliveries_reads_the_history_newest_first(
     dues = [d.due_time.ToDatetime(tzinfo=Z).day for d in [*first.deliveries, *rest.deliveries]]
     assert dues == [28, 27, 26]
     assert first.deliveries[0].answer == pb.Delivery.ANSWER_ACCEPTED
-    assert first.deliveries[0].lateness.ToMilliseconds() == 2000
+    assert first.deliveries[0].lateness.ToMilliseconds() == 1000
     assert not rest.next_page_token
     other = code_of(
         lambda: api.reminders.ListDeliveries(
@@ -298,9 +281,7 @@ USER_TABLES = ("reminders", "deliveries", "create_requests")
 def record_deliveries(
     cassandra: CassandraConnection, reminder: pb.Reminder, user: str, dues: list[datetime]
 ) -> None:
-    """History rows as the dispatcher writes them: one accepted hand-off per due."""
-    import asyncio
-
+    """History rows as the dispatcher writes them: one accepted hand-off per due, 1 s late."""
     history = DeliveryHistory(cassandra.session)
 
     async def record() -> None:

@@ -185,6 +185,24 @@ class Stack:
             metadata=self.md(user),
         )
 
+    def create_repeat(
+        self, user: str, start_local: str, rrule: str = "FREQ=HOURLY", zone: str = "UTC"
+    ) -> pb.Reminder:
+        """A repeating reminder from `start_local` (ISO 8601 local time in `zone`)."""
+        return self.api.CreateReminder(
+            pb.CreateReminderRequest(
+                reminder=pb.Reminder(
+                    text="repeat",
+                    schedule=pb.Schedule(
+                        time_zone=zone,
+                        repeat=pb.Repeat(rrule=rrule, start_local_time=start_local),
+                    ),
+                ),
+                request_id=uuid.uuid4().hex,
+            ),
+            metadata=self.md(user),
+        )
+
     def pushes(self, user: str = "", key_prefix: str = "") -> list[npb.Delivered]:
         answer = self.notifier.ListDelivered(npb.ListDeliveredRequest(user_id=user))
         return [d for d in answer.delivered if d.idempotency_key.startswith(key_prefix)]

@@ -48,22 +48,6 @@ def _deliveries(stack: Stack, user: str, reminder_id: str) -> list[pb.Delivery]:
     return list(stack.api.ListDeliveries(request, metadata=stack.md(user)).deliveries)
 
 
-def _create_repeat(stack: Stack, user: str, zone: str, rrule: str, start: datetime) -> pb.Reminder:
-    return stack.api.CreateReminder(
-        pb.CreateReminderRequest(
-            reminder=pb.Reminder(
-                text="repeat",
-                schedule=pb.Schedule(
-                    time_zone=zone,
-                    repeat=pb.Repeat(rrule=rrule, start_local_time=start.isoformat()),
-                ),
-            ),
-            request_id="repeat",
-        ),
-        metadata=stack.md(user),
-    )
-
-
 def _wait_re_armed(
     stack: Stack, user: str, reminder_id: str, rung: datetime, timeout_s: float = 30
 ) -> object:
@@ -102,9 +86,7 @@ def test_skip_missed_re_arms_a_ring_older_than_the_grace_without_sending_it(
     )
     missed_user, on_time_user = new_user(), new_user()
     next_hour = soon(65).replace(second=0) + timedelta(minutes=1)
-    hourly = _create_repeat(
-        stack, missed_user, "UTC", "FREQ=HOURLY", next_hour.replace(tzinfo=None)
-    )
+    hourly = stack.create_repeat(missed_user, next_hour.replace(tzinfo=None).isoformat())
     missed = soon(-75)  # passed 75 s ago: older than the 30 s grace
     move_due(stack, missed_user, hourly.id, missed)
     on_time = stack.create_at(on_time_user, soon(3))
@@ -140,7 +122,7 @@ def test_a_repeat_re_arms_at_its_next_dst_correct_instant(stack: Stack) -> None:
     expected = local_start.replace(tzinfo=zone).astimezone(UTC)
     assert expected.astimezone(zone).utcoffset() != datetime.now(zone).utcoffset()
     user = new_user()
-    created = _create_repeat(stack, user, NEW_YORK, "FREQ=YEARLY", local_start)
+    created = stack.create_repeat(user, local_start.isoformat(), "FREQ=YEARLY", NEW_YORK)
     # Ring it now, as an earlier occurrence would (bucket first, row second).
     rung = soon(2)
     move_due(stack, user, created.id, rung)

@@ -230,23 +230,8 @@ def test_after_an_outage_missed_rings_go_out_per_the_misfire_policy(stack: Stack
     missed_at = (datetime.now(UTC) - timedelta(minutes=4)).replace(microsecond=0)
     one_off_user, repeat_user = new_user(), new_user()
     one_off = stack.create_at(one_off_user, soon(3600))
-    hourly = stack.api.CreateReminder(
-        pb.CreateReminderRequest(
-            reminder=pb.Reminder(
-                text="hourly",
-                schedule=pb.Schedule(
-                    time_zone="UTC",
-                    repeat=pb.Repeat(
-                        rrule="FREQ=HOURLY",
-                        start_local_time=(missed_at - timedelta(hours=3)).strftime(
-                            "%Y-%m-%dT%H:%M:00"
-                        ),
-                    ),
-                ),
-            ),
-            request_id="hourly",
-        ),
-        metadata=stack.md(repeat_user),
+    hourly = stack.create_repeat(
+        repeat_user, (missed_at - timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M:00")
     )
     for user, created in ((one_off_user, one_off), (repeat_user, hourly)):
         move_due(stack, user, created.id, missed_at)
@@ -318,19 +303,7 @@ def test_while_ringing_a_snooze_rings_later_and_a_delete_stops_the_series(stack:
     reminders = {}
     for action in ("snooze", "delete"):
         user = new_user()
-        created = stack.api.CreateReminder(
-            pb.CreateReminderRequest(
-                reminder=pb.Reminder(
-                    text=action,
-                    schedule=pb.Schedule(
-                        time_zone="UTC",
-                        repeat=pb.Repeat(rrule="FREQ=HOURLY", start_local_time=start),
-                    ),
-                ),
-                request_id=action,
-            ),
-            metadata=stack.md(user),
-        )
+        created = stack.create_repeat(user, start)
         move_due(stack, user, created.id, soon(2))
         reminders[action] = (user, created)
     for user, created in reminders.values():

@@ -38,19 +38,7 @@ def test_after_an_outage_a_repeat_rings_once_for_its_latest_missed_occurrence(
     latest = floor_minute(datetime.now(UTC)) - timedelta(minutes=2)
     oldest = latest - 2 * HOUR
     start_local = oldest.astimezone(NEW_YORK).strftime("%Y-%m-%dT%H:%M:00")
-    created = stack.api.CreateReminder(
-        pb.CreateReminderRequest(
-            reminder=pb.Reminder(
-                text="hourly",
-                schedule=pb.Schedule(
-                    time_zone="America/New_York",
-                    repeat=pb.Repeat(rrule="FREQ=HOURLY", start_local_time=start_local),
-                ),
-            ),
-            request_id="hourly",
-        ),
-        metadata=stack.md(user),
-    )
+    created = stack.create_repeat(user, start_local, "FREQ=HOURLY", "America/New_York")
     assert created.next_ring_time.ToDatetime(tzinfo=UTC) == latest + HOUR
     # The outage: the row still waits for its oldest occurrence (three missed: oldest,
     # oldest + 1 h, latest), and its part was checkpointed before it.

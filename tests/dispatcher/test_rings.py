@@ -9,11 +9,10 @@ from datetime import UTC, timedelta
 
 import pytest
 from google.protobuf.duration_pb2 import Duration
-from google.protobuf.field_mask_pb2 import FieldMask
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.config import CassandraSettings
-from tests.dispatcher.stack import Stack, running_stack, soon, stamp
+from tests.dispatcher.stack import Stack, running_stack, soon
 
 
 @pytest.fixture(scope="module")
@@ -67,18 +66,7 @@ def test_a_one_off_that_has_rung_can_be_snoozed_to_ring_again(stack: Stack, user
 def test_a_repeat_rings_and_re_arms_at_its_next_occurrence(stack: Stack, user: str) -> None:
     start = soon(65).replace(second=0) + timedelta(minutes=1)
     local = start.strftime("%Y-%m-%dT%H:%M:%S")
-    created = stack.api.CreateReminder(
-        pb.CreateReminderRequest(
-            reminder=pb.Reminder(
-                text="hourly",
-                schedule=pb.Schedule(
-                    time_zone="UTC", repeat=pb.Repeat(rrule="FREQ=HOURLY", start_local_time=local)
-                ),
-            ),
-            request_id="r",
-        ),
-        metadata=stack.md(user),
-    )
+    created = stack.create_repeat(user, local)
     assert created.next_ring_time.ToDatetime(tzinfo=UTC) == start
     # Bring the first ring close by, as an outage would leave it: bucket first, row second.
     stack.db.session.execute(
@@ -98,27 +86,6 @@ def test_a_repeat_rings_and_re_arms_at_its_next_occurrence(stack: Stack, user: s
     assert row.status == "pending"  # type: ignore[attr-defined]
     # The next occurrence after now, from the series (whole hours from its start).
     assert row.due.replace(tzinfo=UTC) == start  # type: ignore[attr-defined]
-
-
-def test_an_edit_landing_in_a_minute_already_read_rings_at_its_new_time(
-    stack: Stack, user: str
-) -> None:
-    created = stack.create_at(user, soon(50))
-    time.sleep(1)  # the dispatcher has read this minute (prefetch) by now, or soon will
-    new_due = soon(4)
-    schedule = pb.Schedule(time_zone="UTC", once=pb.OneOff(instant=stamp(new_due)))
-    stack.api.UpdateReminder(
-        pb.UpdateReminderRequest(
-            reminder=pb.Reminder(id=created.id, version=1, schedule=schedule),
-            update_mask=FieldMask(paths=["schedule"]),
-        ),
-        metadata=stack.md(user),
-    )
-
-    pushes = stack.wait_for_pushes(1, user, created.id, timeout_s=20)
-    assert len(pushes) == 1
-    assert pushes[0].push_time.ToDatetime(tzinfo=UTC) >= new_due
-    assert pushes[0].push_time.ToDatetime(tzinfo=UTC) < new_due + timedelta(seconds=6)
 
 
 def test_deleted_before_its_claim_never_rings(stack: Stack, user: str) -> None:
