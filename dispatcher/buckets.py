@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from cassandra.cluster import Session
-from cassandra.util import min_uuid_from_time
+from cassandra.util import datetime_from_uuid1, min_uuid_from_time
 
 from reminders_svc.storage import aio
 
@@ -18,6 +18,12 @@ class Entry:
     reminder_id: uuid.UUID
     due: datetime
     written_at: uuid.UUID
+
+    @property
+    def written(self) -> datetime:
+        """When the entry was written, by its coordinator's clock."""
+        written: datetime = datetime_from_uuid1(self.written_at)  # naive UTC; untyped
+        return written.replace(tzinfo=UTC)
 
 
 class BucketReader:

@@ -193,7 +193,9 @@ class Ringer:
                     return False
                 stored = await read(entry.user_id, entry.reminder_id)
                 now = self._clock.now()
-                decision = dispatch.decide(stored.reminder if stored else None, now, horizon)
+                decision = dispatch.decide(
+                    stored.reminder if stored else None, now, horizon, entry.written
+                )
                 if isinstance(decision, dispatch.Skip):
                     self._metrics.skips.labels(decision.reason.value).inc()
                     return True

@@ -59,7 +59,7 @@ async def replay(
                 await limiter.wait()
                 stored = await admin.store.get(entry.user_id, entry.reminder_id)
                 row = stored.reminder if stored is not None else None
-                outcome = await _replay_row(admin, row, limiter, dry_run=dry_run)
+                outcome = await _replay_row(admin, row, entry.written, limiter, dry_run=dry_run)
                 if outcome == RE_ARMED:
                     re_armed.add(key)
                 report.outcomes[outcome] += 1
@@ -67,11 +67,16 @@ async def replay(
 
 
 async def _replay_row(
-    admin: Admin, row: Reminder | None, limiter: RateLimiter, *, dry_run: bool
+    admin: Admin,
+    row: Reminder | None,
+    entry_written: datetime,
+    limiter: RateLimiter,
+    *,
+    dry_run: bool,
 ) -> str:
     now = admin.now()
     # Horizon = now: a due still ahead is covered by the entry written with that due.
-    decision = decide(row, now, horizon=now)
+    decision = decide(row, now, horizon=now, entry_written=entry_written)
     if isinstance(decision, Skip):
         return decision.reason.value
     if isinstance(decision, WaitUntil):

@@ -33,8 +33,9 @@ class SkipReason(StrEnum):
     DELETED = "deleted"  # gone, or a tombstone
     PAUSED = "paused"
     DONE = "done"  # the series has ended (or the one-off rang): nothing left to ring
-    # Pending with a due past the window: the entry is stale (the row rang and re-armed, or
-    # a user's change moved it). The due's own entry covers it.
+    # Pending with a due past the window; the due's own entry covers it. Edited: a user's
+    # change since the entry was written moved it. Stale: the row rang and moved on.
+    EDITED = "edited"
     STALE = "stale"
 
 
@@ -68,9 +69,12 @@ class Skip:
 Decision = Claimable | Reclaimable | WaitUntil | Skip
 
 
-def decide(row: Reminder | None, now: datetime, horizon: datetime) -> Decision:
+def decide(
+    row: Reminder | None, now: datetime, horizon: datetime, entry_written: datetime | None = None
+) -> Decision:
     """What to do with a row read at `now`; `horizon` ends the window being worked (the
-    minute's end): a due before it is waited for, a due after it is someone else's entry."""
+    minute's end): a due before it is waited for, a due after it is someone else's entry.
+    `entry_written` (when the bucket entry was written) only names why a row is skipped."""
     if row is None or row.status is Status.DELETED:
         return Skip(SkipReason.DELETED)
     if row.status is Status.PAUSED:
@@ -87,7 +91,9 @@ def decide(row: Reminder | None, now: datetime, horizon: datetime) -> Decision:
         return Claimable(row.due, row.version)
     if row.due < horizon:
         return WaitUntil(row.due)
-    return Skip(SkipReason.STALE)
+    # Only users' changes set updated_at (a claim or a finalize does not).
+    edited = entry_written is not None and row.updated_at > entry_written
+    return Skip(SkipReason.EDITED if edited else SkipReason.STALE)
 
 
 def missed_due(row: Reminder, now: datetime) -> datetime:

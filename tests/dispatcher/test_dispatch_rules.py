@@ -49,6 +49,18 @@ def test_the_row_decides_claim_wait_or_skip() -> None:
     )
 
 
+def test_a_due_moved_past_the_window_is_skipped_as_edited_or_stale() -> None:
+    row = weekly()  # next ring 2026-10-26 13:00Z, last changed by its user at T0
+    written = T0 - timedelta(days=1)  # an entry from before that change
+    window_end = at("2026-10-19T12:01:00")
+    assert dispatch.decide(row, T0, window_end, written) == dispatch.Skip(
+        dispatch.SkipReason.EDITED
+    )
+    # The entry the change wrote, or any entry with no user change since: stale.
+    assert dispatch.decide(row, T0, window_end, T0) == dispatch.Skip(dispatch.SkipReason.STALE)
+    assert dispatch.decide(row, T0, window_end) == dispatch.Skip(dispatch.SkipReason.STALE)
+
+
 def test_a_live_claim_is_waited_for_and_an_expired_one_taken_over() -> None:
     now = at("2026-10-26T13:00:01")
     sending = dispatch.claimed(weekly(), uuid.uuid4(), now, LEASE)
