@@ -28,7 +28,7 @@ from reminders_svc.domain.errors import (
     VersionConflict,
 )
 from reminders_svc.domain.reminder import Reminder, Status
-from reminders_svc.schedule import OneOff, Schedule, ScheduleError, validate_new
+from reminders_svc.schedule import Schedule, ScheduleError, validate_new
 from reminders_svc.storage.reminders_store import CreateRecord, ReminderStore, StoredReminder
 
 Clock = Callable[[], datetime]
@@ -68,18 +68,9 @@ def validate_text(text: str, limits: Limits, field: str = "reminder.text") -> st
     return text
 
 
-# A bucket entry lives until its due plus the bucket retention, and Cassandra refuses a
-# TTL over 20 years: ten years ahead is as far as a reminder may first ring.
-MAX_AHEAD = timedelta(days=3652)
-
-
 def first_ring(schedule: Schedule, now: datetime) -> datetime:
     """The first ring at or after now; a ScheduleError names the schedule input at fault."""
-    first = validate_new(schedule, now)
-    if first - now > MAX_AHEAD:
-        field = "at" if isinstance(schedule, OneOff) else "start"
-        raise ScheduleError(field, "the first ring must be within 10 years from now")
-    return first
+    return validate_new(schedule, now)
 
 
 class RemindersApp:
@@ -126,7 +117,10 @@ class RemindersApp:
         try:
             return await self._insert(proposed)
         except QuotaExceeded:
-            await self._store.forget_create_request(user_id, request_id, record)
+            if record.reminder_id == wanted.reminder_id:
+                # This request wrote the record and made nothing: take the record back. (A
+                # replay leaves it to the request that wrote it.)
+                await self._store.forget_create_request(user_id, request_id, record)
             raise
 
     async def _made_by(self, user_id: str, request_id: str, payload_hash: bytes) -> Reminder | None:
@@ -145,11 +139,20 @@ class RemindersApp:
             for attempt in range(_MAX_ATTEMPTS):
                 await _backoff(attempt)
                 count = await self._store.active_count(user_id)
-                if await self._store.create(proposed, count, self._limits.max_active_per_user):
-                    return proposed
+                refused: QuotaExceeded | None = None
+                try:
+                    limit = self._limits.max_active_per_user
+                    if await self._store.create(proposed, count, limit):
+                        return proposed
+                except QuotaExceeded as error:
+                    refused = error
+                # The count moved, or the cap is reached: a concurrent replay of this
+                # request may have made the row (taking the last slot).
                 existing = await self._store.get_serial(user_id, proposed.reminder_id)
                 if existing is not None:
-                    return existing.reminder  # a concurrent replay of this request made it
+                    return existing.reminder
+                if refused is not None:
+                    raise refused
         raise Unavailable("too much contention on this user's reminders; retry")
 
     async def get(self, user_id: str, reminder_id: uuid.UUID) -> Reminder:

@@ -366,10 +366,22 @@ def latest_at_or_before(schedule: Schedule, since: datetime, instant: datetime) 
     return latest
 
 
+# How far ahead of now the first ring, and of each other the first rings of a repeat, may
+# be: a ring's bucket entry lives until its due plus a retention, and Cassandra refuses a
+# TTL over 20 years.
+MAX_AHEAD = timedelta(days=3653)  # 10 years, whatever their leap days
+
+
 def validate_new(schedule: Schedule, now: datetime) -> datetime:
-    """The first ring at or after ``now``, or ScheduleError if there is none."""
-    found = occurrences(schedule, now, 1)
+    """The first ring at or after ``now``, or ScheduleError if there is none, if it is more
+    than ``MAX_AHEAD`` away, or if a repeat's rings are spaced further apart than that."""
+    found = occurrences(schedule, now, 3)  # the first ring, and a repeat's spacing
     if found:
+        if found[0] - now > MAX_AHEAD:
+            field = "at" if isinstance(schedule, OneOff) else "start"
+            raise ScheduleError(field, "the first ring must be within 10 years from now")
+        if any(later - ring > MAX_AHEAD for ring, later in itertools.pairwise(found)):
+            raise ScheduleError("rule", "rings must be at most 10 years apart")
         return found[0]
     if isinstance(schedule, OneOff):
         ring = _one_off_ring(schedule)

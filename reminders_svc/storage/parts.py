@@ -73,6 +73,11 @@ def bucket_minute(due: datetime, now: datetime) -> datetime:
     return max(floor_minute(due), floor_minute(now))
 
 
+# Cassandra refuses a longer TTL (20 years). Schedules keep rings within 10 years of the
+# previous one (schedule.MAX_AHEAD), so this bound is a guard, never a cut.
+MAX_TTL_S = 630_720_000
+
+
 def entry_ttl(due: datetime, now: datetime, retention: timedelta) -> int:
     """Seconds an entry lives: until due, plus a retention longer than any outage."""
-    return max(1, int((max(due, now) - now + retention).total_seconds()))
+    return min(MAX_TTL_S, max(1, int((max(due, now) - now + retention).total_seconds())))

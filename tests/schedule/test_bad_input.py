@@ -120,7 +120,32 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
      lambda: validate_new(parse_rrule("FREQ=DAILY;COUNT=1", NY, datetime(2026, 10, 19)), NOW),
      "repeat",
      "no occurrence at or after 2026-10-20T12:00:00Z"),
+    # A ring's bucket entry must fit Cassandra's 20-year TTL: nothing rings more than 10
+    # years after now or after the ring before it.
+    ("one-off over 10 years ahead",
+     lambda: validate_new(one_off_local(datetime(2036, 10, 21, 9), NY), NOW), "at",
+     "the first ring must be within 10 years from now"),
+    ("repeat starting over 10 years ahead",
+     lambda: validate_new(parse_rrule("FREQ=DAILY", NY, datetime(2036, 10, 21)), NOW), "start",
+     "the first ring must be within 10 years from now"),
+    ("rrule rings 11 years apart",
+     lambda: validate_new(parse_rrule("FREQ=YEARLY;INTERVAL=11", NY, datetime(2026, 11, 1)), NOW),
+     "rule", "rings must be at most 10 years apart"),
+    ("grammar rings 25 years apart",
+     lambda: validate_new(parse_repeat("every 25 years on Nov 1 09:00", NY, datetime(2026, 10, 21)),
+                          NOW),
+     "rule", "rings must be at most 10 years apart"),
+    ("leap days 20 years apart",
+     lambda: validate_new(
+         parse_rrule("FREQ=YEARLY;INTERVAL=5;BYMONTH=2;BYMONTHDAY=29", NY, datetime(2028, 1, 1)),
+         NOW),
+     "rule", "rings must be at most 10 years apart"),
 ]  # fmt: skip
+
+
+def test_rings_exactly_10_years_apart_and_ahead_are_accepted() -> None:
+    every_10_years = parse_rrule("FREQ=YEARLY;INTERVAL=10", NY, datetime(2036, 10, 20, 7))
+    assert validate_new(every_10_years, NOW) == datetime(2036, 10, 20, 11, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
