@@ -275,6 +275,52 @@ def test_a_replay_answers_with_its_reminder_after_the_reminder_s_time_has_passed
     assert len(_rows(cassandra, user)) == 1
 
 
+class _OriginalLandsWhileTheReplayLooks(ReminderStore):
+    """The first time a replay finds no row behind the record, the original request's row
+    lands right after (its create was still running), taking the user's last slot."""
+
+    def __init__(self, session: Session, original: RemindersApp, create: Any) -> None:
+        super().__init__(session, Retention())
+        self._original = original
+        self._create_original = create
+        self.landed = False
+
+    async def get_serial(self, user_id: str, reminder_id: uuid.UUID) -> Any:
+        found = await super().get_serial(user_id, reminder_id)
+        if found is None and not self.landed:
+            self.landed = True
+            await self._create_original(self._original)
+        return found
+
+
+def test_a_replay_racing_its_original_to_the_last_slot_answers_with_the_original(
+    cassandra: CassandraConnection, user: str
+) -> None:
+    schedule = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19, 10))
+    one_slot = Limits(max_active_per_user=1)
+    # The original recorded its request, then was slow to write its row.
+    original_id = uuid.uuid4()
+    cassandra.session.execute(
+        "INSERT INTO create_requests (user_id, request_id, payload_hash, reminder_id)"
+        " VALUES (%s, %s, %s, %s)",
+        (user, "r", hashlib.sha256(b"p").digest(), original_id),
+    )
+    honest = RemindersApp(
+        ReminderStore(cassandra.session, Retention()), one_slot, FakeClock(SEED_NOW)
+    )
+    racing = _OriginalLandsWhileTheReplayLooks(
+        cassandra.session, honest, lambda app: app.create(user, "r", "call mom", schedule, b"p")
+    )
+    replay = RemindersApp(racing, one_slot, FakeClock(SEED_NOW))
+
+    answer = asyncio.run(replay.create(user, "r", "call mom", schedule, b"p"))
+
+    assert racing.landed
+    assert answer.reminder_id == original_id
+    assert [r.reminder_id for r in _rows(cassandra, user)] == [original_id]
+    assert _create_records(cassandra, user) == {"r"}  # the original's record stands
+
+
 def _create_records(connection: CassandraConnection, user: str) -> set[str]:
     rows = connection.session.execute(
         "SELECT request_id FROM create_requests WHERE user_id = %s", (user,)
