@@ -60,13 +60,19 @@ class MinuteJob:
             read_through = await self._read_through()
             # Every ring started is seen to its end, stopping or not: rings already with the
             # notifier finish, the others let their claims go.
-            resolved = await asyncio.gather(*self._rings)
-            return read_through and all(resolved)
+            # return_exceptions: cancelled, this waits for every ring to finish letting its
+            # claim go, instead of returning at the first one cancelled.
+            outcomes = await asyncio.gather(*self._rings, return_exceptions=True)
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            return read_through and all(outcomes)
         finally:
-            # Cancelled (the part lost, or the shutdown grace over): the rings let their
-            # claims go as they are cancelled, before this returns.
+            # Cancelled while reading (the part lost, or the shutdown grace over): the rings
+            # let their claims go as they are cancelled, before this returns.
             for ring in self._rings:
-                ring.cancel()
+                if not ring.done():
+                    ring.cancel()
             await asyncio.gather(*self._rings, return_exceptions=True)
 
     async def _read_through(self) -> bool:

@@ -27,6 +27,7 @@ import os
 import random
 import signal
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -75,6 +76,20 @@ def _freeze_if(name: str) -> None:
     if fault(name):
         log.warning("fault hook %s: stopping this process", name)
         os.kill(os.getpid(), signal.SIGSTOP)
+
+
+async def _to_the_end(work: Awaitable[None]) -> None:
+    """Run `work` to its end even if this task is cancelled meanwhile, once or more (then
+    re-raise): a claim being let go must be let go before the task ends."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 @dataclass
@@ -260,7 +275,7 @@ class Ringer:
         finally:
             self.claimed_since.pop(reminder_id, None)
             if not resolved:
-                await asyncio.shield(self._let_go(claimed_row))
+                await _to_the_end(self._let_go(claimed_row))
 
     async def _hand_off(self, row: Reminder, shift: Shift) -> Answer | None:
         """The notifier's final answer; RETRYABLE when the claim was taken while retrying;

@@ -293,3 +293,25 @@ def test_a_part_lost_while_its_ring_waits_lets_the_claim_go_and_loses_no_claim(
             assert part.count("reminders_dispatch_claims_lost_total") == 0
 
     asyncio.run(scenario())
+
+
+def test_letting_a_claim_go_is_seen_through_even_when_cancelled_twice() -> None:
+    from dispatcher.ringer import _to_the_end
+
+    done: list[str] = []
+
+    async def let_go() -> None:
+        await asyncio.sleep(0.2)  # the release LWT's round trip
+        done.append("released")
+
+    async def main() -> None:
+        ring = asyncio.create_task(_to_the_end(let_go()))
+        await asyncio.sleep(0.01)
+        ring.cancel()  # the minute is cancelled...
+        await asyncio.sleep(0.01)
+        ring.cancel()  # ...and the shutdown grace runs out
+        with pytest.raises(asyncio.CancelledError):
+            await ring
+        assert done == ["released"]  # the task ended only once the claim was let go
+
+    asyncio.run(main())
