@@ -255,7 +255,7 @@ class Pages(Generic[Cursor]):
             if not isinstance(text, str):
                 raise refused
             cursor = self.parse(text)
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise refused from None
         if self.token(cursor) != token:
             raise refused

@@ -362,6 +362,20 @@ CASES: list[tuple[str, Callable[[Api, str, str], Any], str]] = [
     ),
     # Well-formed page tokens that are not what the server wrote.
     ("list: token with a number cursor", _list_after(5), "page_token"),
+    (
+        "list: token nested too deep to decode",
+        lambda api, rid, user: api.reminders.ListReminders(
+            pb.ListRemindersRequest(page_token=base64.urlsafe_b64encode(b"[" * 20_000).decode()),
+            metadata=api.as_user(user),
+        ),
+        "page_token",
+    ),
+    (
+        # The next ring's bucket entry would outlive Cassandra's 20-year TTL.
+        "repeat whose rings are 11 years apart",
+        _create(pb.Reminder(text="t", schedule=_repeat(rrule="FREQ=YEARLY;INTERVAL=11"))),
+        "reminder.schedule.repeat.rrule",
+    ),
     ("list: token with a list cursor", _list_after([]), "page_token"),
     (
         "list: token with a braced uuid",
