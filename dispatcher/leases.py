@@ -33,7 +33,7 @@ class Lease:
     ended: bool = False
 
     def held(self) -> bool:
-        return not self.ended and time.monotonic() < self.valid_until
+        return time.monotonic() < self.valid_until  # 0 once ended
 
     def end(self) -> None:
         self.ended = True

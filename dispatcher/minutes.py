@@ -114,7 +114,6 @@ class PartWorker:
         catch_up: RateLimiter,
     ) -> None:
         self.shift = Shift(lease)
-        self.lease = lease
         self.leases = leases
         self.reader = reader
         self.ringer = ringer
@@ -123,6 +122,10 @@ class PartWorker:
         self.metrics = metrics
         self.catch_up = catch_up
         self.oldest_unfinished: datetime | None = None
+
+    @property
+    def lease(self) -> Lease:
+        return self.shift.lease
 
     def stop(self) -> None:
         """Take no new minute and no new ring; open minutes wind down (see `Shift`)."""

@@ -92,6 +92,19 @@ async def _to_the_end(work: Awaitable[None]) -> None:
         raise asyncio.CancelledError
 
 
+class _Backoff:
+    """Delays with jitter, each drawn from [d/2, d], d doubling from `first` up to `cap`."""
+
+    def __init__(self, first: float, cap: float) -> None:
+        self._delay = first
+        self._cap = cap
+
+    def next(self) -> float:
+        delay = random.uniform(self._delay / 2, self._delay)
+        self._delay = min(self._delay * 2, self._cap)
+        return delay
+
+
 @dataclass
 class _Pending:
     ring: Ring
@@ -288,7 +301,7 @@ class Ringer:
         ):
             return Answer(Outcome.REJECTED, "missed: older than the misfire grace")
         key = dispatch.idempotency_key(row)
-        delay = 0.5
+        backoff = _Backoff(0.5, 30.0)
         # Checked before every hand-off, as before every checkpoint: a dispatcher paused
         # past its lease hands nothing off for a part it lost, nor does one stopping.
         while shift.on():
@@ -305,9 +318,8 @@ class Ringer:
             if answer.outcome is not Outcome.RETRYABLE:
                 return answer
             self._metrics.notifier_errors.inc()
-            if not await shift.sleep(random.uniform(delay / 2, delay)):
+            if not await shift.sleep(backoff.next()):
                 return None
-            delay = min(delay * 2, 30.0)
             if not await self._set_claim_expiry(
                 row, self._clock.now() + self._settings.claim_lease
             ):
@@ -337,7 +349,7 @@ class Ringer:
         # First try against the row as this dispatcher claimed it (the usual case: nobody
         # touched it since); only a lost compare needs a SERIAL re-read.
         stored: StoredReminder | None = StoredReminder(claimed_row, None)
-        delay = 0.02
+        backoff = _Backoff(0.02, 1.0)
         while True:
             claim = stored.reminder.claim if stored else None
             if stored is None or claim is None or claim.token != token:
@@ -350,8 +362,7 @@ class Ringer:
             # Lost to a change that left the claim standing (a snooze, a text edit): read it
             # and try again. A stop does not cut this short (the ring went out); the
             # shutdown grace does, by cancelling.
-            await asyncio.sleep(random.uniform(delay / 2, delay))
-            delay = min(delay * 2, 1.0)
+            await asyncio.sleep(backoff.next())
             if not shift.lease.held():
                 return False
             stored = await self._store.get_serial(claimed_row.user_id, claimed_row.reminder_id)

@@ -97,37 +97,42 @@ class RemindersApp:
         try:
             first = first_ring(schedule, now)
         except ScheduleError:
-            if (made := await self._made_by(user_id, request_id, payload_hash)) is not None:
+            # Its time may have passed since an identical request made it: a read, no write.
+            earlier = await self._store.create_record(user_id, request_id)
+            made = (
+                None
+                if earlier is None
+                else await self._made_by(user_id, request_id, earlier, payload_hash)
+            )
+            if made is not None:
                 return made
             raise
         proposed = steps.new_reminder(user_id, text, schedule, first, now)
         wanted = CreateRecord(payload_hash, proposed.reminder_id)
         record = await self._store.record_create_request(user_id, request_id, wanted, now)
-        if record.payload_hash != payload_hash:
-            raise _reused(request_id)
-        if record.reminder_id != proposed.reminder_id:
+        if record != wanted:
             # A replay: answer with what the first request made, completing it if the first
             # attempt crashed between the record and the row.
-            existing = await self._store.get_serial(user_id, record.reminder_id)
-            if existing is not None:
-                return existing.reminder
+            made = await self._made_by(user_id, request_id, record, payload_hash)
+            if made is not None:
+                return made
             proposed = steps.new_reminder(
                 user_id, text, schedule, first, now, reminder_id=record.reminder_id
             )
         try:
             return await self._insert(proposed)
         except QuotaExceeded:
-            if record.reminder_id == wanted.reminder_id:
+            if record == wanted:
                 # This request wrote the record and made nothing: take the record back. (A
                 # replay leaves it to the request that wrote it.)
                 await self._store.forget_create_request(user_id, request_id, record)
             raise
 
-    async def _made_by(self, user_id: str, request_id: str, payload_hash: bytes) -> Reminder | None:
-        """The reminder an earlier identical request made, if any (a read, no write)."""
-        record = await self._store.create_record(user_id, request_id)
-        if record is None:
-            return None
+    async def _made_by(
+        self, user_id: str, request_id: str, record: CreateRecord, payload_hash: bytes
+    ) -> Reminder | None:
+        """The reminder the request that wrote `record` made, if its row exists; a reused
+        request_id with another payload is refused."""
         if record.payload_hash != payload_hash:
             raise _reused(request_id)
         existing = await self._store.get_serial(user_id, record.reminder_id)

@@ -121,23 +121,24 @@ def test_a_one_off_missed_rings_late_with_its_own_due() -> None:
     assert dispatch.finalized(sending, now).status is Status.DONE
 
 
-def test_a_missed_snooze_before_the_latest_occurrence_is_covered_by_its_ring() -> None:
-    snoozed = snooze(weekly(), at("2026-10-27T12:00:00"), T0)  # between two missed Mondays
+@pytest.mark.parametrize(
+    ("snoozed_to", "now", "claimed_due"),
+    [
+        # Between two missed Mondays: covered by the latest Monday's ring.
+        (at("2026-10-27T12:00:00"), at("2026-11-03T12:00:00"), at("2026-11-02T14:00:00")),
+        # After the latest missed Monday: the snooze is the one ring, with its own key.
+        (at("2026-11-03T12:00:00"), at("2026-11-04T12:00:00"), at("2026-11-03T12:00:00")),
+    ],
+    ids=["before-the-latest-occurrence", "after-the-latest-occurrence"],
+)
+def test_a_missed_snooze_rings_once_with_the_latest_missed_occurrence(
+    snoozed_to: datetime, now: datetime, claimed_due: datetime
+) -> None:
+    snoozed = snooze(weekly(), snoozed_to, T0)
     assert snoozed.due == at("2026-10-26T13:00:00")
-    now = at("2026-11-03T12:00:00")
     sending = dispatch.claimed(snoozed, uuid.uuid4(), now, LEASE)
     assert sending.claim is not None
-    assert sending.claim.due == at("2026-11-02T14:00:00")
-    done = dispatch.finalized(sending, now)
-    assert (done.snooze_until, done.due) == (None, at("2026-11-09T14:00:00"))
-
-
-def test_a_missed_snooze_after_the_latest_occurrence_is_the_one_ring_with_its_own_key() -> None:
-    snoozed = snooze(weekly(), at("2026-11-03T12:00:00"), T0)
-    now = at("2026-11-04T12:00:00")  # Oct 26 and Nov 2 missed, then the snooze
-    sending = dispatch.claimed(snoozed, uuid.uuid4(), now, LEASE)
-    assert sending.claim is not None
-    assert sending.claim.due == at("2026-11-03T12:00:00")
+    assert sending.claim.due == claimed_due
     done = dispatch.finalized(sending, now)
     assert (done.snooze_until, done.due) == (None, at("2026-11-09T14:00:00"))
 

@@ -27,7 +27,7 @@ from dispatcher.leases import PartLeases
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.minutes import PartWorker
 from dispatcher.ratelimit import RateLimiter
-from dispatcher.ringer import HandoffBatcher, Ringer
+from dispatcher.ringer import HandoffBatcher, Ringer, _to_the_end
 from dispatcher.settings import DispatcherSettings
 from dispatcher.shift import Shift
 from genproto.notification.v1 import notification_pb2 as npb
@@ -296,8 +296,6 @@ def test_a_part_lost_while_its_ring_waits_lets_the_claim_go_and_loses_no_claim(
 
 
 def test_letting_a_claim_go_is_seen_through_even_when_cancelled_twice() -> None:
-    from dispatcher.ringer import _to_the_end
-
     done: list[str] = []
 
     async def let_go() -> None:
