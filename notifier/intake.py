@@ -10,8 +10,8 @@ from datetime import datetime
 from notifier.delivery.queue import DeliveryQueue, QueuedNotification
 from notifier.domain.model import ItemResult, Notification, Outcome, rejection
 from notifier.metrics import NotifierMetrics
-from notifier.storage.errors import STORAGE_ERRORS
 from notifier.storage.keys import KeyNotRecorded, KeyRecord, KeyStore
+from reminders_svc.storage.errors import STORAGE_ERRORS
 
 log = logging.getLogger(__name__)
 

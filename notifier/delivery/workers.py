@@ -16,7 +16,7 @@ from notifier.domain.model import Device, Notification, implicit_device
 from notifier.domain.push import PushAdapter, PushResult, push_message
 from notifier.metrics import NotifierMetrics
 from notifier.storage.devices import DeviceStore
-from notifier.storage.errors import STORAGE_ERRORS
+from reminders_svc.storage.errors import STORAGE_ERRORS
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from notifier.intake import Intake
 from notifier.rpc import convert
 from notifier.settings import Faults
 from notifier.storage.devices import DeviceStore
-from notifier.storage.errors import STORAGE_ERRORS
+from reminders_svc.storage.errors import STORAGE_ERRORS
 
 log = logging.getLogger(__name__)
 

@@ -44,9 +44,15 @@ class KeyStore:
         )
         self._settle.consistency_level = ConsistencyLevel.SERIAL
 
-    async def record(self, notification: Notification) -> KeyRecord:
-        """Record the key if new. Raises a driver error when storage cannot say."""
-        accept_id = uuid.uuid4()
+    async def record(
+        self, notification: Notification, accept_id: uuid.UUID | None = None
+    ) -> KeyRecord:
+        """Record the key if new. Raises a driver error when storage cannot say.
+
+        `accept_id` names this attempt (a fresh one by default): a row holding it is this
+        attempt's own, written by a send whose reply was lost and re-sent, not another's.
+        """
+        accept_id = accept_id or uuid.uuid4()
         params = (notification.idempotency_key, notification.user_id, accept_id, self._ttl_s)
         try:
             row = (await execute(self._session, self._insert, params)).one()
@@ -54,7 +60,11 @@ class KeyStore:
             if not outcome_unknown(error):
                 raise
             return await self._settled(notification.idempotency_key, accept_id)
-        return KeyRecord.RECORDED if row.applied else KeyRecord.ALREADY_RECORDED
+        # A refused insert answers with the row that is there: ours if a re-send of this
+        # very insert found the first one landed.
+        if row.applied or row.accept_id == accept_id:
+            return KeyRecord.RECORDED
+        return KeyRecord.ALREADY_RECORDED
 
     async def _settled(self, key: str, accept_id: uuid.UUID) -> KeyRecord:
         # A SERIAL read finishes any in-flight Paxos round, so "no row" is final.

@@ -15,13 +15,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 import grpc
-from cassandra import DriverException
-from cassandra.cluster import NoHostAvailable
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from reminders_svc.domain import errors
+from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.session import StorageUnavailable
 
 log = logging.getLogger(__name__)
@@ -79,6 +78,9 @@ async def abort(
 Handler = TypeVar("Handler", bound=Callable[..., Awaitable[Any]])
 
 
+_UNAVAILABLE: tuple[type[Exception], ...] = (StorageUnavailable, *STORAGE_ERRORS)
+
+
 def translated(method: Handler) -> Handler:
     """Answer every failure of an RPC handler with the status code that says what it is."""
 
@@ -88,7 +90,7 @@ def translated(method: Handler) -> Handler:
             return await method(self, request, context)
         except errors.ReminderError as error:
             await abort(context, error)
-        except (StorageUnavailable, NoHostAvailable, DriverException, TimeoutError) as error:
+        except _UNAVAILABLE as error:
             log.warning("%s: storage unavailable: %s", method.__name__, type(error).__name__)
             await abort(context, errors.Unavailable("storage unavailable; retry with backoff"))
         except asyncio.CancelledError:

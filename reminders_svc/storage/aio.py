@@ -14,6 +14,8 @@ from typing import Any
 
 from cassandra import OperationTimedOut, WriteTimeout, WriteType
 from cassandra.cluster import ResultSet, Session
+from cassandra.connection import ConnectionException
+from cassandra.protocol import ServerError
 
 Params = Sequence[Any] | dict[str, Any] | None
 
@@ -48,7 +50,11 @@ async def execute(
 
 
 def outcome_unknown(error: BaseException) -> bool:
-    """True when an LWT may or may not have landed: settle it with a SERIAL read."""
+    """True when an LWT may or may not have landed: settle it with a SERIAL read.
+
+    A broken connection or a server error reaches the caller only for a request already
+    sent (`storage.retry`), so it is as unknown as a timeout.
+    """
     if isinstance(error, WriteTimeout):
         return error.write_type in (WriteType.CAS, WriteType.SIMPLE, WriteType.BATCH)
-    return isinstance(error, OperationTimedOut)
+    return isinstance(error, OperationTimedOut | ConnectionException | ServerError)

@@ -25,6 +25,7 @@ from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import named_tuple_factory
 
 from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.retry import NoConditionalResend
 
 
 class StorageUnavailable(RuntimeError):
@@ -76,6 +77,7 @@ def execution_profile(settings: CassandraSettings) -> ExecutionProfile:
         consistency_level=ConsistencyLevel.name_to_value[settings.consistency],
         serial_consistency_level=ConsistencyLevel.name_to_value[settings.serial_consistency],
         request_timeout=settings.request_timeout_s,
+        retry_policy=NoConditionalResend(),
     )
 
 

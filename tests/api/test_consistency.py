@@ -14,6 +14,7 @@ import grpc
 import pytest
 from cassandra import WriteTimeout, WriteType
 from cassandra.cluster import ResultSet, Session
+from cassandra.connection import ConnectionShutdown
 from cassandra.query import BatchStatement
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.field_mask_pb2 import FieldMask
@@ -194,11 +195,12 @@ def _is_row_lwt(statement: Any) -> bool:
 
 
 class _TimeoutAfterApplying:
-    """Runs the first row LWT for real or not at all, then reports a timeout, as a lost
-    reply or a lost request would."""
+    """Runs the first row LWT for real or not at all, then reports an unknown outcome, as
+    a lost reply, a lost request or a connection broken under it would."""
 
-    def __init__(self, apply_first: bool) -> None:
+    def __init__(self, apply_first: bool, error: Exception) -> None:
         self.apply_first = apply_first
+        self.error = error
         self.injected = 0
 
     async def __call__(self, session: Session, statement: Any, params: Any) -> ResultSet:
@@ -206,8 +208,15 @@ class _TimeoutAfterApplying:
             self.injected += 1
             if self.apply_first:
                 await aio.execute(session, statement, params)
-            raise WriteTimeout("injected", write_type=WriteType.CAS)
+            raise self.error
         return await aio.execute(session, statement, params)
+
+
+UNKNOWN_OUTCOMES = pytest.mark.parametrize(
+    "error",
+    [WriteTimeout("injected", write_type=WriteType.CAS), ConnectionShutdown("injected")],
+    ids=["timeout", "connection-broke"],
+)
 
 
 @pytest.fixture
@@ -219,9 +228,10 @@ def app_factory(cassandra: CassandraConnection) -> Any:
     return make
 
 
+@UNKNOWN_OUTCOMES
 @pytest.mark.parametrize("apply_first", [True, False], ids=["landed", "lost"])
 def test_an_lwt_timeout_is_settled_by_a_serial_read(
-    app_factory: Any, cassandra: CassandraConnection, user: str, apply_first: bool
+    app_factory: Any, cassandra: CassandraConnection, user: str, apply_first: bool, error: Exception
 ) -> None:
     schedule = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19, 10))
     honest = RemindersApp(
@@ -229,7 +239,7 @@ def test_an_lwt_timeout_is_settled_by_a_serial_read(
     )
     created = asyncio.run(honest.create(user, "r", "call mom", schedule, b"p"))
 
-    injector = _TimeoutAfterApplying(apply_first)
+    injector = _TimeoutAfterApplying(apply_first, error)
     app = app_factory(injector)
     paused = asyncio.run(app.pause(user, created.reminder_id, None))
 
@@ -243,12 +253,13 @@ def test_an_lwt_timeout_is_settled_by_a_serial_read(
     assert (row.status, row.version) == ("paused", 2)
 
 
+@UNKNOWN_OUTCOMES
 @pytest.mark.parametrize("apply_first", [True, False], ids=["landed", "lost"])
 def test_a_create_whose_lwt_timed_out_is_settled_and_written_once(
-    app_factory: Any, cassandra: CassandraConnection, user: str, apply_first: bool
+    app_factory: Any, cassandra: CassandraConnection, user: str, apply_first: bool, error: Exception
 ) -> None:
     schedule = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19, 10))
-    injector = _TimeoutAfterApplying(apply_first)
+    injector = _TimeoutAfterApplying(apply_first, error)
 
     created = asyncio.run(app_factory(injector).create(user, "r", "call mom", schedule, b"p"))
 

@@ -1,0 +1,88 @@
+"""A TCP proxy a test can cut and restore: a storage outage for one process only.
+
+Pointing one process (a dispatcher, say) at Cassandra through it lets a test take the
+database away from that process while the rest of the stack, and the test itself, keep
+theirs. `cut()` closes every connection through it and refuses new ones until
+`restore()`; `hold_replies()` lets requests through but drops what the database answers,
+so a request can land while its sender never hears of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+
+class TcpProxy:
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        self._upstream = (upstream_host, upstream_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._cut = False
+        self._holding = False
+        self._closed = False
+        threading.Thread(target=self._accept, name="proxy-accept", daemon=True).start()
+
+    def cut(self) -> None:
+        with self._lock:
+            self._cut = True
+            self._close_all()
+
+    def hold_replies(self) -> None:
+        self._holding = True
+
+    def restore(self) -> None:
+        with self._lock:
+            self._cut = False
+            self._holding = False
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._close_all()
+        self._listener.close()
+
+    def _close_all(self) -> None:
+        for sock in self._open:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        self._open.clear()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            with self._lock:
+                if self._cut or self._closed:
+                    client.close()
+                    continue
+            try:
+                upstream = socket.create_connection(self._upstream, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._open.update((client, upstream))
+            for source, sink, is_reply in ((client, upstream, False), (upstream, client, True)):
+                threading.Thread(
+                    target=self._pump, args=(source, sink, is_reply), daemon=True
+                ).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, is_reply: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                if not (is_reply and self._holding):
+                    sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
