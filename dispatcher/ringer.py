@@ -31,9 +31,6 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from cassandra import DriverException
-from cassandra.protocol import ErrorMessage
-
 from dispatcher.buckets import Entry
 from dispatcher.clock import DbClock
 from dispatcher.handoff import Answer, NotifierClient, Outcome, Ring
@@ -46,6 +43,7 @@ from reminders_svc.domain import dispatch
 from reminders_svc.domain.delivery import Answer as HistoryAnswer
 from reminders_svc.domain.delivery import Delivery
 from reminders_svc.domain.reminder import Reminder
+from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.reminders_store import ReminderStore, StoredReminder
 
@@ -192,7 +190,7 @@ class Ringer:
             while shift.on():
                 try:
                     return await self._ring(entry, horizon, shift)
-                except (DriverException, ErrorMessage, OSError) as error:
+                except STORAGE_ERRORS as error:
                     # Storage trouble: nothing was decided that the row does not record;
                     # look again shortly (the row decides), as long as the part is ours.
                     log.warning("ring of an entry failed (%s); retrying", type(error).__name__)
@@ -381,7 +379,7 @@ class Ringer:
         (same due, same key) rather than after the claim lease."""
         try:
             await self._set_claim_expiry(row, self._clock.now())
-        except (DriverException, ErrorMessage, OSError) as error:
+        except STORAGE_ERRORS as error:
             log.warning(
                 "letting a claim go failed (%s); it expires by itself", type(error).__name__
             )

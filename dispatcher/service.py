@@ -23,8 +23,6 @@ import signal
 from datetime import timedelta
 
 import grpc
-from cassandra import DriverException
-from cassandra.protocol import ErrorMessage
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
@@ -38,8 +36,9 @@ from dispatcher.ratelimit import RateLimiter
 from dispatcher.ringer import HandoffBatcher, Ringer
 from dispatcher.settings import DispatcherSettings
 from reminders_svc.config import CassandraSettings, Retention
+from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.history import DeliveryHistory
-from reminders_svc.storage.loop_reactor import connect_on_loop
+from reminders_svc.storage.loop_reactor import connect_on_loop_patiently
 from reminders_svc.storage.parts import PartCounts, floor_minute
 from reminders_svc.storage.reminders_store import ReminderStore
 from reminders_svc.storage.session import CassandraConnection
@@ -63,7 +62,31 @@ class Dispatcher:
     async def run(self) -> None:
         """Until `stop()` (or SIGTERM via `serve`), then drain and release."""
         await self._start_health()
-        self._connection = await connect_on_loop(self._cassandra)
+        try:
+            if await self._connect():
+                await self._work()
+        finally:
+            await self._close()
+
+    async def _connect(self) -> bool:
+        """Connect, waiting (not ready) while the database does not answer; False when
+        stopped first."""
+        connecting = asyncio.ensure_future(
+            connect_on_loop_patiently(
+                self._cassandra, self.settings.lease_renew_every.total_seconds()
+            )
+        )
+        stop = asyncio.ensure_future(self._stopping.wait())
+        await asyncio.wait({connecting, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if not connecting.done():
+            connecting.cancel()
+            return False
+        self._connection = connecting.result()
+        return True
+
+    async def _work(self) -> None:
+        assert self._connection is not None
         session = self._connection.session
         self.clock = DbClock(session, self.settings.max_clock_offset)
         # Built in a worker thread: they prepare statements, a blocking driver call, and
@@ -81,7 +104,6 @@ class Dispatcher:
         batcher = HandoffBatcher(self._notifier, self.settings.batch_size)
         self._ringer = Ringer(store, history, batcher, self.clock, self.settings, self.metrics)
         self._catch_up = RateLimiter(self.settings.catch_up_minutes_per_s)
-        await self.clock.measure()
         try:
             while not self._stopping.is_set():
                 await self._tick()
@@ -120,7 +142,12 @@ class Dispatcher:
             else health_pb2.HealthCheckResponse.NOT_SERVING,
         )
         await self._renew()
-        await self._balance()
+        try:
+            await self._balance()
+        except STORAGE_ERRORS as error:
+            # The parts held are worked on (their leases run on their own deadlines); the
+            # share is looked at again next tick.
+            log.warning("part balance skipped: storage did not answer (%s)", type(error).__name__)
         self._report()
 
     async def _renew(self) -> None:
@@ -138,7 +165,7 @@ class Dispatcher:
                 continue  # known lost: its worker is winding down
             try:
                 renewed = await self._leases.renew(worker.lease)
-            except (DriverException, ErrorMessage, OSError) as error:
+            except STORAGE_ERRORS as error:
                 # Not renewed this time; the lease's local deadline stops the work if this
                 # keeps failing.
                 log.warning("part %d: lease renewal failed (%s)", part, type(error).__name__)
@@ -154,7 +181,7 @@ class Dispatcher:
             return
         try:
             await self._leases.release(worker.lease)
-        except (DriverException, ErrorMessage, OSError) as error:
+        except STORAGE_ERRORS as error:
             log.warning(
                 "part %d: lease release failed (%s); it expires by itself",
                 worker.lease.part,
@@ -231,8 +258,16 @@ class Dispatcher:
             running = [task for _, task in self._workers.values()]
             if running:
                 await asyncio.wait(running, timeout=renew_s, return_when=asyncio.FIRST_COMPLETED)
-        await self._leases.leave()
+        try:
+            await self._leases.leave()
+        except STORAGE_ERRORS as error:
+            log.warning(
+                "leaving the fleet failed (%s); the heartbeat expires", type(error).__name__
+            )
         await self._notifier.close()
+
+    async def _close(self) -> None:
+        await self._health.enter_graceful_shutdown()
         if self._server is not None:
             await self._server.stop(1)
         if self._connection is not None:

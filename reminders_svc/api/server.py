@@ -29,8 +29,8 @@ from genproto.reminders.v1 import reminders_pb2, reminders_pb2_grpc
 from reminders_svc.api.auth import Authenticator
 from reminders_svc.api.settings import ApiSettings, ServerTls
 from reminders_svc.config import CassandraSettings
-from reminders_svc.storage.loop_reactor import connect_on_loop
-from reminders_svc.storage.session import CassandraConnection, StorageUnavailable
+from reminders_svc.storage.loop_reactor import connect_on_loop_patiently
+from reminders_svc.storage.session import CassandraConnection
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +318,7 @@ class ApiServer:
 
     async def _keep_storage(self) -> None:
         interval = self._settings.health_probe_interval.total_seconds()
-        connection = await self._connect(interval)
+        connection = await connect_on_loop_patiently(self._cassandra, interval)
         self._connection = connection
         try:
             # In a worker thread: building them prepares statements, a blocking driver
@@ -334,14 +334,6 @@ class ApiServer:
         while True:
             await self._set_serving(await self._storage_answers(connection, interval))
             await asyncio.sleep(interval)
-
-    async def _connect(self, retry_interval: float) -> CassandraConnection:
-        while True:
-            try:
-                return await connect_on_loop(self._cassandra)
-            except StorageUnavailable as error:
-                log.warning("%s; retrying in %.0f s", error, retry_interval)
-                await asyncio.sleep(retry_interval)
 
     @staticmethod
     async def _storage_answers(connection: CassandraConnection, within_s: float) -> bool:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import ssl
 import threading
 from collections import deque
@@ -32,7 +33,9 @@ from typing import Any, ClassVar
 from cassandra.connection import Connection, ConnectionShutdown
 
 from reminders_svc.config import CassandraSettings
-from reminders_svc.storage.session import CassandraConnection, connect
+from reminders_svc.storage.session import CassandraConnection, StorageUnavailable, connect
+
+log = logging.getLogger(__name__)
 
 _RETRY_LATER = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.EINPROGRESS})
 
@@ -217,6 +220,19 @@ async def connect_on_loop(
     return await asyncio.to_thread(
         connect, settings, keyspace=keyspace, connection_class=connection_class
     )
+
+
+async def connect_on_loop_patiently(
+    settings: CassandraSettings, retry_interval_s: float
+) -> CassandraConnection:
+    """`connect_on_loop`, retried until the node answers (cancel the task to give up): a
+    pod started before its database waits, not-ready, instead of crash-looping."""
+    while True:
+        try:
+            return await connect_on_loop(settings)
+        except StorageUnavailable as error:
+            log.warning("%s; retrying in %.0f s", error, retry_interval_s)
+            await asyncio.sleep(retry_interval_s)
 
 
 @asynccontextmanager

@@ -13,8 +13,10 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
+import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.config import CassandraSettings
@@ -30,7 +32,9 @@ from tests.dispatcher.stack import (
     soon,
     user_in,
     wait_owning,
+    wait_serving,
 )
+from tests.tcp_proxy import TcpProxy
 
 
 @pytest.fixture
@@ -332,3 +336,63 @@ def test_while_ringing_a_snooze_rings_later_and_a_delete_stops_the_series(stack:
     # The delete: at most the one ring already in flight, and nothing after it.
     assert len(stack.pushes(delete_user, deleted.id)) <= 1
     assert stack.row(delete_user, deleted.id).status == "deleted"  # type: ignore[attr-defined]
+
+
+def test_a_dispatcher_rides_out_a_storage_outage_and_rings_what_fell_due_during_it(
+    stack: Stack,
+) -> None:
+    """Cassandra gone for longer than a part lease, for the dispatcher only: it keeps
+    running (it does not exit on a failed renewal, heartbeat or balance), and once the
+    database is back it leases its parts again and rings what fell due meanwhile."""
+    stack.start_notifier()
+    proxy = TcpProxy(stack.settings.contact_points[0], stack.settings.port)
+    try:
+        dispatcher = stack.start_dispatcher("d", REMINDERS_CASSANDRA_PORT=str(proxy.port))
+        wait_owning(stack, {"d"})
+        user = new_user()
+        before = stack.create_at(user, soon(2))
+        assert len(stack.wait_for_pushes(1, user, before.id, timeout_s=30)) == 1
+
+        proxy.cut()
+        during = stack.create_at(user, soon(3))
+        time.sleep(12)  # two part leases (6 s) and six balance ticks (2 s) with no database
+        assert dispatcher.poll() is None, "the dispatcher exited during the outage"
+        assert not stack.pushes(user, during.id)
+        proxy.restore()
+
+        assert len(stack.wait_for_pushes(1, user, during.id, timeout_s=60)) == 1
+        wait_owning(stack, {"d"})
+        after = stack.create_at(user, soon(3))
+        assert len(stack.wait_for_pushes(1, user, after.id, timeout_s=30)) == 1
+        assert dispatcher.poll() is None
+    finally:
+        proxy.close()
+
+
+def test_a_dispatcher_started_before_its_database_waits_not_ready_then_works(
+    stack: Stack,
+) -> None:
+    stack.start_notifier()
+    proxy = TcpProxy(stack.settings.contact_points[0], stack.settings.port)
+    proxy.cut()
+    try:
+        port = free_port()
+        dispatcher = stack.start_dispatcher(
+            "d", REMINDERS_CASSANDRA_PORT=str(proxy.port), REMINDERS_DISPATCH_PORT=str(port)
+        )
+        time.sleep(5)  # a few connection attempts
+        assert dispatcher.poll() is None, "the dispatcher exited without its database"
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            status = health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+            assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+
+        proxy.restore()
+
+        wait_owning(stack, {"d"}, timeout_s=60)
+        wait_serving(f"127.0.0.1:{port}")
+        user = new_user()
+        created = stack.create_at(user, soon(3))
+        assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=30)) == 1
+    finally:
+        proxy.close()
