@@ -43,10 +43,10 @@ class BucketReader:
     ) -> list[Entry]:
         """All entries, or those written after `written_since` (by the coordinator's clock)."""
         if written_since is None:
-            rows = await aio.execute(self._session, self._all, (minute, part))
+            rows = await aio.execute_all(self._session, self._all, (minute, part))
         else:
             since = min_uuid_from_time(written_since.timestamp())
-            rows = await aio.execute(self._session, self._since, (minute, part, since))
+            rows = await aio.execute_all(self._session, self._since, (minute, part, since))
         return [
             Entry(row.user_id, row.reminder_id, row.due.replace(tzinfo=UTC), row.written_at)
             for row in rows

@@ -96,14 +96,14 @@ class PartLeases:
         )
 
     async def members(self) -> set[str]:
-        rows = await aio.execute(
+        rows = await aio.execute_all(
             self._session,
             "SELECT dispatcher_id FROM dispatcher_members WHERE scope = 'dispatch'",
         )
         return {row.dispatcher_id for row in rows} | {self.owner}
 
     async def states(self) -> list[PartState]:
-        rows = await aio.execute(self._session, self._read)
+        rows = await aio.execute_all(self._session, self._read)
         return [_state(row) for row in rows]
 
     async def try_take(self, part: int) -> Lease | None:

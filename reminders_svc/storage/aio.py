@@ -20,18 +20,36 @@ from cassandra.protocol import ServerError
 Params = Sequence[Any] | dict[str, Any] | None
 
 
+class OnePage(ResultSet):  # type: ignore[misc]  # the driver is untyped
+    """A result of `execute`: its first page only. The driver's ResultSet would fetch the
+    next page by blocking on it, and on the loop that does the driver's I/O
+    (`loop_reactor`) that wait never ends: a query that may return more than one page
+    (`Session.default_fetch_size`, 5,000 rows) goes through `execute_all`."""
+
+    def fetch_next_page(self) -> None:
+        raise RuntimeError("a result of more than one page: read it with aio.execute_all")
+
+
 async def execute(
-    session: Session, statement: Any, params: Params = None, *, timeout_s: float | None = None
+    session: Session,
+    statement: Any,
+    params: Params = None,
+    *,
+    timeout_s: float | None = None,
+    paging_state: bytes | None = None,
 ) -> ResultSet:
     loop = asyncio.get_running_loop()
     done: asyncio.Future[ResultSet] = loop.create_future()
     response = session.execute_async(
-        statement, params, timeout=timeout_s if timeout_s is not None else session.default_timeout
+        statement,
+        params,
+        timeout=timeout_s if timeout_s is not None else session.default_timeout,
+        paging_state=paging_state,
     )
 
     def deliver(rows: Any) -> None:
         if not done.done():
-            done.set_result(ResultSet(response, rows))
+            done.set_result(OnePage(response, rows))
 
     def fail(error: BaseException) -> None:
         if not done.done():
@@ -47,6 +65,22 @@ async def execute(
 
     response.add_callbacks(on_loop, on_loop, callback_args=(deliver,), errback_args=(fail,))
     return await done
+
+
+async def execute_all(
+    session: Session, statement: Any, params: Params = None, *, timeout_s: float | None = None
+) -> list[Any]:
+    """Every row, page after page, each page awaited (never a blocking fetch)."""
+    rows: list[Any] = []
+    paging_state: bytes | None = None
+    while True:
+        page = await execute(
+            session, statement, params, timeout_s=timeout_s, paging_state=paging_state
+        )
+        rows.extend(page.current_rows)
+        if not page.has_more_pages:
+            return rows
+        paging_state = page.paging_state
 
 
 def outcome_unknown(error: BaseException) -> bool:

@@ -58,12 +58,8 @@ class DeliveryHistory:
         return page, page[-1].claim_due if len(rows) > limit else None
 
     async def purge_user(self, user_id: str) -> int:
-        rows = list(
-            await aio.execute(
-                self._session,
-                "SELECT reminder_id FROM deliveries WHERE user_id = %s",
-                (user_id,),
-            )
+        rows = await aio.execute_all(
+            self._session, "SELECT reminder_id FROM deliveries WHERE user_id = %s", (user_id,)
         )
         await aio.execute(self._session, "DELETE FROM deliveries WHERE user_id = %s", (user_id,))
         return len(rows)

@@ -313,10 +313,8 @@ class ReminderStore:
         Returns (reminder rows removed, create records removed). Bucket entries are left
         to expire: they then point at nothing and dispatchers skip them.
         """
-        rows = list(
-            await aio.execute(
-                self._session, "SELECT reminder_id FROM reminders WHERE user_id = %s", (user_id,)
-            )
+        rows = await aio.execute_all(
+            self._session, "SELECT reminder_id FROM reminders WHERE user_id = %s", (user_id,)
         )
         removed = 0
         for row in rows:
@@ -333,12 +331,8 @@ class ReminderStore:
             "DELETE active_count FROM reminders WHERE user_id = %s IF EXISTS",
             (user_id,),
         )
-        requests = list(
-            await aio.execute(
-                self._session,
-                "SELECT request_id FROM create_requests WHERE user_id = %s",
-                (user_id,),
-            )
+        requests = await aio.execute_all(
+            self._session, "SELECT request_id FROM create_requests WHERE user_id = %s", (user_id,)
         )
         await aio.execute(
             self._session, "DELETE FROM create_requests WHERE user_id = %s", (user_id,)

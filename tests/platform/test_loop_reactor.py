@@ -10,6 +10,7 @@ from typing import TypeVar
 
 import pytest
 from cassandra import OperationTimedOut
+from cassandra.query import SimpleStatement
 
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage import aio
@@ -107,3 +108,23 @@ def test_closing_after_the_loop_is_gone_does_not_raise(
 
     connection = asyncio.run(connect_only())
     connection.close()  # the loop is closed now; sockets are closed directly
+
+
+def test_a_result_is_never_paged_by_blocking_on_the_loop(
+    migrated_settings: CassandraSettings,
+) -> None:
+    """`execute` gives the first page and refuses to fetch more (a blocking fetch on the
+    loop that does the driver's I/O would never return); `execute_all` awaits every page."""
+
+    async def body(connection: CassandraConnection) -> tuple[int, int]:
+        query = SimpleStatement("SELECT keyspace_name FROM system_schema.tables", fetch_size=5)
+        all_rows = await aio.execute_all(connection.session, query)
+        first_page = await aio.execute(connection.session, query)
+        with pytest.raises(RuntimeError, match="execute_all"):
+            list(first_page)
+        return len(all_rows), len(first_page.current_rows)
+
+    every, first = on_loop(body, migrated_settings)
+
+    assert first == 5
+    assert every > 5
