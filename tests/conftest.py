@@ -19,8 +19,9 @@ from collections.abc import Iterator
 import pytest
 
 from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.errors import StorageUnavailable
 from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
-from reminders_svc.storage.session import CassandraConnection, StorageUnavailable, connect
+from reminders_svc.storage.session import CassandraConnection, connect
 
 DOCKER_IMAGE = "cassandra:5.0.9"
 

@@ -20,7 +20,7 @@ from reminders_svc.admin.context import Admin, AdminError, open_admin
 from reminders_svc.admin.output import iso, print_counts, print_json, print_table
 from reminders_svc.config import CassandraSettings, ConfigError
 from reminders_svc.schedule import ScheduleError, load_zone, tzdata_version
-from reminders_svc.storage.session import StorageUnavailable
+from reminders_svc.storage.errors import StorageUnavailable
 
 Command = Callable[[argparse.Namespace, Admin], Awaitable[int]]
 

@@ -21,7 +21,6 @@ from grpc_status import rpc_status
 
 from reminders_svc.domain import errors
 from reminders_svc.storage.errors import STORAGE_ERRORS
-from reminders_svc.storage.session import StorageUnavailable
 
 log = logging.getLogger(__name__)
 # Characters of one message or description: the status travels twice (grpc-message and the
@@ -78,9 +77,6 @@ async def abort(
 Handler = TypeVar("Handler", bound=Callable[..., Awaitable[Any]])
 
 
-_UNAVAILABLE: tuple[type[Exception], ...] = (StorageUnavailable, *STORAGE_ERRORS)
-
-
 def translated(method: Handler) -> Handler:
     """Answer every failure of an RPC handler with the status code that says what it is."""
 
@@ -90,7 +86,7 @@ def translated(method: Handler) -> Handler:
             return await method(self, request, context)
         except errors.ReminderError as error:
             await abort(context, error)
-        except _UNAVAILABLE as error:
+        except STORAGE_ERRORS as error:
             log.warning("%s: storage unavailable: %s", method.__name__, type(error).__name__)
             await abort(context, errors.Unavailable("storage unavailable; retry with backoff"))
         except asyncio.CancelledError:

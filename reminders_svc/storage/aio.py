@@ -12,12 +12,14 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cassandra import OperationTimedOut, WriteTimeout, WriteType
+from cassandra import OperationTimedOut, WriteFailure, WriteTimeout, WriteType
 from cassandra.cluster import ResultSet, Session
 from cassandra.connection import ConnectionException
-from cassandra.protocol import ServerError
+from cassandra.protocol import ErrorMessage, ServerError
 
 Params = Sequence[Any] | dict[str, Any] | None
+
+_CAS_WRITE_UNKNOWN = 0x1700
 
 
 class OnePage(ResultSet):  # type: ignore[misc]  # the driver is untyped
@@ -89,6 +91,9 @@ def outcome_unknown(error: BaseException) -> bool:
     A broken connection or a server error reaches the caller only for a request already
     sent (`storage.retry`), so it is as unknown as a timeout.
     """
-    if isinstance(error, WriteTimeout):
+    if isinstance(error, WriteTimeout | WriteFailure):
+        # A failure too: some replicas may have accepted the Paxos proposal (Paxos v2).
         return error.write_type in (WriteType.CAS, WriteType.SIMPLE, WriteType.BATCH)
+    if isinstance(error, ErrorMessage) and error.code == _CAS_WRITE_UNKNOWN:
+        return True  # protocol v5's "CAS write unknown", which this driver does not name
     return isinstance(error, OperationTimedOut | ConnectionException | ServerError)

@@ -33,7 +33,8 @@ from typing import Any, ClassVar
 from cassandra.connection import Connection, ConnectionShutdown
 
 from reminders_svc.config import CassandraSettings
-from reminders_svc.storage.session import CassandraConnection, StorageUnavailable, connect
+from reminders_svc.storage.errors import StorageUnavailable
+from reminders_svc.storage.session import CassandraConnection, connect
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +200,14 @@ class LoopConnection(Connection):  # type: ignore[misc]  # the driver is untyped
             self.is_closed = True
         self._on_loop(self._close_socket)
         if not self.is_defunct:
-            self.error_all_requests(ConnectionShutdown(f"Connection to {self.endpoint} was closed"))
+            error = ConnectionShutdown(f"Connection to {self.endpoint} was closed")
+            if not self.connected_event.is_set():
+                # Closed before it was ready (a proxy or balancer in front of a node that
+                # is down accepts, then closes): the connect failed. Without an error the
+                # driver takes it for a reconnection, marks the node up and fails again at
+                # once, every second, instead of backing off.
+                self.last_error = error
+            self.error_all_requests(error)
             self.connected_event.set()
 
     def _close_socket(self) -> None:

@@ -7,13 +7,14 @@ import sys
 from pathlib import Path
 
 from reminders_svc.config import CassandraSettings, ConfigError
+from reminders_svc.storage.errors import StorageUnavailable
 from reminders_svc.storage.migrations import (
     MigrationError,
     default_cql_dir,
     load_migrations,
     migrate,
 )
-from reminders_svc.storage.session import StorageUnavailable, connect
+from reminders_svc.storage.session import connect
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

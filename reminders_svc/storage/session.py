@@ -21,15 +21,16 @@ from cassandra.cluster import (
     Session,
 )
 from cassandra.connection import Connection
-from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.policies import (
+    DCAwareRoundRobinPolicy,
+    ExponentialReconnectionPolicy,
+    TokenAwarePolicy,
+)
 from cassandra.query import named_tuple_factory
 
 from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.errors import StorageUnavailable
 from reminders_svc.storage.retry import NoConditionalResend
-
-
-class StorageUnavailable(RuntimeError):
-    """Cassandra cannot be reached; the message names the contact points tried."""
 
 
 @dataclass
@@ -70,6 +71,11 @@ def cached_named_tuple_factory(colnames: list[str], rows: list[Any]) -> list[Any
     return [row_class(*row) for row in rows]
 
 
+# The driver's default waits up to 10 minutes between attempts to reach a node that was
+# down, and gives up after 64: a process could stay cut off long after an outage ended.
+RECONNECTION = ExponentialReconnectionPolicy(base_delay=0.5, max_delay=10.0, max_attempts=None)
+
+
 def execution_profile(settings: CassandraSettings) -> ExecutionProfile:
     return ExecutionProfile(
         row_factory=cached_named_tuple_factory,
@@ -103,6 +109,7 @@ def connect(
         protocol_version=5,
         execution_profiles={EXEC_PROFILE_DEFAULT: execution_profile(settings)},
         connect_timeout=settings.connect_timeout_s,
+        reconnection_policy=RECONNECTION,
         control_connection_timeout=settings.connect_timeout_s,
         ssl_context=_ssl_context(settings),
         **options,
@@ -113,6 +120,11 @@ def connect(
     except NoHostAvailable as error:
         cluster.shutdown()
         where = ", ".join(f"{host}:{settings.port}" for host in settings.contact_points)
+        if not isinstance(error.errors, dict):  # a list of hosts: they refused the keyspace
+            raise StorageUnavailable(
+                f"Cassandra at {where} has no keyspace {chosen!r} ({error.args[0]}); "
+                "create it with `reminders migrate`"
+            ) from error
         reasons = "; ".join(f"{host}: {reason}" for host, reason in error.errors.items())
         raise StorageUnavailable(
             f"cannot reach Cassandra at {where} ({reasons or error}). Is the node running? "

@@ -7,22 +7,35 @@ breaks the connection, as a node restarting under a rolling upgrade does.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
+import itertools
+import logging
 import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from cassandra import ConsistencyLevel
+from cassandra import (
+    ConsistencyLevel,
+    InvalidRequest,
+    ReadTimeout,
+    Unavailable,
+    WriteFailure,
+    WriteTimeout,
+    WriteType,
+)
 from cassandra.cluster import NoHostAvailable
 from cassandra.connection import ConnectionShutdown
 from cassandra.policies import RetryPolicy
-from cassandra.protocol import OverloadedErrorMessage, ServerError
+from cassandra.protocol import ErrorMessage, OverloadedErrorMessage, ServerError
 from cassandra.query import BatchStatement, SimpleStatement
 
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage import aio
-from reminders_svc.storage.errors import STORAGE_ERRORS
+from reminders_svc.storage.errors import STORAGE_ERRORS, StorageUnavailable
+from reminders_svc.storage.loop_reactor import connected_on_loop
 from reminders_svc.storage.retry import NoConditionalResend, is_conditional
 from reminders_svc.storage.session import CassandraConnection, connect
 from tests.tcp_proxy import TcpProxy
@@ -141,3 +154,83 @@ def test_the_retry_decisions(error: Exception, statement: str, decision: int) ->
         SimpleStatement(statement), ConsistencyLevel.QUORUM, error, 0
     )
     assert chosen == decision
+
+
+def test_a_missing_keyspace_is_storage_unavailable_and_named(
+    cassandra_settings: CassandraSettings,
+) -> None:
+    """Processes wait (not ready) for a keyspace not migrated yet, as for a node not up."""
+    missing = dataclasses.replace(cassandra_settings, keyspace=f"nosuch_{uuid.uuid4().hex[:8]}")
+    with pytest.raises(StorageUnavailable, match=missing.keyspace) as raised:
+        connect(missing)
+    assert "reminders migrate" in str(raised.value)
+
+
+def test_a_node_behind_a_proxy_that_hangs_up_is_not_taken_for_back_up(
+    migrated_settings: CassandraSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A balancer in front of a node that is down accepts connections and closes them. That
+    is a failed connect, backed off, not a "successful reconnection" every second; and once
+    the node answers again, the process is back within the reconnection cap (10 s)."""
+    proxy = TcpProxy(migrated_settings.contact_points[0], migrated_settings.port)
+    settings = dataclasses.replace(migrated_settings, port=proxy.port)
+
+    def reconnections() -> int:
+        return sum("Successful reconnection" in r.getMessage() for r in caplog.records)
+
+    async def outage() -> tuple[int, float]:
+        async with connected_on_loop(settings) as connection:
+            probe = "SELECT release_version FROM system.local"
+            await aio.execute(connection.session, probe)
+            proxy.cut()
+            cut_until = time.monotonic() + 8
+            while time.monotonic() < cut_until:  # callers keep asking meanwhile
+                with contextlib.suppress(*STORAGE_ERRORS):
+                    await aio.execute(connection.session, probe)
+                await asyncio.sleep(0.5)
+            during = reconnections()
+            proxy.restore()
+            restored = time.monotonic()
+            while True:
+                try:
+                    await aio.execute(connection.session, probe)
+                    return during, time.monotonic() - restored
+                except STORAGE_ERRORS:
+                    await asyncio.sleep(0.2)
+
+    caplog.set_level(logging.INFO, logger="cassandra")
+    try:
+        reconnected_during_outage, back_after_s = asyncio.run(outage())
+    finally:
+        proxy.close()
+
+    assert reconnected_during_outage == 0
+    assert back_after_s < 12
+
+
+def test_reconnection_never_gives_up_and_never_waits_long(cassandra: CassandraConnection) -> None:
+    delays = list(itertools.islice(cassandra.cluster.reconnection_policy.new_schedule(), 200))
+    assert len(delays) == 200  # the driver's default stops after 64 attempts
+    assert max(delays) <= 10 * 1.15  # its default waits up to 600 s (+/- 15% jitter)
+
+
+@pytest.mark.parametrize(
+    ("error", "unknown", "storage"),
+    [
+        (WriteTimeout("t", write_type=WriteType.CAS), True, True),
+        (WriteFailure("f", write_type=WriteType.CAS), True, True),  # Paxos v2: some accepted
+        (ErrorMessage(0x1700, "CAS write unknown", None), True, False),
+        (ConnectionShutdown("gone"), True, True),
+        (ReadTimeout("t"), False, True),
+        (Unavailable("u"), False, True),
+        (NoHostAvailable("none", {}), False, True),  # nothing was sent
+        (OverloadedErrorMessage(0x1001, "busy", None), False, True),  # refused, not tried
+        (InvalidRequest("a bug"), False, False),  # retrying a bug helps nobody
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, Exception) else None,
+)
+def test_which_errors_leave_a_write_unknown_and_which_mean_storage_is_away(
+    error: Exception, unknown: bool, storage: bool
+) -> None:
+    assert aio.outcome_unknown(error) is unknown
+    assert isinstance(error, STORAGE_ERRORS) is storage
