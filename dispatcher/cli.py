@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 
 from dispatcher.service import serve
 from dispatcher.settings import DispatcherSettings
+from reminders_svc import logs
 from reminders_svc.config import CassandraSettings, ConfigError
 
 
@@ -21,9 +21,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(args.log_level)
     try:
         settings = DispatcherSettings.from_env()
         cassandra = CassandraSettings.from_env()

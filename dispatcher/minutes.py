@@ -26,12 +26,15 @@ from dispatcher.ratelimit import RateLimiter
 from dispatcher.ringer import Ringer
 from dispatcher.settings import DispatcherSettings
 from dispatcher.shift import Shift
+from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.parts import floor_minute
 
 log = logging.getLogger(__name__)
 MINUTE = timedelta(minutes=1)
 # Live minutes worked at once: the current one, plus those still in their grace.
 _MAX_OPEN_MINUTES = 4
+# Between tries of a bucket read or a checkpoint storage did not answer.
+_STORAGE_RETRY_S = 1.0
 
 
 class MinuteJob:
@@ -84,19 +87,36 @@ class MinuteJob:
             if not await shift.sleep_until(w.clock, self.minute - w.settings.prefetch):
                 return False
             looked_at = w.clock.now()
-            self._start(await w.reader.read(self.minute, w.lease.part))
+            if not await self._read_and_start():
+                return False
             while w.clock.now() < end:
                 if not await shift.sleep(w.settings.poll_every.total_seconds()):
                     return False
                 since = looked_at - w.settings.skew
                 looked_at = w.clock.now()
-                self._start(await w.reader.read(self.minute, w.lease.part, since))
+                if not await self._read_and_start(since):
+                    return False
             if not await shift.sleep_until(w.clock, final_read_at):
                 return False
         elif not await shift.sleep(w.catch_up.reserve()):
             return False
-        self._start(await w.reader.read(self.minute, w.lease.part))
-        return True
+        return await self._read_and_start()
+
+    async def _read_and_start(self, written_since: datetime | None = None) -> bool:
+        """Read the minute's entries (all, or those written since) and start their rings;
+        a read storage does not answer is tried again while the shift is on (a blip does
+        not cost the part its open minutes). False once the shift ended."""
+        w = self._worker
+        while True:
+            try:
+                entries = await w.reader.read(self.minute, w.lease.part, written_since)
+            except STORAGE_ERRORS as error:
+                log.warning("part %d: bucket read failed (%s)", w.lease.part, type(error).__name__)
+                if not await w.shift.sleep(_STORAGE_RETRY_S):
+                    return False
+                continue
+            self._start(entries)
+            return True
 
 
 class PartWorker:
@@ -180,11 +200,25 @@ class PartWorker:
                 if self.shift.on():
                     log.warning("part %d: minute %s left unfinished", self.lease.part, first_minute)
                 return
-            if not await self.leases.checkpoint(self.lease, first_minute):
+            if not await self._checkpoint(first_minute):
                 log.warning("part %d: lease lost; stopping", self.lease.part)
                 self.metrics.leases_lost.inc()
                 return
             self.metrics.minutes_done.inc()
+
+    async def _checkpoint(self, minute: datetime) -> bool:
+        """Checkpoint `minute` under the lease, tried again while storage does not answer
+        and the lease lasts (a repeat of one that landed unseen applies the same again)."""
+        while True:
+            try:
+                return await self.leases.checkpoint(self.lease, minute)
+            except STORAGE_ERRORS as error:
+                log.warning(
+                    "part %d: checkpoint failed (%s)", self.lease.part, type(error).__name__
+                )
+                await asyncio.sleep(_STORAGE_RETRY_S)
+                if not self.lease.held():
+                    return False
 
     def _report(
         self, next_minute: datetime, open_jobs: deque[tuple[datetime, asyncio.Task[bool]]]

@@ -20,6 +20,7 @@ import asyncio
 import logging
 import math
 import signal
+from contextlib import suppress
 from datetime import timedelta
 
 import grpc
@@ -38,12 +39,14 @@ from dispatcher.settings import DispatcherSettings
 from reminders_svc.config import CassandraSettings, Retention
 from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.history import DeliveryHistory
-from reminders_svc.storage.loop_reactor import connect_on_loop_patiently
+from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
 from reminders_svc.storage.parts import PartCounts, floor_minute
 from reminders_svc.storage.reminders_store import ReminderStore
 from reminders_svc.storage.session import CassandraConnection
 
 log = logging.getLogger(__name__)
+
+Stores = tuple[ReminderStore, DeliveryHistory, PartLeases, BucketReader]
 
 
 class Dispatcher:
@@ -63,42 +66,46 @@ class Dispatcher:
         """Until `stop()` (or SIGTERM via `serve`), then drain and release."""
         await self._start_health()
         try:
-            if await self._connect():
-                await self._work()
+            stores = await self._connect()
+            if stores is not None:
+                await self._work(stores)
         finally:
             await self._close()
 
-    async def _connect(self) -> bool:
-        """Connect, waiting (not ready) while the database does not answer; False when
-        stopped first."""
-        connecting = asyncio.ensure_future(
-            connect_on_loop_patiently(
-                self._cassandra, self.settings.lease_renew_every.total_seconds()
+    async def _connect(self) -> Stores | None:
+        """Connect and prepare, waiting (not ready) while the database does not answer;
+        None when stopped first."""
+
+        async def connect_and_prepare() -> Stores:
+            self._connection = await connect_on_loop_patiently(self._cassandra, retry_s)
+            session = self._connection.session
+            return await built_patiently(
+                lambda: (
+                    ReminderStore(session, Retention()),
+                    DeliveryHistory(session),
+                    PartLeases(session, self.settings.dispatcher_id, self.settings.lease),
+                    BucketReader(session),
+                ),
+                retry_s,
             )
-        )
+
+        retry_s = self.settings.lease_renew_every.total_seconds()
+        connecting = asyncio.ensure_future(connect_and_prepare())
         stop = asyncio.ensure_future(self._stopping.wait())
         await asyncio.wait({connecting, stop}, return_when=asyncio.FIRST_COMPLETED)
         stop.cancel()
         if not connecting.done():
             connecting.cancel()
-            return False
-        self._connection = connecting.result()
-        return True
+            with suppress(asyncio.CancelledError):
+                await connecting
+            return None
+        return connecting.result()
 
-    async def _work(self) -> None:
+    async def _work(self, stores: Stores) -> None:
         assert self._connection is not None
         session = self._connection.session
         self.clock = DbClock(session, self.settings.max_clock_offset)
-        # Built in a worker thread: they prepare statements, a blocking driver call, and
-        # the driver's I/O runs on this loop (storage.loop_reactor).
-        store, history, self._leases, self._reader = await asyncio.to_thread(
-            lambda: (
-                ReminderStore(session, Retention()),
-                DeliveryHistory(session),
-                PartLeases(session, self.settings.dispatcher_id, self.settings.lease),
-                BucketReader(session),
-            )
-        )
+        store, history, self._leases, self._reader = stores
         self._parts = PartCounts(session)
         self._notifier = NotifierClient(self.settings.notifier_target)
         batcher = HandoffBatcher(self._notifier, self.settings.batch_size)

@@ -1,4 +1,5 @@
-"""`reminders notifier`: migrate the notifier's keyspace, then serve until SIGTERM / SIGINT.
+"""`reminders notifier`: migrate the notifier's keyspace (waiting for the database), then
+serve until SIGTERM / SIGINT.
 
 Configured by REMINDERS_NOTIFIER_* and REMINDERS_CASSANDRA_* variables (see
 notifier.settings.NotifierSettings.from_env), read here at startup.
@@ -14,10 +15,9 @@ from collections.abc import Sequence
 
 from notifier.rpc.server import serve
 from notifier.settings import NotifierSettings
-from notifier.storage.schema import migrate_notifier
+from reminders_svc import logs
 from reminders_svc.config import ConfigError
 from reminders_svc.storage.migrations import MigrationError
-from reminders_svc.storage.session import StorageUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -43,26 +43,18 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(args.log_level)
     try:
         settings = NotifierSettings.from_env()
-        report = migrate_notifier(settings.cassandra)
-    except (ConfigError, MigrationError, StorageUnavailable) as error:
+    except ConfigError as error:
         print(f"reminders notifier: {error}", file=sys.stderr)
         return 1
-    log.info(
-        "keyspace %s: applied %s, already applied %s",
-        settings.cassandra.keyspace,
-        list(report.applied),
-        list(report.already_applied),
-    )
     if settings.faults.drop_reply:
         log.warning("fault injection on: drop_reply:%d", settings.faults.drop_reply)
     try:
+        # Migrates the keyspace first, waiting for the database if it does not answer.
         asyncio.run(serve(settings))
-    except OSError as error:  # e.g. the port is taken
+    except (MigrationError, OSError) as error:  # a schema at odds with ours; a port taken
         print(f"reminders notifier: {error}", file=sys.stderr)
         return 1
     return 0

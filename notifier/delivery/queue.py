@@ -18,6 +18,8 @@ class QueuedNotification:
     attempt: int = 1
     # None: push to all the user's devices; on a retry, only those that asked for one.
     devices: tuple[Device, ...] | None = None
+    # Device lookups storage did not answer (they use up no push attempt).
+    lookup_failures: int = 0
 
 
 @dataclass(order=True, frozen=True)

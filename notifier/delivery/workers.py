@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,10 @@ from notifier.storage.devices import DeviceStore
 from reminders_svc.storage.errors import STORAGE_ERRORS
 
 log = logging.getLogger(__name__)
+
+# A lookup that failed for storage is tried again at least this often, so deliveries
+# resume within seconds of the database coming back.
+MAX_LOOKUP_RETRY_DELAY_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,7 @@ class PushWorkers:
                 devices = await self._devices_of(notification.user_id)
             except STORAGE_ERRORS as error:
                 log.warning("device lookup failed (%s); retrying", type(error).__name__)
-                self._retry(item, None)
+                self._retry_lookup(item)
                 return
         if not devices:
             self._metrics.undeliverable.labels("no_device").inc()
@@ -132,8 +137,21 @@ class PushWorkers:
             self._metrics.undeliverable.labels("attempts_exhausted").inc()
             log.warning("giving up on %s after %d attempts", key, item.attempt)
             return
-        backoff = self._policy.retry_backoff.total_seconds() * 2 ** (item.attempt - 1)
-        # Full jitter: retries of one burst do not come back in step.
-        delay = random.uniform(backoff / 2, backoff)
         again = dataclasses.replace(item, attempt=item.attempt + 1, devices=devices)
-        self._queue.put_after(again, delay)
+        self._queue.put_after(again, self._backoff(item.attempt))
+
+    def _retry_lookup(self, item: QueuedNotification) -> None:
+        """Storage did not answer: an outage, not a failed push. Try again for as long as
+        it lasts (the item's expiry bounds that) without using up its push attempts: an
+        accepted notification must not be lost to an outage of a few seconds."""
+        failures = item.lookup_failures + 1
+        again = dataclasses.replace(item, lookup_failures=failures)
+        self._queue.put_after(again, self._backoff(failures, MAX_LOOKUP_RETRY_DELAY_S))
+
+    def _backoff(self, retry: int, cap_s: float = math.inf) -> float:
+        """Seconds before the `retry`th retry: doubling up to `cap_s`, with full jitter so
+        that the retries of one burst do not come back in step."""
+        # The exponent is bounded too: 2 ** n overflows a float long before an outage ends.
+        doubled = self._policy.retry_backoff.total_seconds() * 2 ** min(retry - 1, 32)
+        backoff = min(doubled, cap_s)
+        return random.uniform(backoff / 2, backoff)

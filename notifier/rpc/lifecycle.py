@@ -11,6 +11,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Sequence
+from contextlib import suppress
 from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
@@ -80,8 +81,17 @@ async def run_until_signal(server: Stoppable) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
-    await server.start()
+    # A start still waiting for the database is given up on a signal, not waited out.
+    starting = asyncio.ensure_future(server.start())
+    stop = asyncio.ensure_future(stopping.wait())
     try:
-        await stopping.wait()
+        await asyncio.wait({starting, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if starting.done():
+            starting.result()
+            await stop
     finally:
+        for task in (starting, stop):
+            task.cancel()
+        with suppress(asyncio.CancelledError):
+            await starting
         await server.stop()

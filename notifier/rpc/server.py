@@ -24,7 +24,11 @@ from notifier.rpc.servicer import NotificationServicer
 from notifier.settings import NotifierSettings
 from notifier.storage.devices import DeviceStore
 from notifier.storage.keys import KeyStore
-from reminders_svc.storage.loop_reactor import connect_on_loop
+from notifier.storage.schema import migrate_notifier
+from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.errors import STORAGE_ERRORS
+from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
+from reminders_svc.storage.migrations import MigrationReport
 from reminders_svc.storage.session import CassandraConnection
 
 log = logging.getLogger(__name__)
@@ -35,16 +39,20 @@ HEALTH_SERVICES = ("", NOTIFICATION_SERVICE)
 
 
 class NotifierServer:
-    """`await start()`, later `await stop()`. The keyspace must be migrated already
-    (`migrate_notifier`); `adapter` replaces the one the settings name (tests)."""
+    """`await start()`, later `await stop()`. `migrate`: bring the keyspace up to date
+    first (the process does; tests migrate once themselves); `adapter` replaces the one
+    the settings name (tests)."""
 
     def __init__(
         self,
         settings: NotifierSettings,
         adapter: PushAdapter | None = None,
         clock: Clock = utc_now,
+        *,
+        migrate: bool = False,
     ) -> None:
         self._settings = settings
+        self._migrate = migrate
         self.adapter = adapter or build_adapter(settings.adapter, settings.recording_capacity)
         self._clock = clock
         self._registry = CollectorRegistry()
@@ -61,12 +69,25 @@ class NotifierServer:
 
     async def start(self) -> None:
         settings = self._settings
-        self._connection = connection = await connect_on_loop(settings.cassandra)
-        session, keyspace = connection.session, settings.cassandra.keyspace
-        # Statements are prepared here, once, off the event loop: `prepare` blocks, and
-        # the driver's I/O runs on this loop (storage.loop_reactor).
-        keys = await asyncio.to_thread(KeyStore, session, keyspace, settings.key_ttl)
-        devices = await asyncio.to_thread(DeviceStore, session, keyspace)
+        # Waits for the database (not listening meanwhile, so not ready) rather than exit.
+        retry_s = settings.health_probe_interval.total_seconds()
+        if self._migrate:
+            report = await _migrated_patiently(settings.cassandra, retry_s)
+            log.info(
+                "keyspace %s: applied %s, already applied %s",
+                settings.cassandra.keyspace,
+                list(report.applied),
+                list(report.already_applied),
+            )
+        self._connection = await connect_on_loop_patiently(settings.cassandra, retry_s)
+        session, keyspace = self._connection.session, settings.cassandra.keyspace
+        keys, devices = await built_patiently(
+            lambda: (
+                KeyStore(session, keyspace, settings.key_ttl),
+                DeviceStore(session, keyspace),
+            ),
+            retry_s,
+        )
 
         def on_depth(priority: Priority, depth: int) -> None:
             self._metrics.queue_depth.labels(priority.value).set(depth)
@@ -131,6 +152,16 @@ class NotifierServer:
         log.info("stopped")
 
 
+async def _migrated_patiently(cassandra: CassandraSettings, retry_s: float) -> MigrationReport:
+    while True:
+        try:
+            # The migration uses the driver's blocking API, on its own connection.
+            return await asyncio.to_thread(migrate_notifier, cassandra)
+        except STORAGE_ERRORS as error:
+            log.warning("migrating failed (%s); retrying in %.1f s", error, retry_s)
+            await asyncio.sleep(retry_s)
+
+
 async def serve(settings: NotifierSettings) -> None:
-    """Run until SIGTERM or SIGINT, then shut down gracefully."""
-    await run_until_signal(NotifierServer(settings))
+    """Migrate, then run until SIGTERM or SIGINT, then shut down gracefully."""
+    await run_until_signal(NotifierServer(settings, migrate=True))

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import sys
 
+from reminders_svc import logs
 from reminders_svc.api.auth import Authenticator, AuthSettings
 from reminders_svc.api.server import serve
 from reminders_svc.api.settings import ApiSettings
@@ -26,9 +27,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(args.log_level)
     try:
         settings = ApiSettings.from_env()
         cassandra = CassandraSettings.from_env()

@@ -29,7 +29,7 @@ from genproto.reminders.v1 import reminders_pb2, reminders_pb2_grpc
 from reminders_svc.api.auth import Authenticator
 from reminders_svc.api.settings import ApiSettings, ServerTls
 from reminders_svc.config import CassandraSettings
-from reminders_svc.storage.loop_reactor import connect_on_loop_patiently
+from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
 from reminders_svc.storage.session import CassandraConnection
 
 log = logging.getLogger(__name__)
@@ -321,10 +321,9 @@ class ApiServer:
         connection = await connect_on_loop_patiently(self._cassandra, interval)
         self._connection = connection
         try:
-            # In a worker thread: building them prepares statements, a blocking driver
-            # call, and the driver's I/O runs on this loop (storage.loop_reactor).
-            servicers = await asyncio.to_thread(
-                self._servicer_factory, connection, self._authenticator, self._settings
+            servicers = await built_patiently(
+                lambda: self._servicer_factory(connection, self._authenticator, self._settings),
+                interval,
             )
         except Exception:
             # Without servicers the process can never serve: say why, loudly.

@@ -28,15 +28,17 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from cassandra.connection import Connection, ConnectionShutdown
 
 from reminders_svc.config import CassandraSettings
-from reminders_svc.storage.errors import StorageUnavailable
+from reminders_svc.storage.errors import STORAGE_ERRORS, StorageUnavailable
 from reminders_svc.storage.session import CassandraConnection, connect
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _RETRY_LATER = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.EINPROGRESS})
 
@@ -240,6 +242,25 @@ async def connect_on_loop_patiently(
             return await connect_on_loop(settings)
         except StorageUnavailable as error:
             log.warning("%s; retrying in %.0f s", error, retry_interval_s)
+            await asyncio.sleep(retry_interval_s)
+
+
+async def built_patiently(build: Callable[[], T], retry_interval_s: float) -> T:
+    """`build()` (stores preparing their statements) in a worker thread, retried while
+    storage does not answer (cancel the task to give up): an outage that begins right
+    after the connect is waited out, not ready, like one before it.
+
+    In a worker thread because `prepare` blocks, and the driver's I/O runs on this loop.
+    """
+    while True:
+        try:
+            return await asyncio.to_thread(build)
+        except STORAGE_ERRORS as error:
+            log.warning(
+                "preparing statements failed (%s); retrying in %.1f s",
+                type(error).__name__,
+                retry_interval_s,
+            )
             await asyncio.sleep(retry_interval_s)
 
 

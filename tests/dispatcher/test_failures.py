@@ -396,3 +396,29 @@ def test_a_dispatcher_started_before_its_database_waits_not_ready_then_works(
         assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=30)) == 1
     finally:
         proxy.close()
+
+
+def test_a_storage_blip_shorter_than_the_lease_costs_no_part_its_work(stack: Stack) -> None:
+    """A few seconds without the database: bucket reads and checkpoints are tried again,
+    so no part is dropped and re-taken (its epoch stays), and rings go on."""
+    stack.start_notifier()
+    proxy = TcpProxy(stack.settings.contact_points[0], stack.settings.port)
+    try:
+        dispatcher = stack.start_dispatcher(
+            "d", REMINDERS_CASSANDRA_PORT=str(proxy.port), REMINDERS_DISPATCH_LEASE_S="30"
+        )
+        wait_owning(stack, {"d"})
+        epochs = {part: epoch for part, (_, epoch) in owners(stack).items()}
+        time.sleep(3)  # into a minute's polling
+
+        proxy.cut()
+        time.sleep(2)
+        proxy.restore()
+
+        user = new_user()
+        created = stack.create_at(user, soon(3))
+        assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=30)) == 1
+        assert {part: epoch for part, (_, epoch) in owners(stack).items()} == epochs
+        assert dispatcher.poll() is None
+    finally:
+        proxy.close()

@@ -3,7 +3,9 @@ keyspace of its own per test session, and a sync client for the tests."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import threading
 import time
 import urllib.request
 import uuid
@@ -18,7 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from genproto.notification.v1 import notification_pb2 as pb
 from genproto.notification.v1 import notification_pb2_grpc as pb_grpc
-from notifier.domain.push import PushAdapter
+from notifier.delivery.adapters import RecordingPushAdapter
+from notifier.domain.push import PushAdapter, PushMessage, PushResult
 from notifier.rpc.server import NotifierServer
 from notifier.settings import NotifierSettings
 from notifier.storage.schema import migrate_notifier
@@ -134,3 +137,27 @@ def item(
     if expire_in is not None:
         message.expire_time.FromDatetime(now + expire_in)
     return message
+
+
+class HoldableRecordingAdapter(RecordingPushAdapter):
+    """Records; while held, a push waits for `release()`, so what is accepted meanwhile
+    stays queued behind it (in whatever order the queue keeps it)."""
+
+    def __init__(self, held: bool = False) -> None:
+        super().__init__(capacity=1000)
+        self._released = threading.Event()
+        if not held:
+            self._released.set()
+        self.push_waiting = threading.Event()
+
+    def hold(self) -> None:
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
+
+    async def push(self, message: PushMessage) -> PushResult:
+        if not self._released.is_set():
+            self.push_waiting.set()
+            await asyncio.to_thread(self._released.wait, 30)
+        return await super().push(message)

@@ -3,9 +3,7 @@ key, expired items never pushed, urgent ahead of bulk, devices, the drop_reply f
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -16,42 +14,31 @@ import grpc
 import pytest
 
 from genproto.notification.v1 import notification_pb2 as pb
-from notifier.delivery.adapters import RecordingPushAdapter
-from notifier.domain.push import PushMessage, PushResult
 from notifier.settings import Faults, NotifierSettings
-from tests.notifier.conftest import Client, item, reminder_key, running_notifier
+from tests.notifier.conftest import (
+    Client,
+    HoldableRecordingAdapter,
+    item,
+    reminder_key,
+    running_notifier,
+)
 
 ACCEPTED = pb.SendResult.OUTCOME_ACCEPTED
 DUPLICATE = pb.SendResult.OUTCOME_DUPLICATE
 REJECTED = pb.SendResult.OUTCOME_REJECTED
 
 
-class GatedRecordingAdapter(RecordingPushAdapter):
-    """Records, but every push waits until the test opens the gate: items pile up in
-    the queue behind the first one, in whatever order the queue keeps them."""
-
-    def __init__(self) -> None:
-        super().__init__(capacity=1000)
-        self.gate = threading.Event()
-        self.first_push_waiting = threading.Event()
-
-    async def push(self, message: PushMessage) -> PushResult:
-        self.first_push_waiting.set()
-        await asyncio.to_thread(self.gate.wait, 30)
-        return await super().push(message)
-
-
 @contextmanager
 def one_worker_held(
     settings: NotifierSettings, user: str
-) -> Iterator[tuple[Client, GatedRecordingAdapter]]:
+) -> Iterator[tuple[Client, HoldableRecordingAdapter]]:
     """A notifier with one push worker, held inside the push of a first bulk item
-    ("bulk-0/<user>") until the test opens `adapter.gate`."""
-    adapter = GatedRecordingAdapter()
+    ("bulk-0/<user>") until the test calls `adapter.release()`."""
+    adapter = HoldableRecordingAdapter(held=True)
     one_worker = dataclasses.replace(settings, push_workers=1)
     with running_notifier(one_worker, adapter) as notifier:
         notifier.send_batch(item(user, f"bulk-0/{user}", priority=pb.PRIORITY_BULK))
-        assert adapter.first_push_waiting.wait(10)
+        assert adapter.push_waiting.wait(10)
         yield notifier, adapter
 
 
@@ -130,7 +117,7 @@ def test_urgent_items_go_before_bulk_items_queued_earlier(
         urgent = [item(user, f"urgent-{n}/{user}") for n in (1, 2, 3)]
         for message in (*bulk, *urgent):  # one by one: queued in this order
             notifier.send_batch(message)
-        adapter.gate.set()
+        adapter.release()
         pushed = [p.idempotency_key for p in notifier.wait_delivered(7, user)]
     assert [key.split("/")[0] for key in pushed] == [
         "bulk-0",  # already being pushed when the others came
@@ -150,7 +137,7 @@ def test_item_expiring_while_queued_is_dropped_and_counted(
         [late] = notifier.send_batch(item(user, expire_in=timedelta(seconds=1)))
         assert late.outcome == ACCEPTED
         time.sleep(1.5)
-        adapter.gate.set()
+        adapter.release()
         notifier.wait_delivered(1, user)
         deadline = time.monotonic() + 5
         dropped = ("notifier_expired_in_queue_total", frozenset({("priority", "urgent")}))

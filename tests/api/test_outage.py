@@ -1,0 +1,221 @@
+"""`reminders serve-api` riding out a Cassandra outage that begins while it serves.
+
+The API reaches the real node through a `TcpProxy`; cutting it takes the database away
+from the API process alone, while the test keeps watching through gRPC.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import duration_pb2, field_mask_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from genproto.reminders.v1 import reminders_pb2 as pb
+from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
+from reminders_svc.api.auth import Authenticator, AuthSettings
+from reminders_svc.api.server import REMINDERS_SERVICE, ApiServer, Servicers
+from reminders_svc.api.service import build_servicers
+from reminders_svc.api.settings import ApiSettings
+from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.session import CassandraConnection
+from tests.api.conftest import DEV_ENV, code_of, one_off
+from tests.api.serving import NOT_SERVING, SERVING, ServedApi, serve_api
+from tests.api.test_server import user_metadata
+from tests.servers import ServerThread
+from tests.tcp_proxy import TcpProxy
+
+# Seconds a call may take while the database is gone: it must fail fast, not hang.
+CALL_TIMEOUT_S = 15
+# Long enough for the driver to mark the node down and try it again several times.
+OUTAGE_S = 10
+
+
+@pytest.fixture
+def proxy(migrated_settings: CassandraSettings) -> Iterator[TcpProxy]:
+    proxy = TcpProxy(migrated_settings.contact_points[0], migrated_settings.port)
+    yield proxy
+    proxy.close()
+
+
+def create_request(request_id: str, text: str) -> pb.CreateReminderRequest:
+    return pb.CreateReminderRequest(
+        request_id=request_id,
+        reminder=pb.Reminder(text=text, schedule=one_off("2030-06-03T09:00:00")),
+    )
+
+
+Metadata = tuple[tuple[str, str], ...]
+
+
+def every_user_call(
+    stub: pb_grpc.RemindersServiceStub,
+    metadata: Metadata,
+    existing: pb.Reminder,
+    create: pb.CreateReminderRequest,
+) -> dict[str, Callable[[], Any]]:
+    """One call of each RPC a user makes: `create`, and the others on `existing`."""
+    edit = pb.Reminder(id=existing.id, version=existing.version, text="edited during outage")
+
+    def call(method: Callable[..., Any], request: Any) -> Callable[[], Any]:
+        return lambda: method(request, metadata=metadata, timeout=CALL_TIMEOUT_S)
+
+    return {
+        "CreateReminder": call(stub.CreateReminder, create),
+        "GetReminder": call(stub.GetReminder, pb.GetReminderRequest(id=existing.id)),
+        "ListReminders": call(stub.ListReminders, pb.ListRemindersRequest()),
+        "UpdateReminder": call(
+            stub.UpdateReminder,
+            pb.UpdateReminderRequest(
+                reminder=edit, update_mask=field_mask_pb2.FieldMask(paths=["text"])
+            ),
+        ),
+        "SnoozeReminder": call(
+            stub.SnoozeReminder,
+            pb.SnoozeReminderRequest(id=existing.id, duration=duration_pb2.Duration(seconds=600)),
+        ),
+        "SnoozeReminder(local time)": call(
+            stub.SnoozeReminder,
+            pb.SnoozeReminderRequest(id=existing.id, snooze_until_local_time="2030-06-03T10:00"),
+        ),
+        "PauseReminder": call(stub.PauseReminder, pb.PauseReminderRequest(id=existing.id)),
+        "ResumeReminder": call(stub.ResumeReminder, pb.ResumeReminderRequest(id=existing.id)),
+        "DeleteReminder": call(stub.DeleteReminder, pb.DeleteReminderRequest(id=existing.id)),
+        "ListDeliveries": call(
+            stub.ListDeliveries, pb.ListDeliveriesRequest(reminder_id=existing.id)
+        ),
+    }
+
+
+def wait_for_health_of_every_service(api: ServedApi, wanted: int, timeout_s: float) -> None:
+    """Until both the server as a whole and the reminders service say `wanted`."""
+    deadline = time.monotonic() + timeout_s
+    api.wait_for_health(wanted, timeout_s)
+    while api.health(REMINDERS_SERVICE) != wanted:
+        assert time.monotonic() < deadline, f"{REMINDERS_SERVICE} never said {wanted}"
+        time.sleep(0.2)
+
+
+def test_the_api_rides_out_a_storage_outage_that_begins_while_it_serves(
+    migrated_settings: CassandraSettings, proxy: TcpProxy
+) -> None:
+    user = f"outage-{uuid.uuid4().hex[:10]}"
+    metadata = user_metadata(user)
+    # Texts the log must never carry, however the calls fail.
+    before_text = f"before the outage {uuid.uuid4().hex}"
+    during_text = f"during the outage {uuid.uuid4().hex}"
+    through_proxy = dataclasses.replace(migrated_settings, port=proxy.port)
+
+    with serve_api(through_proxy) as api, grpc.insecure_channel(api.target) as channel:
+        api.wait_for_health(SERVING)
+        stub = pb_grpc.RemindersServiceStub(channel)
+
+        before = stub.CreateReminder(
+            create_request(f"req-{uuid.uuid4()}", before_text), metadata=metadata, timeout=10
+        )
+        got = stub.GetReminder(pb.GetReminderRequest(id=before.id), metadata=metadata, timeout=10)
+        assert got.text == before_text
+
+        proxy.cut()
+        outage_began = time.monotonic()
+        wait_for_health_of_every_service(api, NOT_SERVING, timeout_s=10)
+
+        during = create_request(f"req-{uuid.uuid4()}", during_text)
+        calls = every_user_call(stub, metadata, before, during)
+        # Once as the outage begins, once after the driver has tried to reconnect a while.
+        for _ in range(2):
+            codes = {name: code_of(call) for name, call in calls.items()}
+            assert codes == dict.fromkeys(codes, grpc.StatusCode.UNAVAILABLE)
+            assert api.process.poll() is None, "serve-api exited during the outage"
+            time.sleep(max(0.0, outage_began + OUTAGE_S - time.monotonic()))
+        assert api.health() == NOT_SERVING
+
+        proxy.restore()
+        wait_for_health_of_every_service(api, SERVING, timeout_s=60)
+
+        got = stub.GetReminder(pb.GetReminderRequest(id=before.id), metadata=metadata, timeout=10)
+        assert (got.text, got.version) == (before_text, before.version)
+        replayed = stub.CreateReminder(during, metadata=metadata, timeout=10)
+        again = stub.CreateReminder(during, metadata=metadata, timeout=10)
+        assert again.id == replayed.id
+        listed = stub.ListReminders(pb.ListRemindersRequest(), metadata=metadata, timeout=10)
+        assert sorted((r.id, r.text) for r in listed.reminders) == sorted(
+            [(before.id, before_text), (replayed.id, during_text)]
+        )
+
+        assert api.terminate() == 0
+        output = api.output()
+
+    assert "stopped" in output
+    assert "Traceback" not in output, output
+    assert before_text not in output
+    assert during_text not in output
+
+
+def test_an_outage_that_begins_as_the_api_prepares_its_statements_is_waited_out(
+    migrated_settings: CassandraSettings, proxy: TcpProxy
+) -> None:
+    """The node answers the first connect, then goes away while the servicers are being
+    built (they prepare their statements): the API stays up, NOT_SERVING, and serves once
+    the node is back, instead of staying NOT_SERVING for good."""
+    builds = 0
+
+    def outage_as_first_built(
+        connection: CassandraConnection, auth: Authenticator, settings: ApiSettings
+    ) -> Servicers:
+        nonlocal builds
+        builds += 1
+        if builds == 1:
+            proxy.cut()
+        return build_servicers(connection, auth, settings)
+
+    settings = dataclasses.replace(
+        ApiSettings.from_env(DEV_ENV),
+        port=0,
+        metrics_port=0,
+        health_probe_interval=timedelta(seconds=0.5),
+    )
+    server = ApiServer(
+        settings,
+        dataclasses.replace(migrated_settings, port=proxy.port),
+        Authenticator(AuthSettings.from_env(DEV_ENV)),
+        outage_as_first_built,
+    )
+    user = f"outage-{uuid.uuid4().hex[:10]}"
+    with ServerThread(server), grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+
+        def status() -> int:
+            answer: int = health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+            return answer
+
+        deadline = time.monotonic() + 10
+        while builds == 0:
+            assert time.monotonic() < deadline, "the API never connected to build its servicers"
+            time.sleep(0.1)
+        time.sleep(3)  # several health probes, and build attempts, with no database
+        assert status() == NOT_SERVING
+
+        proxy.restore()
+        deadline = time.monotonic() + 60
+        while status() != SERVING:
+            assert time.monotonic() < deadline, "the API never served after the outage"
+            time.sleep(0.2)
+        assert builds > 1, "the outage did not reach the first build"
+
+        stub = pb_grpc.RemindersServiceStub(channel)
+        metadata = user_metadata(user)
+        made = stub.CreateReminder(
+            create_request(f"req-{uuid.uuid4()}", "after a startup outage"),
+            metadata=metadata,
+            timeout=10,
+        )
+        got = stub.GetReminder(pb.GetReminderRequest(id=made.id), metadata=metadata, timeout=10)
+        assert got.text == "after a startup outage"

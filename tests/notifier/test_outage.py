@@ -1,0 +1,227 @@
+"""The notifier through a Cassandra outage that begins while it serves: health follows the
+database, items it cannot record are answered RETRYABLE (never accepted or duplicate),
+what it had accepted is still delivered, and retried keys are delivered exactly once."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from genproto.notification.v1 import notification_pb2 as pb
+from notifier.delivery.adapters import RecordingPushAdapter
+from notifier.settings import NotifierSettings
+from tests.notifier.conftest import Client, HoldableRecordingAdapter, item, running_notifier
+from tests.platform.helpers import REMINDERS, free_port
+from tests.tcp_proxy import TcpProxy
+
+ACCEPTED = pb.SendResult.OUTCOME_ACCEPTED
+RETRYABLE = pb.SendResult.OUTCOME_RETRYABLE
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+# Long enough for every pre-outage item to have met the dead database several times.
+OUTAGE_S = 4.0
+
+
+@contextmanager
+def notifier_behind_proxy(
+    settings: NotifierSettings, adapter: RecordingPushAdapter
+) -> Iterator[tuple[Client, TcpProxy]]:
+    """A notifier (one push worker) reaching Cassandra through a proxy the test can cut."""
+    cassandra = settings.cassandra
+    proxy = TcpProxy(cassandra.contact_points[0], cassandra.port)
+    proxied = dataclasses.replace(
+        settings,
+        push_workers=1,
+        cassandra=dataclasses.replace(cassandra, port=proxy.port),
+    )
+    try:
+        with running_notifier(proxied, adapter) as notifier:
+            wait_health(notifier, SERVING, timeout_s=30)
+            yield notifier, proxy
+    finally:
+        proxy.close()
+
+
+def wait_health(notifier: Client, status: int, timeout_s: float) -> None:
+    """Until the server answers `status`; every answer is also proof it is still running."""
+    health = health_pb2_grpc.HealthStub(notifier.channel)
+    deadline = time.monotonic() + timeout_s
+    seen = None
+    while time.monotonic() < deadline:
+        seen = health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+        if seen == status:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"health still {seen} after {timeout_s} s, expected {status}")
+
+
+def send_during_outage(notifier: Client, *items: pb.Notification) -> None:
+    """A batch storage cannot take: each item is answered RETRYABLE (never accepted or
+    duplicate), or the whole call is refused UNAVAILABLE; never INTERNAL or UNKNOWN."""
+    refused: grpc.StatusCode | None = None
+    try:
+        results = notifier.send_batch(*items)
+    except grpc.RpcError as error:
+        refused = error.code()
+    else:
+        assert [r.idempotency_key for r in results] == [m.idempotency_key for m in items]
+        assert [(r.outcome, r.reason.startswith("storage unavailable")) for r in results] == [
+            (RETRYABLE, True)
+        ] * len(items)
+    assert refused in (None, grpc.StatusCode.UNAVAILABLE)
+
+
+def deliveries(notifier: Client, user: str) -> Counter[str]:
+    return Counter(p.idempotency_key for p in notifier.delivered(user))
+
+
+def assert_delivered_once(notifier: Client, user: str, keys: list[str]) -> None:
+    notifier.wait_delivered(len(keys), user, timeout_s=20)
+    time.sleep(0.3)  # a second push, if any, would have landed by now
+    assert deliveries(notifier, user) == Counter(keys)
+
+
+def assert_no_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    """Outage errors are handled and logged in a line, by the notifier and by gRPC (whose
+    traceback would mean an unhandled error in a servicer). The driver's own reconnection
+    logging is left out: the proxy accepts a connection and then closes it, which the
+    driver takes for a node back up, and it logs the failed pool with a traceback."""
+    with_traceback = [
+        r
+        for r in caplog.records
+        if (r.exc_info or r.exc_text) and r.name.partition(".")[0] != "cassandra"
+    ]
+    assert not with_traceback, [f"{r.name}: {r.getMessage()}" for r in with_traceback]
+
+
+def test_an_outage_answers_retryable_and_loses_nothing_accepted_before_it(
+    notifier_settings: NotifierSettings, user: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Serving, then the database gone for seconds, then back: nothing accepted is lost,
+    nothing unrecorded is claimed, nothing is pushed twice, and the server keeps running."""
+    caplog.set_level(logging.WARNING)
+    adapter = HoldableRecordingAdapter()
+    with notifier_behind_proxy(notifier_settings, adapter) as (notifier, proxy):
+        normal = item(user)
+        [result] = notifier.send_batch(normal)
+        assert result.outcome == ACCEPTED
+        assert_delivered_once(notifier, user, [normal.idempotency_key])
+
+        # The one worker holds the first of these in its push; the rest stay queued.
+        adapter.hold()
+        accepted_before = [item(user) for _ in range(4)]
+        assert notifier.send_batch(accepted_before[0])[0].outcome == ACCEPTED
+        assert adapter.push_waiting.wait(10)
+        assert {r.outcome for r in notifier.send_batch(*accepted_before[1:])} == {ACCEPTED}
+
+        proxy.cut()
+        wait_health(notifier, NOT_SERVING, timeout_s=5)
+        retry_later = [item(user) for _ in range(5)]
+        send_during_outage(notifier, *retry_later)
+        adapter.release()  # the queued items now meet the dead database
+        time.sleep(OUTAGE_S)
+        assert deliveries(notifier, user) == Counter(
+            m.idempotency_key for m in [normal, accepted_before[0]]
+        )
+        wait_health(notifier, NOT_SERVING, timeout_s=5)  # still running, still honest
+
+        proxy.restore()
+        wait_health(notifier, SERVING, timeout_s=60)
+        results = notifier.send_batch(*retry_later)
+        assert [r.outcome for r in results] == [ACCEPTED] * len(retry_later)
+        assert_delivered_once(
+            notifier,
+            user,
+            [m.idempotency_key for m in [normal, *accepted_before, *retry_later]],
+        )
+    assert_no_traceback(caplog)
+
+
+def test_key_writes_cut_off_in_flight_are_accepted_once_when_sent_again(
+    notifier_settings: NotifierSettings, user: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The key writes reach the node but their answers never come back: the notifier
+    cannot tell whether they landed, so it answers RETRYABLE; the same keys sent again
+    once the node is back must then be pushed, once, not taken for someone else's."""
+    caplog.set_level(logging.WARNING)
+    adapter = RecordingPushAdapter(capacity=1000)
+    with notifier_behind_proxy(notifier_settings, adapter) as (notifier, proxy):
+        batch = [item(user) for _ in range(5)]
+        proxy.hold_replies()
+        with ThreadPoolExecutor(1) as pool:
+            sending = pool.submit(send_during_outage, notifier, *batch)
+            time.sleep(1)  # the inserts land on the node; their answers are dropped
+            proxy.cut()
+            sending.result(timeout=30)
+        wait_health(notifier, NOT_SERVING, timeout_s=5)
+        assert deliveries(notifier, user) == Counter()
+
+        proxy.restore()
+        wait_health(notifier, SERVING, timeout_s=60)
+        results = notifier.send_batch(*batch)
+        assert [r.outcome for r in results] == [ACCEPTED] * len(batch)
+        assert_delivered_once(notifier, user, [m.idempotency_key for m in batch])
+    assert_no_traceback(caplog)
+
+
+def test_a_notifier_started_before_its_database_waits_then_serves_or_stops_on_sigterm(
+    notifier_settings: NotifierSettings,
+) -> None:
+    """Not a crash loop: it waits for the database (not listening, so not ready), serves
+    once the database answers, and a SIGTERM while it waits ends it at once, cleanly."""
+    settings = notifier_settings.cassandra
+    proxy = TcpProxy(settings.contact_points[0], settings.port)
+    proxy.cut()
+
+    def spawn(port: int) -> subprocess.Popen[bytes]:
+        env = {
+            **os.environ,
+            "REMINDERS_ENV": "dev",
+            "REMINDERS_CASSANDRA_PORT": str(proxy.port),
+            "REMINDERS_NOTIFIER_KEYSPACE": settings.keyspace,
+            "REMINDERS_NOTIFIER_PORT": str(port),
+            "REMINDERS_NOTIFIER_METRICS_PORT": "0",
+        }
+        return subprocess.Popen(
+            [REMINDERS, "notifier"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+
+    try:
+        stopped_while_waiting = spawn(free_port())
+        waiting = spawn(port := free_port())
+        time.sleep(4)
+        assert stopped_while_waiting.poll() is None, "exited without its database"
+        stopped_while_waiting.send_signal(signal.SIGTERM)
+        assert stopped_while_waiting.wait(10) == 0
+
+        proxy.restore()
+
+        deadline = time.monotonic() + 60
+        status = None
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            while status != SERVING and time.monotonic() < deadline:
+                with contextlib.suppress(grpc.RpcError):
+                    status = health.Check(health_pb2.HealthCheckRequest(), timeout=2).status
+                time.sleep(0.3)
+        assert status == SERVING
+        waiting.send_signal(signal.SIGTERM)
+        assert waiting.wait(30) == 0
+    finally:
+        for process in (stopped_while_waiting, waiting):
+            if process.poll() is None:
+                process.kill()
+        proxy.close()
