@@ -20,7 +20,6 @@ import asyncio
 import logging
 import math
 import signal
-from contextlib import suppress
 from datetime import timedelta
 
 import grpc
@@ -36,6 +35,7 @@ from dispatcher.minutes import PartWorker
 from dispatcher.ratelimit import RateLimiter
 from dispatcher.ringer import HandoffBatcher, Ringer
 from dispatcher.settings import DispatcherSettings
+from reminders_svc.concurrency import unless_stopped
 from reminders_svc.config import CassandraSettings, Retention
 from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.history import DeliveryHistory
@@ -66,40 +66,27 @@ class Dispatcher:
         """Until `stop()` (or SIGTERM via `serve`), then drain and release."""
         await self._start_health()
         try:
-            stores = await self._connect()
+            stores = await unless_stopped(self._connect(), self._stopping)
             if stores is not None:
                 await self._work(stores)
         finally:
             await self._close()
 
-    async def _connect(self) -> Stores | None:
-        """Connect and prepare, waiting (not ready) while the database does not answer;
-        None when stopped first."""
-
-        async def connect_and_prepare() -> Stores:
-            self._connection = await connect_on_loop_patiently(self._cassandra, retry_s)
-            session = self._connection.session
-            return await built_patiently(
-                lambda: (
-                    ReminderStore(session, Retention()),
-                    DeliveryHistory(session),
-                    PartLeases(session, self.settings.dispatcher_id, self.settings.lease),
-                    BucketReader(session),
-                ),
-                retry_s,
-            )
-
+    async def _connect(self) -> Stores:
+        """Connect and prepare, waiting (not ready) while the database does not answer."""
         retry_s = self.settings.lease_renew_every.total_seconds()
-        connecting = asyncio.ensure_future(connect_and_prepare())
-        stop = asyncio.ensure_future(self._stopping.wait())
-        await asyncio.wait({connecting, stop}, return_when=asyncio.FIRST_COMPLETED)
-        stop.cancel()
-        if not connecting.done():
-            connecting.cancel()
-            with suppress(asyncio.CancelledError):
-                await connecting
-            return None
-        return connecting.result()
+        self._connection = await connect_on_loop_patiently(self._cassandra, retry_s)
+        session = self._connection.session
+        return await built_patiently(
+            lambda: (
+                ReminderStore(session, Retention()),
+                DeliveryHistory(session),
+                PartLeases(session, self.settings.dispatcher_id, self.settings.lease),
+                BucketReader(session),
+            ),
+            retry_s,
+            "preparing statements",
+        )
 
     async def _work(self, stores: Stores) -> None:
         assert self._connection is not None

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class UserLocks:
@@ -30,3 +33,19 @@ class UserLocks:
                 del self._locks[user_id]
             else:
                 self._locks[user_id] = (lock, users - 1)
+
+
+async def unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
+    """`work`'s result; None, with `work` cancelled, when `stop` is set first (a SIGTERM
+    while a process still waits for its database ends it at once)."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    return None if task.cancelled() else task.result()

@@ -11,7 +11,6 @@ import asyncio
 import logging
 import signal
 from collections.abc import Sequence
-from contextlib import suppress
 from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
@@ -20,6 +19,7 @@ from grpc_health.v1 import health, health_pb2
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from reminders_svc.api.server import PROBE_QUERY
+from reminders_svc.concurrency import unless_stopped
 from reminders_svc.storage.aio import execute
 
 log = logging.getLogger(__name__)
@@ -81,17 +81,9 @@ async def run_until_signal(server: Stoppable) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
-    # A start still waiting for the database is given up on a signal, not waited out.
-    starting = asyncio.ensure_future(server.start())
-    stop = asyncio.ensure_future(stopping.wait())
     try:
-        await asyncio.wait({starting, stop}, return_when=asyncio.FIRST_COMPLETED)
-        if starting.done():
-            starting.result()
-            await stop
+        # A start still waiting for the database is given up on a signal, not waited out.
+        await unless_stopped(server.start(), stopping)
+        await stopping.wait()
     finally:
-        for task in (starting, stop):
-            task.cancel()
-        with suppress(asyncio.CancelledError):
-            await starting
         await server.stop()

@@ -25,10 +25,7 @@ from notifier.settings import NotifierSettings
 from notifier.storage.devices import DeviceStore
 from notifier.storage.keys import KeyStore
 from notifier.storage.schema import migrate_notifier
-from reminders_svc.config import CassandraSettings
-from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
-from reminders_svc.storage.migrations import MigrationReport
 from reminders_svc.storage.session import CassandraConnection
 
 log = logging.getLogger(__name__)
@@ -72,7 +69,9 @@ class NotifierServer:
         # Waits for the database (not listening meanwhile, so not ready) rather than exit.
         retry_s = settings.health_probe_interval.total_seconds()
         if self._migrate:
-            report = await _migrated_patiently(settings.cassandra, retry_s)
+            report = await built_patiently(
+                lambda: migrate_notifier(settings.cassandra), retry_s, "migrating"
+            )
             log.info(
                 "keyspace %s: applied %s, already applied %s",
                 settings.cassandra.keyspace,
@@ -87,6 +86,7 @@ class NotifierServer:
                 DeviceStore(session, keyspace),
             ),
             retry_s,
+            "preparing statements",
         )
 
         def on_depth(priority: Priority, depth: int) -> None:
@@ -150,16 +150,6 @@ class NotifierServer:
         if self._metrics_endpoint is not None:
             self._metrics_endpoint.close()
         log.info("stopped")
-
-
-async def _migrated_patiently(cassandra: CassandraSettings, retry_s: float) -> MigrationReport:
-    while True:
-        try:
-            # The migration uses the driver's blocking API, on its own connection.
-            return await asyncio.to_thread(migrate_notifier, cassandra)
-        except STORAGE_ERRORS as error:
-            log.warning("migrating failed (%s); retrying in %.1f s", error, retry_s)
-            await asyncio.sleep(retry_s)
 
 
 async def serve(settings: NotifierSettings) -> None:

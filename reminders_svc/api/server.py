@@ -324,6 +324,7 @@ class ApiServer:
             servicers = await built_patiently(
                 lambda: self._servicer_factory(connection, self._authenticator, self._settings),
                 interval,
+                "preparing statements",
             )
         except Exception:
             # Without servicers the process can never serve: say why, loudly.

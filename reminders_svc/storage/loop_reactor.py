@@ -26,14 +26,14 @@ import logging
 import ssl
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar, TypeVar
 
 from cassandra.connection import Connection, ConnectionShutdown
 
 from reminders_svc.config import CassandraSettings
-from reminders_svc.storage.errors import STORAGE_ERRORS, StorageUnavailable
+from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.session import CassandraConnection, connect
 
 log = logging.getLogger(__name__)
@@ -232,36 +232,28 @@ async def connect_on_loop(
     )
 
 
+async def patiently(what: str, attempt: Callable[[], Awaitable[T]], retry_interval_s: float) -> T:
+    """`attempt()`, tried again while storage does not answer (cancel the task to give up):
+    a process started before its database, or meeting an outage while it starts, waits
+    not ready instead of crash-looping."""
+    while True:
+        try:
+            return await attempt()
+        except STORAGE_ERRORS as error:
+            log.warning("%s failed (%s); retrying in %.1f s", what, error, retry_interval_s)
+            await asyncio.sleep(retry_interval_s)
+
+
 async def connect_on_loop_patiently(
     settings: CassandraSettings, retry_interval_s: float
 ) -> CassandraConnection:
-    """`connect_on_loop`, retried until the node answers (cancel the task to give up): a
-    pod started before its database waits, not-ready, instead of crash-looping."""
-    while True:
-        try:
-            return await connect_on_loop(settings)
-        except StorageUnavailable as error:
-            log.warning("%s; retrying in %.0f s", error, retry_interval_s)
-            await asyncio.sleep(retry_interval_s)
+    return await patiently("connecting", lambda: connect_on_loop(settings), retry_interval_s)
 
 
-async def built_patiently(build: Callable[[], T], retry_interval_s: float) -> T:
-    """`build()` (stores preparing their statements) in a worker thread, retried while
-    storage does not answer (cancel the task to give up): an outage that begins right
-    after the connect is waited out, not ready, like one before it.
-
-    In a worker thread because `prepare` blocks, and the driver's I/O runs on this loop.
-    """
-    while True:
-        try:
-            return await asyncio.to_thread(build)
-        except STORAGE_ERRORS as error:
-            log.warning(
-                "preparing statements failed (%s); retrying in %.1f s",
-                type(error).__name__,
-                retry_interval_s,
-            )
-            await asyncio.sleep(retry_interval_s)
+async def built_patiently(build: Callable[[], T], retry_interval_s: float, what: str) -> T:
+    """`build()` in a worker thread, patiently: it prepares statements or migrates, and the
+    driver's blocking calls must not run on the loop that does its I/O."""
+    return await patiently(what, lambda: asyncio.to_thread(build), retry_interval_s)
 
 
 @asynccontextmanager

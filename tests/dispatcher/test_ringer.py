@@ -244,17 +244,25 @@ def test_a_minute_is_not_checkpointed_while_its_finalize_keeps_losing_to_snoozes
     asyncio.run(scenario())
 
 
+async def _claimed_and_waiting_to_retry(
+    part: Part, user: str, count: int
+) -> tuple[list[Reminder], list[asyncio.Task[bool]]]:
+    """`count` of `user`'s reminders due now, each claimed, handed off once to a notifier
+    that is down, and waiting to retry."""
+    part.notifier.down = True
+    due = _just_due()
+    reminders = [await part.due_reminder(user, due) for _ in range(count)]
+    rings = [part.ring(reminder) for reminder in reminders]
+    await _until(lambda: part.notifier.refused >= count, 10)
+    return reminders, rings
+
+
 def test_stopping_lets_one_users_unsent_claims_go_one_lwt_at_a_time(
     own_keyspace: CassandraConnection,
 ) -> None:
     async def scenario() -> None:
         async with leased_part(own_keyspace) as part:
-            part.notifier.down = True
-            due = _just_due()
-            reminders = [await part.due_reminder("u-many", due) for _ in range(20)]
-            rings = [part.ring(reminder) for reminder in reminders]
-            # All claimed, each handed off once and waiting to retry.
-            await _until(lambda: part.notifier.refused >= len(reminders), 10)
+            reminders, rings = await _claimed_and_waiting_to_retry(part, "u-many", 20)
 
             part.shift.stop()
             async with asyncio.timeout(2):
@@ -277,10 +285,7 @@ def test_a_part_lost_while_its_ring_waits_lets_the_claim_go_and_loses_no_claim(
 ) -> None:
     async def scenario() -> None:
         async with leased_part(own_keyspace) as part:
-            part.notifier.down = True
-            reminder = await part.due_reminder("u-lost", _just_due())
-            ring = part.ring(reminder)
-            await _until(lambda: part.notifier.refused > 0, 10)
+            [reminder], [ring] = await _claimed_and_waiting_to_retry(part, "u-lost", 1)
 
             part.shift.lease.end()  # as when a renewal is refused
 
