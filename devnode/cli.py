@@ -1,11 +1,11 @@
-"""`reminders cassandra start | stop | status` and `reminders stack`: local development."""
+"""`reminders cassandra start | stop | status | reset` and `reminders stack`: local development."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from devnode.node import CASSANDRA_VERSION, NodeError, NodeSettings, start, status, stop
+from devnode.node import CASSANDRA_VERSION, NodeError, NodeSettings, reset, start, status, stop
 from devnode.stack import run_stack
 
 
@@ -13,7 +13,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "cassandra", help=f"run a local Cassandra {CASSANDRA_VERSION} node for development"
     )
-    parser.add_argument("action", choices=("start", "stop", "status"))
+    parser.add_argument(
+        "action",
+        choices=("start", "stop", "status", "reset"),
+        help="reset stops the node and deletes its home: data, logs and config",
+    )
     parser.set_defaults(handler=run)
     stack = subparsers.add_parser(
         "stack", help="run node, API, notifier and a dispatcher in the foreground (Ctrl-C stops)"
@@ -25,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     settings = NodeSettings.from_env()
     try:
         if args.action == "start":
-            pid, started = start(settings)
+            pid, started = start(settings, notice=lambda text: print(text, file=sys.stderr))
             verb = "started" if started else "already running"
             print(
                 f"cassandra {CASSANDRA_VERSION} {verb}: pid {pid}, "
@@ -34,6 +38,10 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if args.action == "stop":
             print("stopped" if stop(settings) else "not running")
+            return 0
+        if args.action == "reset":
+            deleted = reset(settings)
+            print(f"deleted {settings.home}" if deleted else f"nothing at {settings.home}")
             return 0
         node = status(settings)
         rss = f"{node.rss_bytes / 2**20:.0f} MiB" if node.rss_bytes else "-"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from devnode import NodeSettings
+from devnode.node import SLOW_START_TRACKER_FILES
 from tests.platform.helpers import free_port, run_cli
 
 
@@ -98,3 +99,27 @@ def test_a_node_that_does_not_come_up_is_reported_with_its_log(tmp_path: Path) -
     assert "stdout.log" in result.stderr
     assert "heap" in result.stderr.lower()
     assert not NodeSettings.from_env(env).pid_file.exists()
+
+
+@pytest.mark.usefixtures("cassandra_settings")
+def test_a_start_slowed_by_dropped_tables_says_so_and_reset_deletes_the_node(
+    tmp_path: Path,
+) -> None:
+    # The heap the JVM refuses ends the start at once; the notice comes before it.
+    env = _node_env(tmp_path / "node", REMINDERS_NODE_HEAP="1k")
+    settings = NodeSettings.from_env(env)
+    settings.paxos_tracker_dir.mkdir(parents=True)
+    for index in range(SLOW_START_TRACKER_FILES + 1):
+        (settings.paxos_tracker_dir / f"UNKNOWN-UNKNOWN-{index}.paxos").touch()
+
+    started = run_cli("cassandra", "start", env=env)
+    reset = run_cli("cassandra", "reset", env=env)
+    again = run_cli("cassandra", "reset", env=env)
+
+    assert started.returncode == 1
+    assert f"Cassandra loads {SLOW_START_TRACKER_FILES + 1} Paxos tracker files" in started.stderr
+    assert "`reminders cassandra reset` deletes it" in started.stderr
+    assert reset.returncode == 0, reset.stderr
+    assert reset.stdout.strip() == f"deleted {settings.home}"
+    assert not settings.home.exists()
+    assert again.stdout.strip() == f"nothing at {settings.home}"
