@@ -250,12 +250,23 @@ class Ringer:
             after = dispatch.reclaimed(row, token, now, claim_lease)
         else:
             after = dispatch.claimed(row, token, now, claim_lease)
-        async with self._users.hold(row.user_id):
-            if not shift.on():
-                return None
-            if not await self._store.replace(stored, after, now):
-                self._metrics.claims_lost.inc()
-                return None
+        claim: asyncio.Future[bool] | None = None
+        try:
+            async with self._users.hold(row.user_id):
+                if not shift.on():
+                    return None
+                claim = asyncio.ensure_future(self._store.replace(stored, after, now))
+                applied = await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            if claim is not None:
+                # Cancelled mid-claim (the part lost, the shutdown grace over): the LWT
+                # goes on and may land. Let it go if it does, or the next owner of the part
+                # waits out the whole claim lease before it can ring it.
+                await _to_the_end(self._let_go_if_landed(claim, after))
+            raise
+        if not applied:
+            self._metrics.claims_lost.inc()
+            return None
         assert after.claim is not None
         _crash_if("crash_after_claim")
         _freeze_if("freeze_after_claim")
@@ -383,6 +394,14 @@ class Ringer:
             log.warning(
                 "letting a claim go failed (%s); it expires by itself", type(error).__name__
             )
+
+    async def _let_go_if_landed(self, claim: asyncio.Future[bool], claimed: Reminder) -> None:
+        try:
+            landed = await claim
+        except STORAGE_ERRORS:
+            return  # not known to have landed: if it did, it expires by itself
+        if landed:
+            await self._let_go(claimed)
 
     def _delivery(
         self,

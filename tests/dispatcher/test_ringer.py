@@ -79,6 +79,9 @@ class RacedStore(ReminderStore):
         super().__init__(session, Retention())
         self.before_claim: list[UserChange] = []
         self.before_finalize: list[UserChange] = []
+        # A claim's reply held this long after it landed; `claim_landed` is set meanwhile.
+        self.claim_reply_delay_s = 0.0
+        self.claim_landed = asyncio.Event()
         self._running: collections.Counter[str] = collections.Counter()
         self.most_at_once = 0
 
@@ -89,7 +92,11 @@ class RacedStore(ReminderStore):
         elif old.status is Status.SENDING and after.claim is None:
             await self._land_first(self.before_finalize, old, now)
         async with self._counted(old.user_id):
-            return await super().replace(before, after, now)
+            applied = await super().replace(before, after, now)
+        if old.status is Status.PENDING and after.status is Status.SENDING and applied:
+            self.claim_landed.set()
+            await asyncio.sleep(self.claim_reply_delay_s)
+        return applied
 
     async def set_claim_expiry(
         self, user_id: str, reminder_id: uuid.UUID, token: uuid.UUID, expires: datetime
@@ -318,3 +325,28 @@ def test_letting_a_claim_go_is_seen_through_even_when_cancelled_twice() -> None:
         assert done == ["released"]  # the task ended only once the claim was let go
 
     asyncio.run(main())
+
+
+def test_a_ring_cancelled_while_its_claim_is_in_flight_lets_the_claim_go(
+    own_keyspace: CassandraConnection,
+) -> None:
+    async def scenario() -> None:
+        async with leased_part(own_keyspace) as part:
+            reminder = await part.due_reminder("u-mid-claim", _just_due())
+            part.store.claim_reply_delay_s = 2.0
+            ring = part.ring(reminder)
+            async with asyncio.timeout(5):
+                await part.store.claim_landed.wait()
+
+            ring.cancel()  # the part lost, or the shutdown grace over, before the reply
+
+            with pytest.raises(asyncio.CancelledError):
+                await ring
+            row = await part.row(reminder)
+            assert row.status is Status.SENDING
+            assert row.claim is not None
+            # Released: the next owner re-claims it at once, not after the claim lease.
+            assert row.claim.expires <= part.clock.now() + timedelta(seconds=1)
+            assert part.notifier.accepted == []
+
+    asyncio.run(scenario())
