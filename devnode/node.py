@@ -26,7 +26,7 @@ CASSANDRA_VERSION = "5.0.9"
 _SUPPORTED_JAVA = (11, 17)
 _COMPLETE_MARKER = ".complete"
 # Above this many, loading them takes the node's start past a minute (measured: 14,000
-# files, about 170 s on 2 cores; a fresh node starts in about 40 s).
+# files, about 170 s on 2 cores; a fresh node starts in under 10 s).
 SLOW_START_TRACKER_FILES = 3000
 
 

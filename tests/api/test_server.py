@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 import urllib.request
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -42,7 +44,10 @@ def reflected_services(target: str) -> list[str]:
         return sorted(ProtoReflectionDescriptorDatabase(channel).get_services())
 
 
-def metric_samples(metrics_port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def metric_samples(metrics_port: int) -> Samples:
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as reply:
         text = reply.read().decode()
     return {
@@ -50,6 +55,19 @@ def metric_samples(metrics_port: int) -> dict[tuple[str, frozenset[tuple[str, st
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
+
+
+def metric_samples_once(
+    metrics_port: int, counted: Callable[[Samples], bool], timeout_s: float = 5.0
+) -> Samples:
+    """The scrape once `counted` holds: grpc.aio sends an aborted call's status before the
+    handler returns, so its count can land just after the caller hears the code."""
+    deadline = time.monotonic() + timeout_s
+    samples = metric_samples(metrics_port)
+    while not counted(samples) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        samples = metric_samples(metrics_port)
+    return samples
 
 
 def test_serving_with_reflection_and_metrics_then_sigterm(
@@ -68,10 +86,12 @@ def test_serving_with_reflection_and_metrics_then_sigterm(
                 stub.ListReminders(pb.ListRemindersRequest())
             assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
-        samples = metric_samples(api.metrics_port)
         method = f"/{REMINDERS_SERVICE}/ListReminders"
         ok = frozenset({("method", method), ("code", "OK")})
         unauthenticated = frozenset({("method", method), ("code", "UNAUTHENTICATED")})
+        samples = metric_samples_once(
+            api.metrics_port, lambda s: ("reminders_api_requests_total", unauthenticated) in s
+        )
         assert samples[("reminders_api_requests_total", ok)] == 1
         assert samples[("reminders_api_requests_total", unauthenticated)] == 1
         count = ("reminders_api_request_duration_seconds_count", frozenset({("method", method)}))
