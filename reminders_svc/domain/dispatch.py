@@ -7,6 +7,9 @@
   keeps that due, so a retry after a crash reuses the key.
 - `finalized`: after the notifier answered. A snoozed ring clears the snooze; a regular
   ring moves the occurrence to the next one after max(occurrence, now).
+- None of them writes a new `op_id`: that stays the last user change's, so a user change
+  whose outcome is unknown still finds its own op id when a claim landed after it. The
+  store settles these steps by their claim token instead.
 
 The misfire policy (invariant 9): rings missed during an outage collapse into one ring,
 claimed with the latest of them as its due (`missed_due`), so its key and its lateness
@@ -116,16 +119,14 @@ def claimed(row: Reminder, token: uuid.UUID, now: datetime, lease: timedelta) ->
     """Pending -> sending. The row's due and version stay as read: the claim's LWT compares
     them; only the claim carries the due handed off (`missed_due`)."""
     claim = Claim(token, missed_due(row, now), now + lease)
-    return dataclasses.replace(row, status=Status.SENDING, claim=claim, op_id=uuid.uuid4())
+    return dataclasses.replace(row, status=Status.SENDING, claim=claim)
 
 
 def reclaimed(row: Reminder, token: uuid.UUID, now: datetime, lease: timedelta) -> Reminder:
     """An expired claim taken over: a new token, the same claim due (the same key). The
     store's LWT also compares the expiry read, so a renewal in between refuses it."""
     assert row.claim is not None
-    return dataclasses.replace(
-        row, claim=Claim(token, row.claim.due, now + lease), op_id=uuid.uuid4()
-    )
+    return dataclasses.replace(row, claim=Claim(token, row.claim.due, now + lease))
 
 
 def finalized(row: Reminder, now: datetime) -> Reminder:
@@ -151,7 +152,6 @@ def finalized(row: Reminder, now: datetime) -> Reminder:
         snooze_until=snooze_until,
         due=due,
         claim=None,
-        op_id=uuid.uuid4(),
     )
 
 

@@ -7,7 +7,8 @@ from a stale read never lands. The dispatcher's steps (claim, finalize) live wit
 Rules every step keeps:
 - `due` is always the earlier of `occurrence` and `snooze_until` while the reminder can
   ring (pending, or sending with a snooze queued), and null when paused, done or deleted.
-- Every user change bumps `version` and records a fresh `op_id`.
+- Every user change bumps `version` and records a fresh `op_id` (the dispatcher's steps
+  keep it: it names the last user change).
 - A user change that takes over from a dispatcher (edit of the schedule, pause, delete)
   clears the claim, so that dispatcher's finalize fails and the user's change wins.
 """

@@ -4,8 +4,10 @@ Rules (DESIGN.md invariants 2 and 4):
 - Every write to a `reminders` partition is an LWT, the per-user `active_count` included.
 - Bucket first, row second: a write that yields a new due writes that due's bucket entry
   before the row, so a crash between leaves an orphan entry, never an unreachable row.
-- An LWT whose outcome is unknown (a timeout) is settled by a SERIAL read: the write
-  landed if and only if the row carries the write's own `op_id`.
+- An LWT whose outcome is unknown (a timeout) is settled by a SERIAL read: a write with
+  its own `op_id` (a create, a user change) landed if and only if the row carries it; a
+  dispatcher's claim or re-claim, if the row holds its claim token; a finalize, if the
+  claim it cleared is gone and no user change came after it (`_landed`).
 - Rows are created with `UPDATE ... IF status = null` (not INSERT), so no row marker
   outlives the cells: a deleted row's cells carry the tombstone TTL and the whole row
   disappears past the retry horizon.
@@ -67,6 +69,21 @@ def _taken_over(old: Reminder, new: Reminder) -> Claim | None:
     if old.claim is None or new.claim is None or new.claim.token == old.claim.token:
         return None
     return old.claim
+
+
+def _landed(settled: Reminder, before: Reminder | None, written: Reminder) -> bool:
+    """Whether `written` (computed from `before`) landed, judged from the row as a SERIAL
+    read settled it after an unknown outcome."""
+    if before is None or written.op_id != before.op_id:
+        return settled.op_id == written.op_id  # a create or a user change: its own op id
+    if written.claim is not None:
+        # A claim or re-claim: tokens are never reused, and a user change that left the
+        # claim standing (a snooze) does not hide it.
+        return settled.claim is not None and settled.claim.token == written.claim.token
+    # A finalize: the claim it cleared is gone, and not by a user change (a new op id).
+    cleared = before.claim.token if before.claim else None
+    still = settled.claim.token if settled.claim else None
+    return settled.op_id == written.op_id and still != cleared
 
 
 class ReminderStore:
@@ -219,7 +236,7 @@ class ReminderStore:
             self._create,
             (*columns.values(), reminder.created_at, reminder.user_id, reminder.reminder_id),
         )
-        return await self._lwt(batch, reminder)
+        return await self._lwt(batch, None, reminder)
 
     async def replace(self, before: StoredReminder, after: Reminder, now: datetime) -> bool:
         """Write `after` if the row's state is still exactly as `before` was read. Bucket first.
@@ -263,12 +280,12 @@ class ReminderStore:
         )
         delta = _active(after) - _active(old)
         if delta == 0:
-            return await self._lwt(update.bind(update_params), after)
+            return await self._lwt(update.bind(update_params), old, after)
         batch = self._batch()
         count = before.active_count
         batch.add(self._count, ((count or 0) + delta, old.user_id, count))
         batch.add(update, update_params)
-        return await self._lwt(batch, after)
+        return await self._lwt(batch, old, after)
 
     async def _update_of(
         self, columns: tuple[str, ...], *, compare_expiry: bool
@@ -295,14 +312,14 @@ class ReminderStore:
     def _batch(self) -> BatchStatement:
         return BatchStatement(batch_type=BatchType.UNLOGGED)
 
-    async def _lwt(self, statement: Any, written: Reminder) -> bool:
+    async def _lwt(self, statement: Any, before: Reminder | None, written: Reminder) -> bool:
         try:
             row = (await self._execute(self._session, statement, None)).one()
         except Exception as error:
             if not aio.outcome_unknown(error):
                 raise
             settled = await self.get_serial(written.user_id, written.reminder_id)
-            return settled is not None and settled.reminder.op_id == written.op_id
+            return settled is not None and _landed(settled.reminder, before, written)
         return bool(row.applied)
 
     # -- account data --------------------------------------------------------------------

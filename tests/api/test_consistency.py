@@ -23,6 +23,7 @@ from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.api.settings import Limits
 from reminders_svc.app import RemindersApp
 from reminders_svc.config import CassandraSettings, Retention
+from reminders_svc.domain import dispatch
 from reminders_svc.domain.reminder import Status
 from reminders_svc.schedule import parse_repeat
 from reminders_svc.storage import aio
@@ -251,6 +252,51 @@ def test_an_lwt_timeout_is_settled_by_a_serial_read(
     ).one()
     # Landed: settled as applied, not applied twice. Lost: re-read and applied once.
     assert (row.status, row.version) == ("paused", 2)
+
+
+class _ClaimedAfterApplying(_TimeoutAfterApplying):
+    """The first row LWT lands, then a dispatcher claims the row (as at its due), and only
+    then is the first one's outcome reported unknown."""
+
+    def __init__(self, claimer: ReminderStore, user: str, reminder_id: uuid.UUID) -> None:
+        super().__init__(apply_first=True, error=WriteTimeout("injected", write_type=WriteType.CAS))
+        self._claimer = claimer
+        self._row = (user, reminder_id)
+
+    async def __call__(self, session: Session, statement: Any, params: Any) -> ResultSet:
+        if self.injected == 0 and _is_row_lwt(statement):
+            self.injected += 1
+            await aio.execute(session, statement, params)
+            stored = await self._claimer.get_serial(*self._row)
+            assert stored is not None
+            assert stored.reminder.due is not None
+            at = stored.reminder.due
+            claim = dispatch.claimed(stored.reminder, uuid.uuid4(), at, timedelta(seconds=30))
+            assert await self._claimer.replace(stored, claim, at)
+            raise self.error
+        return await aio.execute(session, statement, params)
+
+
+def test_an_edit_of_unknown_outcome_is_applied_though_a_claim_landed_after_it(
+    app_factory: Any, cassandra: CassandraConnection, user: str
+) -> None:
+    schedule = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19, 10))
+    honest_store = ReminderStore(cassandra.session, Retention())
+    honest = RemindersApp(honest_store, Limits(), FakeClock(SEED_NOW))
+    created = asyncio.run(honest.create(user, "r", "call mom", schedule, b"p"))
+    injector = _ClaimedAfterApplying(honest_store, user, created.reminder_id)
+    app = app_factory(injector)
+
+    edited = asyncio.run(app.update(user, created.reminder_id, 1, "call dad", None))
+
+    assert injector.injected == 1
+    # The edit landed: answered as applied, not ABORTED for a version its own write moved.
+    assert (edited.text, edited.version) == ("call dad", 2)
+    row = cassandra.session.execute(
+        "SELECT body, version, status FROM reminders WHERE user_id = %s AND reminder_id = %s",
+        (user, created.reminder_id),
+    ).one()
+    assert (row.body, row.version, row.status) == ("call dad", 2, "sending")
 
 
 @UNKNOWN_OUTCOMES
