@@ -1,9 +1,10 @@
-"""GetReminder latency while the dispatchers catch up 30 missed minutes, against idle.
+"""GetReminder latency while the dispatchers catch up missed minutes, against idle.
 
     .venv/bin/python -m bench.bench_catchup [--reminders 6000] [--seconds 15]
+        [--outage-minutes 30] [--parts 16]
 
-Seeds reminders whose dues fell in the last 30 minutes, with their bucket entries in
-those minutes and every part checkpointed before them (an outage), then measures
+Seeds reminders whose dues fell in the last `--outage-minutes`, with their bucket entries
+in those minutes and every part checkpointed before them (an outage), then measures
 GetReminder through the API first with the dispatchers stopped (idle), then while one
 dispatcher catches up. Target: p99 during catch-up at most 2x idle.
 """
@@ -31,17 +32,16 @@ from reminders_svc.storage.parts import floor_minute
 from reminders_svc.storage.reminders_store import ReminderStore
 from reminders_svc.storage.session import connect
 
-PARTS = 16
 
-
-async def seed_missed(store: ReminderStore, count: int, prefix: str) -> list[tuple[str, str]]:
+async def seed_missed(
+    store: ReminderStore, count: int, prefix: str, outage: timedelta
+) -> list[tuple[str, str]]:
     now = datetime.now(UTC)
+    spread_s = outage.total_seconds() - 20  # the last due 20 s ago: every one is missed
     made: list[tuple[str, str]] = []
 
     async def create(i: int) -> None:
-        due = (now - timedelta(minutes=30) + timedelta(seconds=(i * 1780) / count)).replace(
-            microsecond=0
-        )
+        due = (now - outage + timedelta(seconds=(i * spread_s) / count)).replace(microsecond=0)
         user = f"{prefix}-{i % (count // 10 or 1)}"
         # Written a minute before its due, as the API would have: the entry is in its minute.
         reminder = new_reminder(
@@ -73,18 +73,22 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reminders", type=int, default=6000)
     parser.add_argument("--seconds", type=float, default=15)
+    parser.add_argument("--outage-minutes", type=int, default=30)
+    parser.add_argument("--parts", type=int, default=16)
     args = parser.parse_args()
+    outage = timedelta(minutes=args.outage_minutes)
     settings = fresh_keyspace("benchc")
     suffix = settings.keyspace.removeprefix("benchc_")
     with connect(settings) as connection:
         session = connection.session
         session.execute(
             "INSERT INTO part_counts (scope, from_minute, parts) VALUES ('dispatch', 0, %s)",
-            (PARTS,),
+            (args.parts,),
         )
-        made = await seed_missed(ReminderStore(session, Retention()), args.reminders, f"c{suffix}")
-        checkpoint = floor_minute(datetime.now(UTC) - timedelta(minutes=31))
-        for part in range(PARTS):
+        store = ReminderStore(session, Retention())
+        made = await seed_missed(store, args.reminders, f"c{suffix}", outage)
+        checkpoint = floor_minute(datetime.now(UTC) - outage - timedelta(minutes=1))
+        for part in range(args.parts):
             session.execute(
                 "INSERT INTO dispatch_parts (part, epoch, checkpoint) VALUES (%s, 1, %s)",
                 (part, checkpoint),

@@ -6,9 +6,12 @@ import subprocess
 import time
 import urllib.request
 import uuid
+from datetime import timedelta
 
 from reminders_svc.config import CassandraSettings
 from tests.dispatcher.stack import REMINDERS, Stack, free_port, soon, wait_serving
+
+DEFAULT_PARTS = 64
 
 
 def test_health_metrics_demo_and_a_clean_sigterm(cassandra_settings: CassandraSettings) -> None:
@@ -69,5 +72,30 @@ def test_health_metrics_demo_and_a_clean_sigterm(cassandra_settings: CassandraSe
         )
         assert members == []
         assert "secret text" not in "".join(p.read_text() for p in stack.logs.iterdir())
+    finally:
+        stack.close()
+
+
+def test_a_dispatcher_new_to_its_keyspace_is_current_in_seconds(
+    cassandra_settings: CassandraSettings,
+) -> None:
+    """As on a first `make run`: no part was ever checkpointed, so each starts an hour
+    back, and 64 parts x 60 empty minutes are read before any part reaches the live one."""
+    stack = Stack(cassandra_settings)
+    try:
+        stack.db.session.execute(
+            "INSERT INTO part_counts (scope, from_minute, parts) VALUES ('dispatch', 0, %s)",
+            (DEFAULT_PARTS,),
+        )
+        stack.start_api()
+        stack.start_notifier()
+        stack.start_dispatcher("new", REMINDERS_DISPATCH_INITIAL_LOOKBACK_S="3600")
+        user = f"u-{uuid.uuid4().hex[:8]}"
+        created = stack.create_at(user, soon(30))
+
+        [push] = stack.wait_for_pushes(1, user, created.id, timeout_s=60)
+
+        lateness = push.push_time.ToDatetime() - push.due_time.ToDatetime()
+        assert timedelta(0) <= lateness < timedelta(seconds=5)
     finally:
         stack.close()
