@@ -119,16 +119,14 @@ class PartLeases:
             (self._lease_s, self.owner, _until(self._lease_s), part, state.epoch or None),
         )
         batch.add(self._take_epoch, (epoch, part))
-        try:
-            applied = (await aio.execute(self._session, batch)).one().applied
-        except Exception as error:
-            if not aio.outcome_unknown(error):
-                raise
-            # Settled through Paxos: a take that landed unheard would otherwise leave the
-            # part unworked by anyone (this process included) until its lease ran out.
+
+        async def settle() -> bool:
+            # A take that landed unheard would otherwise leave the part unworked by anyone
+            # (this process included) until its lease ran out.
             settled = (await aio.execute(self._session, self._read_one, (part,))).one()
-            applied = settled is not None and (settled.owner, settled.epoch) == (self.owner, epoch)
-        if not applied:
+            return settled is not None and (settled.owner, settled.epoch) == (self.owner, epoch)
+
+        if not await aio.applied_or_settled(aio.execute(self._session, batch), settle):
             return None
         return Lease(part, epoch, state.checkpoint, started + self._lease_s - self._margin_s)
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from dispatcher.buckets import BucketReader, Entry
 from dispatcher.clock import DbClock
@@ -30,11 +32,26 @@ from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.parts import floor_minute
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 MINUTE = timedelta(minutes=1)
 # Live minutes worked at once: the current one, plus those still in their grace.
 _MAX_OPEN_MINUTES = 4
 # Between tries of a bucket read or a checkpoint storage did not answer.
 _STORAGE_RETRY_S = 1.0
+
+
+async def _tried_again(
+    part: int, what: str, attempt: Callable[[], Awaitable[T]], pause: Callable[[], Awaitable[bool]]
+) -> T | None:
+    """`attempt()`, tried again after each `pause()` while storage does not answer; None
+    once `pause()` says to give up."""
+    while True:
+        try:
+            return await attempt()
+        except STORAGE_ERRORS as error:
+            log.warning("part %d: %s failed (%s)", part, what, type(error).__name__)
+            if not await pause():
+                return None
 
 
 class MinuteJob:
@@ -107,16 +124,16 @@ class MinuteJob:
         a read storage does not answer is tried again while the shift is on (a blip does
         not cost the part its open minutes). False once the shift ended."""
         w = self._worker
-        while True:
-            try:
-                entries = await w.reader.read(self.minute, w.lease.part, written_since)
-            except STORAGE_ERRORS as error:
-                log.warning("part %d: bucket read failed (%s)", w.lease.part, type(error).__name__)
-                if not await w.shift.sleep(_STORAGE_RETRY_S):
-                    return False
-                continue
-            self._start(entries)
-            return True
+        entries = await _tried_again(
+            w.lease.part,
+            "bucket read",
+            lambda: w.reader.read(self.minute, w.lease.part, written_since),
+            lambda: w.shift.sleep(_STORAGE_RETRY_S),
+        )
+        if entries is None:
+            return False
+        self._start(entries)
+        return True
 
 
 class PartWorker:
@@ -208,17 +225,20 @@ class PartWorker:
 
     async def _checkpoint(self, minute: datetime) -> bool:
         """Checkpoint `minute` under the lease, tried again while storage does not answer
-        and the lease lasts (a repeat of one that landed unseen applies the same again)."""
-        while True:
-            try:
-                return await self.leases.checkpoint(self.lease, minute)
-            except STORAGE_ERRORS as error:
-                log.warning(
-                    "part %d: checkpoint failed (%s)", self.lease.part, type(error).__name__
-                )
-                await asyncio.sleep(_STORAGE_RETRY_S)
-                if not self.lease.held():
-                    return False
+        and the lease lasts, stopping or not (a repeat of one that landed unseen applies
+        the same again)."""
+
+        async def lease_lasts() -> bool:
+            await asyncio.sleep(_STORAGE_RETRY_S)
+            return self.lease.held()
+
+        done = await _tried_again(
+            self.lease.part,
+            "checkpoint",
+            lambda: self.leases.checkpoint(self.lease, minute),
+            lease_lasts,
+        )
+        return bool(done)
 
     def _report(
         self, next_minute: datetime, open_jobs: deque[tuple[datetime, asyncio.Task[bool]]]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from cassandra import OperationTimedOut, WriteFailure, WriteTimeout, WriteType
@@ -97,3 +97,17 @@ def outcome_unknown(error: BaseException) -> bool:
     if isinstance(error, ErrorMessage) and error.code == _CAS_WRITE_UNKNOWN:
         return True  # protocol v5's "CAS write unknown", which this driver does not name
     return isinstance(error, OperationTimedOut | ConnectionException | ServerError)
+
+
+async def applied_or_settled(
+    attempt: Awaitable[ResultSet], settle: Callable[[], Awaitable[bool]]
+) -> bool:
+    """Whether the LWT `attempt` applied; when its outcome is unknown, what `settle` (a
+    SERIAL read of the row it wrote) says."""
+    try:
+        result = await attempt
+    except Exception as error:
+        if not outcome_unknown(error):
+            raise
+        return await settle()
+    return bool(result.one().applied)

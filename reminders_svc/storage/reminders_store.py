@@ -313,14 +313,11 @@ class ReminderStore:
         return BatchStatement(batch_type=BatchType.UNLOGGED)
 
     async def _lwt(self, statement: Any, before: Reminder | None, written: Reminder) -> bool:
-        try:
-            row = (await self._execute(self._session, statement, None)).one()
-        except Exception as error:
-            if not aio.outcome_unknown(error):
-                raise
+        async def settle() -> bool:
             settled = await self.get_serial(written.user_id, written.reminder_id)
             return settled is not None and _landed(settled.reminder, before, written)
-        return bool(row.applied)
+
+        return await aio.applied_or_settled(self._execute(self._session, statement, None), settle)
 
     # -- account data --------------------------------------------------------------------
 

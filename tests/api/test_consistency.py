@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 import pytest
 from cassandra import WriteTimeout, WriteType
-from cassandra.cluster import ResultSet, Session
+from cassandra.cluster import Session
 from cassandra.connection import ConnectionShutdown
 from cassandra.query import BatchStatement
 from google.protobuf.duration_pb2 import Duration
@@ -26,7 +26,6 @@ from reminders_svc.config import CassandraSettings, Retention
 from reminders_svc.domain import dispatch
 from reminders_svc.domain.reminder import Status
 from reminders_svc.schedule import parse_repeat
-from reminders_svc.storage import aio
 from reminders_svc.storage.reminders_store import ReminderStore
 from reminders_svc.storage.session import CassandraConnection
 from tests.api.conftest import (
@@ -38,6 +37,7 @@ from tests.api.conftest import (
     start_api,
     weekly_monday_nine,
 )
+from tests.unknown_outcome import UnknownOutcome
 
 
 def _request(request_id: str, text: str = "call mom") -> pb.CreateReminderRequest:
@@ -195,24 +195,6 @@ def _is_row_lwt(statement: Any) -> bool:
     return "UPDATE reminders" in query and " IF " in query
 
 
-class _TimeoutAfterApplying:
-    """Runs the first row LWT for real or not at all, then reports an unknown outcome, as
-    a lost reply, a lost request or a connection broken under it would."""
-
-    def __init__(self, apply_first: bool, error: Exception) -> None:
-        self.apply_first = apply_first
-        self.error = error
-        self.injected = 0
-
-    async def __call__(self, session: Session, statement: Any, params: Any) -> ResultSet:
-        if self.injected == 0 and _is_row_lwt(statement):
-            self.injected += 1
-            if self.apply_first:
-                await aio.execute(session, statement, params)
-            raise self.error
-        return await aio.execute(session, statement, params)
-
-
 UNKNOWN_OUTCOMES = pytest.mark.parametrize(
     "error",
     [WriteTimeout("injected", write_type=WriteType.CAS), ConnectionShutdown("injected")],
@@ -222,7 +204,7 @@ UNKNOWN_OUTCOMES = pytest.mark.parametrize(
 
 @pytest.fixture
 def app_factory(cassandra: CassandraConnection) -> Any:
-    def make(injector: _TimeoutAfterApplying) -> RemindersApp:
+    def make(injector: UnknownOutcome) -> RemindersApp:
         store = ReminderStore(cassandra.session, Retention(), executor=injector)
         return RemindersApp(store, Limits(), FakeClock(SEED_NOW))
 
@@ -240,7 +222,7 @@ def test_an_lwt_timeout_is_settled_by_a_serial_read(
     )
     created = asyncio.run(honest.create(user, "r", "call mom", schedule, b"p"))
 
-    injector = _TimeoutAfterApplying(apply_first, error)
+    injector = UnknownOutcome(lands=apply_first, error=error, targets=_is_row_lwt)
     app = app_factory(injector)
     paused = asyncio.run(app.pause(user, created.reminder_id, None))
 
@@ -254,29 +236,6 @@ def test_an_lwt_timeout_is_settled_by_a_serial_read(
     assert (row.status, row.version) == ("paused", 2)
 
 
-class _ClaimedAfterApplying(_TimeoutAfterApplying):
-    """The first row LWT lands, then a dispatcher claims the row (as at its due), and only
-    then is the first one's outcome reported unknown."""
-
-    def __init__(self, claimer: ReminderStore, user: str, reminder_id: uuid.UUID) -> None:
-        super().__init__(apply_first=True, error=WriteTimeout("injected", write_type=WriteType.CAS))
-        self._claimer = claimer
-        self._row = (user, reminder_id)
-
-    async def __call__(self, session: Session, statement: Any, params: Any) -> ResultSet:
-        if self.injected == 0 and _is_row_lwt(statement):
-            self.injected += 1
-            await aio.execute(session, statement, params)
-            stored = await self._claimer.get_serial(*self._row)
-            assert stored is not None
-            assert stored.reminder.due is not None
-            at = stored.reminder.due
-            claim = dispatch.claimed(stored.reminder, uuid.uuid4(), at, timedelta(seconds=30))
-            assert await self._claimer.replace(stored, claim, at)
-            raise self.error
-        return await aio.execute(session, statement, params)
-
-
 def test_an_edit_of_unknown_outcome_is_applied_though_a_claim_landed_after_it(
     app_factory: Any, cassandra: CassandraConnection, user: str
 ) -> None:
@@ -284,7 +243,16 @@ def test_an_edit_of_unknown_outcome_is_applied_though_a_claim_landed_after_it(
     honest_store = ReminderStore(cassandra.session, Retention())
     honest = RemindersApp(honest_store, Limits(), FakeClock(SEED_NOW))
     created = asyncio.run(honest.create(user, "r", "call mom", schedule, b"p"))
-    injector = _ClaimedAfterApplying(honest_store, user, created.reminder_id)
+
+    async def a_dispatcher_claims_it() -> None:  # as at its due, before the settling read
+        stored = await honest_store.get_serial(user, created.reminder_id)
+        assert stored is not None
+        assert stored.reminder.due is not None
+        at = stored.reminder.due
+        claim = dispatch.claimed(stored.reminder, uuid.uuid4(), at, timedelta(seconds=30))
+        assert await honest_store.replace(stored, claim, at)
+
+    injector = UnknownOutcome(lands=True, targets=_is_row_lwt, then=a_dispatcher_claims_it)
     app = app_factory(injector)
 
     edited = asyncio.run(app.update(user, created.reminder_id, 1, "call dad", None))
@@ -305,7 +273,7 @@ def test_a_create_whose_lwt_timed_out_is_settled_and_written_once(
     app_factory: Any, cassandra: CassandraConnection, user: str, apply_first: bool, error: Exception
 ) -> None:
     schedule = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19, 10))
-    injector = _TimeoutAfterApplying(apply_first, error)
+    injector = UnknownOutcome(lands=apply_first, error=error, targets=_is_row_lwt)
 
     created = asyncio.run(app_factory(injector).create(user, "r", "call mom", schedule, b"p"))
 

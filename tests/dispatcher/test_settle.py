@@ -12,20 +12,16 @@ import asyncio
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
-from cassandra import WriteTimeout, WriteType
-from cassandra.cluster import ResultSet, Session
 
 from reminders_svc.config import Retention
 from reminders_svc.domain import dispatch
 from reminders_svc.domain.reminder import Reminder, Status, new_reminder, pause, snooze
 from reminders_svc.schedule import parse_repeat
-from reminders_svc.storage import aio
 from reminders_svc.storage.reminders_store import ReminderStore
-from reminders_svc.storage.retry import is_conditional
 from reminders_svc.storage.session import CassandraConnection
+from tests.unknown_outcome import UnknownOutcome
 
 DUE = datetime(2026, 10, 26, 13, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -34,29 +30,6 @@ UserChange = Callable[[Reminder, datetime], Reminder]
 
 def _snooze(row: Reminder, now: datetime) -> Reminder:
     return snooze(row, now + timedelta(hours=1), now)
-
-
-class _UnknownOutcome:
-    """The first LWT runs for real (`lands`) or not at all, a user's change may land after
-    it, and then its outcome is reported unknown."""
-
-    def __init__(self, user_store: ReminderStore, lands: bool, then: UserChange | None) -> None:
-        self._user_store = user_store
-        self._lands = lands
-        self._then = then
-        self.row: tuple[str, uuid.UUID] | None = None
-
-    async def __call__(self, session: Session, statement: Any, params: Any) -> ResultSet:
-        if self.row is None or not is_conditional(statement):  # a bucket entry goes through
-            return await aio.execute(session, statement, params)
-        row, self.row = self.row, None
-        if self._lands:
-            await aio.execute(session, statement, params)
-        if self._then is not None:
-            stored = await self._user_store.get_serial(*row)
-            assert stored is not None
-            assert await self._user_store.replace(stored, self._then(stored.reminder, DUE), DUE)
-        raise WriteTimeout("injected", write_type=WriteType.CAS)
 
 
 @pytest.mark.parametrize(
@@ -90,7 +63,15 @@ def test_a_dispatcher_write_of_unknown_outcome_is_settled_by_its_claim(
     async def scenario() -> None:
         session = own_keyspace.session
         user_store = ReminderStore(session, Retention())
-        injector = _UnknownOutcome(user_store, lands, then)
+
+        async def a_users_change_lands() -> None:
+            assert then is not None
+            stored = await user_store.get_serial(row.user_id, row.reminder_id)
+            assert stored is not None
+            assert await user_store.replace(stored, then(stored.reminder, DUE), DUE)
+
+        # Its only conditional write is the one under test (its bucket entry goes through).
+        injector = UnknownOutcome(lands=lands, then=a_users_change_lands if then else None)
         store = ReminderStore(session, Retention(), executor=injector)
         schedule = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19))
         row = new_reminder("u-settle", "call mom", schedule, DUE, DUE - timedelta(days=1))
@@ -106,7 +87,6 @@ def test_a_dispatcher_write_of_unknown_outcome_is_settled_by_its_claim(
         else:
             written = dispatch.claimed(stored.reminder, uuid.uuid4(), DUE, LEASE)
 
-        injector.row = (row.user_id, row.reminder_id)
         assert await store.replace(stored, written, DUE) is settled_as
 
         after = await user_store.get_serial(row.user_id, row.reminder_id)
