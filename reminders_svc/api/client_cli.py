@@ -303,6 +303,14 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(error_json(error), indent=2), file=sys.stderr)
         return 1
     print(
-        json.dumps(json_format.MessageToDict(response, preserving_proto_field_name=True), indent=2)
+        json.dumps(
+            # Every field, defaults too: `deliveries` of none is {"deliveries": []}, not {}.
+            json_format.MessageToDict(
+                response,
+                preserving_proto_field_name=True,
+                always_print_fields_with_no_presence=True,
+            ),
+            indent=2,
+        )
     )
     return 0

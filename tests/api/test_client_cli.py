@@ -120,8 +120,14 @@ def test_end_to_end_against_serve_api(migrated_settings: CassandraSettings) -> N
         assert "snooze_until_time" in snoozed
         assert cli_json(api.target, "pause", reminder_id, *user)["state"] == "STATE_PAUSED"
         assert cli_json(api.target, "resume", reminder_id, *user)["state"] == "STATE_PENDING"
-        assert cli_json(api.target, "deliveries", reminder_id, *user) == {}
-        assert "reminder" in cli_json(api.target, "delete", reminder_id, *user)
+        # Every field printed, defaults too: none is an empty list, not a missing key.
+        assert cli_json(api.target, "deliveries", reminder_id, *user) == {
+            "deliveries": [],
+            "next_page_token": "",
+        }
+        deleted = cli_json(api.target, "delete", reminder_id, *user)
+        assert deleted["was_sending"] is False
+        assert deleted["reminder"]["state"] == "STATE_DELETED"  # type: ignore[index]
 
         missing = run_cli("get", reminder_id, *user, "--target", api.target, timeout=60)
         assert missing.returncode == 1
