@@ -41,7 +41,8 @@ import grpc
 from bench.keyspaces import drop_keyspaces, fresh_keyspace
 from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
-from notifier.domain.model import Notification, Priority
+from notifier.delivery.adapters import utc_now
+from notifier.domain.model import Notification, Priority, Settlement
 from notifier.storage.devices import DeviceStore
 from notifier.storage.keys import KeyStore
 from notifier.storage.schema import migrate_notifier
@@ -148,7 +149,8 @@ async def ceiling(settings: CassandraSettings, seconds: float) -> float:
 
 
 async def storage_floor(settings: CassandraSettings, notifier_keyspace: str, count: int) -> float:
-    """Rings/s of the storage work alone: read, claim, key, devices, history, finalize."""
+    """Rings/s of the storage work alone: read, claim, key, devices, key settled, history,
+    finalize."""
     migrate_notifier(dataclasses.replace(settings, keyspace=notifier_keyspace))
     async with connected_on_loop(settings) as connection:  # the driver set up as the fleet's
         session = connection.session
@@ -156,7 +158,9 @@ async def storage_floor(settings: CassandraSettings, notifier_keyspace: str, cou
             lambda: (
                 ReminderStore(session, Retention()),
                 DeliveryHistory(session),
-                KeyStore(session, notifier_keyspace, timedelta(days=2)),
+                KeyStore(
+                    session, notifier_keyspace, timedelta(days=2), timedelta(minutes=1), utc_now
+                ),
                 DeviceStore(session, notifier_keyspace),
             )
         )
@@ -175,12 +179,10 @@ async def storage_floor(settings: CassandraSettings, notifier_keyspace: str, cou
             claimed = dispatch.claimed(stored.reminder, uuid.uuid4(), now, timedelta(seconds=30))
             assert await store.replace(stored, claimed, now)
             assert claimed.claim is not None
-            await keys.record(
-                Notification(
-                    dispatch.idempotency_key(claimed), user_id, Priority.URGENT, "Reminder", "x"
-                )
-            )
+            key = dispatch.idempotency_key(claimed)
+            await keys.record(Notification(key, user_id, Priority.URGENT, "Reminder", "x"))
             await devices.list(user_id)  # the notifier's fan-out looks the user's devices up
+            await keys.settle(key, Settlement.PUSHED)
             await history.record(
                 Delivery(
                     user_id=user_id,

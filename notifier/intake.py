@@ -1,16 +1,31 @@
-"""Taking notifications in: validate, record the key, queue for delivery; one answer each."""
+"""Taking notifications in: validate, record the key, deliver, settle the key; one answer
+each, given once the delivery ended.
+
+"Accepted" means pushed (handed to the push service), not queued: a notifier that dies
+with items in its queue has answered none of them, so their senders retry, and the keys
+it held are taken over once stale (storage/keys.py). Attempts at one key in this process
+share one delivery: the first is answered from it, the others as its repeats.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from notifier.delivery.queue import DeliveryQueue, QueuedNotification
-from notifier.domain.model import ItemResult, Notification, Outcome, rejection
+from notifier.domain.model import (
+    ItemResult,
+    Notification,
+    Outcome,
+    Settlement,
+    delivery_result,
+    rejection,
+)
 from notifier.metrics import NotifierMetrics
-from notifier.storage.keys import KeyNotRecorded, KeyRecord, KeyStore
+from notifier.storage.keys import KeyNotRecorded, KeyState, KeyStore
 from reminders_svc.storage.errors import STORAGE_ERRORS
 
 log = logging.getLogger(__name__)
@@ -34,30 +49,67 @@ class Intake:
         # Shared by all calls: the bound holds for the process, not per batch.
         self._slots = asyncio.Semaphore(concurrency)
         self._clock = clock
+        # key -> the delivery of that key running here, answered by its first attempt.
+        self._running: dict[str, asyncio.Task[ItemResult]] = {}
 
     async def accept_batch(self, notifications: Sequence[Notification]) -> list[ItemResult]:
         """One result per item, in request order."""
         return list(await asyncio.gather(*(self.accept(n) for n in notifications)))
 
     async def accept(self, notification: Notification) -> ItemResult:
-        async with self._slots:
-            result = await self._answer(notification)
+        rejected = rejection(notification, self._clock())
+        if rejected is not None:
+            result = rejected
+        else:
+            key = notification.idempotency_key
+            running = self._running.get(key)
+            first = running is None
+            if running is None:
+                # Its own task: a caller that gives up (deadline, disconnect) does not cut a
+                # delivery short, and the key is settled whoever is still waiting.
+                running = asyncio.create_task(self._deliver(notification), name=f"deliver {key}")
+                self._running[key] = running
+                running.add_done_callback(lambda _: self._running.pop(key, None))
+            result = await asyncio.shield(running)
+            if not first and result.outcome is Outcome.ACCEPTED:
+                result = ItemResult(key, Outcome.DUPLICATE)
         self._metrics.items.labels(result.outcome.value).inc()
         return result
 
-    async def _answer(self, notification: Notification) -> ItemResult:
-        rejected = rejection(notification, self._clock())
-        if rejected is not None:
-            return rejected
+    async def drained(self) -> None:
+        """Every delivery taken in has been answered (the workers must be stopping or
+        running, so that each ends)."""
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
+
+    async def _deliver(self, notification: Notification) -> ItemResult:
         key = notification.idempotency_key
+        async with self._slots:
+            try:
+                claim = await self._keys.record(notification)
+            except _RETRYABLE_ERRORS as error:
+                log.warning("recording %s failed: %s", key, type(error).__name__)
+                return ItemResult(
+                    key, Outcome.RETRYABLE, f"storage unavailable ({type(error).__name__})"
+                )
+        if claim.state is KeyState.SETTLED:
+            return delivery_result(key, claim.settled_as, first=False)
+        if claim.state is KeyState.HELD_ELSEWHERE:
+            return ItemResult(key, Outcome.RETRYABLE, "another attempt is delivering this key")
+        if claim.taken_over:
+            self._metrics.key_takeovers.inc()
+            log.warning("took over %s from an attempt that never settled it", key)
+        ended: asyncio.Future[Settlement | None] = asyncio.get_running_loop().create_future()
+        self._queue.put(QueuedNotification(notification, ended))
+        settlement = await ended
+        await self._settle(key, claim.accept_id, settlement)
+        return delivery_result(key, settlement, first=True)
+
+    async def _settle(self, key: str, accept_id: uuid.UUID, settlement: Settlement | None) -> None:
         try:
-            record = await self._keys.record(notification)
-        except _RETRYABLE_ERRORS as error:
-            log.warning("recording %s failed: %s", key, type(error).__name__)
-            return ItemResult(
-                key, Outcome.RETRYABLE, f"storage unavailable ({type(error).__name__})"
-            )
-        if record is KeyRecord.ALREADY_RECORDED:
-            return ItemResult(key, Outcome.DUPLICATE)
-        self._queue.put(QueuedNotification(notification))
-        return ItemResult(key, Outcome.ACCEPTED)
+            if settlement is None:
+                await self._keys.release(key, accept_id)
+            else:
+                await self._keys.settle(key, settlement)
+        except STORAGE_ERRORS as error:
+            # Unsettled, the key is taken over once stale: at worst a second push of it.
+            log.warning("settling %s failed: %s", key, type(error).__name__)

@@ -25,20 +25,26 @@ class NotifierMetrics:
         )
         self.queue_depth = Gauge(
             "notifier_queue_depth",
-            "Accepted notifications waiting for a push worker, by priority.",
+            "Recorded notifications waiting for a push worker, by priority (answered once pushed).",
             ("priority",),
             registry=registry,
         )
         self.expired_in_queue = Counter(
             "notifier_expired_in_queue",
-            "Accepted notifications dropped because their expiry passed before delivery.",
+            "Notifications dropped (answered rejected) because their expiry passed in the queue.",
             ("priority",),
             registry=registry,
         )
         self.undeliverable = Counter(
             "notifier_undeliverable",
-            "Accepted notifications given up on, by reason (attempts exhausted, shutdown).",
+            "Notifications given up on, by reason (no device, attempts exhausted, shutdown).",
             ("reason",),
+            registry=registry,
+        )
+        self.key_takeovers = Counter(
+            "notifier_key_takeovers",
+            "Keys taken over from an attempt that held them unsettled past the takeover "
+            "bound (a notifier that died mid-delivery, or never heard its write land).",
             registry=registry,
         )
         self.push_lateness = Histogram(

@@ -54,6 +54,10 @@ class NotifierSettings:
     # Keys outlive any catch-up (the dispatcher's retention is 7 days), so a late retry
     # of an alert already sent is still answered DUPLICATE.
     key_ttl: timedelta = timedelta(days=30)
+    # A key recorded but not settled for this long is taken over by a new attempt at it:
+    # its holder died or never heard its write land. Longer than a live delivery takes
+    # (push retries included: 5 attempts from 1 s backoff is ~15 s).
+    key_takeover_after: timedelta = timedelta(seconds=60)
     adapter: AdapterName = "logging"
     # Development: users without devices get "auto:<user_id>", so pushes are observable.
     auto_device: bool = False
@@ -87,6 +91,7 @@ class NotifierSettings:
             metrics_port=_int(get("METRICS_PORT", "9465"), PREFIX + "METRICS_PORT"),
             cassandra=dataclasses.replace(cassandra, keyspace=keyspace),
             key_ttl=timedelta(days=_float(get("KEY_TTL_DAYS", "30"), PREFIX + "KEY_TTL_DAYS")),
+            key_takeover_after=seconds("KEY_TAKEOVER_AFTER_S", 60),
             adapter=_choice(
                 get("ADAPTER", "recording" if dev else "logging"),
                 PREFIX + "ADAPTER",

@@ -1,6 +1,8 @@
-"""An in-memory priority queue of accepted notifications: URGENT ahead of BULK, first
-in first out within a priority. Retries come back after a delay and still count as
-unfinished, so `drained()` waits for them too."""
+"""An in-memory priority queue of recorded notifications waiting for a push: URGENT ahead
+of BULK, first in first out within a priority. Retries come back after a delay and still
+count as unfinished, so `drained()` waits for them too. Each item carries the future its
+caller awaits: a notification is answered once its delivery ended, so nothing answered
+"accepted" lives only in this process's memory."""
 
 from __future__ import annotations
 
@@ -9,12 +11,16 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from notifier.domain.model import Device, Notification, Priority
+from notifier.domain.model import Device, Notification, Priority, Settlement
+
+# How the item's delivery ended; None: handed back undelivered (stopping, or a bug).
+DeliveryEnd = asyncio.Future[Settlement | None]
 
 
 @dataclass(frozen=True)
 class QueuedNotification:
     notification: Notification
+    ended: DeliveryEnd = field(compare=False)
     attempt: int = 1
     # None: push to all the user's devices; on a retry, only those that asked for one.
     devices: tuple[Device, ...] | None = None
@@ -41,7 +47,7 @@ class DeliveryQueue:
         self._idle.set()
         self._depth = dict.fromkeys(Priority, 0)
         self._on_depth = on_depth
-        self._delayed: set[asyncio.TimerHandle] = set()
+        self._delayed: dict[asyncio.TimerHandle, QueuedNotification] = {}
 
     def depth(self, priority: Priority) -> int:
         return self._depth[priority]
@@ -56,11 +62,11 @@ class DeliveryQueue:
         loop = asyncio.get_running_loop()
 
         def due() -> None:
-            self._delayed.discard(handle)
+            self._delayed.pop(handle, None)
             self._push(item)
 
         handle = loop.call_later(delay_s, due)
-        self._delayed.add(handle)
+        self._delayed[handle] = item
 
     async def get(self) -> QueuedNotification:
         item = (await self._entries.get()).item
@@ -77,11 +83,12 @@ class DeliveryQueue:
         await self._idle.wait()
 
     def abandon(self) -> list[QueuedNotification]:
-        """Empty the queue (shutdown past its grace); returns what was left."""
+        """Empty the queue (shutdown past its grace); returns what was left, waiting
+        retries included."""
         for handle in self._delayed:
             handle.cancel()
+        left = list(self._delayed.values())
         self._delayed.clear()
-        left: list[QueuedNotification] = []
         while not self._entries.empty():
             left.append(self._entries.get_nowait().item)
         for priority in Priority:

@@ -1,5 +1,7 @@
-"""Push workers: take accepted notifications in priority order and fan each out to the
-user's devices through the push adapter, retrying with backoff what asks for a retry."""
+"""Push workers: take recorded notifications in priority order and fan each out to the
+user's devices through the push adapter, retrying with backoff what asks for a retry.
+Each item's `ended` future is resolved once its delivery ended (or handed back
+undelivered: a stop past its grace, a bug), and never before."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from notifier.delivery.queue import DeliveryQueue, QueuedNotification
-from notifier.domain.model import Device, Notification, implicit_device
+from notifier.domain.model import Device, Notification, Settlement, implicit_device
 from notifier.domain.push import PushAdapter, PushResult, push_message
 from notifier.metrics import NotifierMetrics
 from notifier.storage.devices import DeviceStore
@@ -60,13 +62,16 @@ class PushWorkers:
         ]
 
     async def stop(self, grace_s: float) -> None:
-        """Let the queue drain within the grace, then stop; what is left is counted lost."""
+        """Let the queue drain within the grace, then stop; what is left is handed back
+        undelivered (its callers are answered "retry", its keys released)."""
         try:
             await asyncio.wait_for(self._queue.drained(), timeout=grace_s)
         except TimeoutError:
             left = self._queue.abandon()
             self._metrics.undeliverable.labels("shutdown").inc(len(left))
-            log.error("shutdown grace over: %d accepted notifications not delivered", len(left))
+            log.error("shutdown grace over: %d notifications handed back undelivered", len(left))
+            for item in left:
+                _end(item, None)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -79,6 +84,10 @@ class PushWorkers:
             except Exception:
                 # A bug must not kill the worker; the key is in the message, texts are not.
                 log.exception("delivering %s failed", item.notification.idempotency_key)
+                _end(item, None)
+            except BaseException:
+                _end(item, None)  # cancelled mid-push: stopping
+                raise
             finally:
                 self._queue.done()
 
@@ -86,6 +95,7 @@ class PushWorkers:
         notification = item.notification
         if notification.expired_at(self._clock()):
             self._metrics.expired_in_queue.labels(notification.priority.value).inc()
+            _end(item, Settlement.EXPIRED)
             return
         devices = item.devices
         if devices is None:
@@ -98,6 +108,7 @@ class PushWorkers:
         if not devices:
             self._metrics.undeliverable.labels("no_device").inc()
             log.info("no device for %s", notification.idempotency_key)
+            _end(item, Settlement.NO_DEVICE)
             return
         results = await asyncio.gather(*(self._push(notification, d) for d in devices))
         again = tuple(
@@ -107,6 +118,8 @@ class PushWorkers:
         )
         if again:
             self._retry(item, again)
+        else:
+            _end(item, Settlement.PUSHED)
 
     async def _devices_of(self, user_id: str) -> tuple[Device, ...]:
         registered = await self._devices.list(user_id)
@@ -136,6 +149,8 @@ class PushWorkers:
         if item.attempt >= self._policy.max_attempts:
             self._metrics.undeliverable.labels("attempts_exhausted").inc()
             log.warning("giving up on %s after %d attempts", key, item.attempt)
+            # Pushed to some devices, perhaps: still an answer for the caller to record.
+            _end(item, Settlement.UNDELIVERABLE)
             return
         again = dataclasses.replace(item, attempt=item.attempt + 1, devices=devices)
         self._queue.put_after(again, self._backoff(item.attempt))
@@ -155,3 +170,8 @@ class PushWorkers:
         doubled = self._policy.retry_backoff.total_seconds() * 2 ** min(retry - 1, 32)
         backoff = min(doubled, cap_s)
         return random.uniform(backoff / 2, backoff)
+
+
+def _end(item: QueuedNotification, settlement: Settlement | None) -> None:
+    if not item.ended.done():
+        item.ended.set_result(settlement)

@@ -59,6 +59,30 @@ class ItemResult:
     reason: str = ""
 
 
+class Settlement(enum.Enum):
+    """How delivering a key ended, kept on its row: every later attempt at the key is
+    answered from it, whichever replica it reaches."""
+
+    PUSHED = "pushed"
+    # Accepted with nowhere to push it (the user has no device): nothing to retry.
+    NO_DEVICE = "no_device"
+    EXPIRED = "expired"
+    # The push service kept asking for a retry until the attempts ran out.
+    UNDELIVERABLE = "undeliverable"
+
+
+def delivery_result(key: str, settlement: Settlement | None, *, first: bool) -> ItemResult:
+    """The answer for a key whose delivery ended as `settlement` (None: handed back, not
+    delivered); `first` for the attempt that delivered it, else a repeat of the key."""
+    if settlement is None:
+        return ItemResult(key, Outcome.RETRYABLE, "not delivered (notifier stopping); send again")
+    if settlement is Settlement.EXPIRED:
+        return ItemResult(key, Outcome.REJECTED, "expired")
+    if settlement is Settlement.UNDELIVERABLE:
+        return ItemResult(key, Outcome.REJECTED, "the push service refused every attempt")
+    return ItemResult(key, Outcome.ACCEPTED if first else Outcome.DUPLICATE)
+
+
 @dataclass(frozen=True)
 class Device:
     device_token: str

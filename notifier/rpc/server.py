@@ -1,5 +1,6 @@
 """The notifier process: gRPC (NotificationService + health), /metrics, push workers,
-and a graceful stop (stop accepting, drain the queue within the grace, then stop)."""
+and a graceful stop (stop accepting, drain the queue within the grace, hand back what is
+left: its callers are answered "retry" and its keys released)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ from reminders_svc.storage.session import CassandraConnection
 log = logging.getLogger(__name__)
 
 NOTIFICATION_SERVICE = notification_pb2.DESCRIPTOR.services_by_name["NotificationService"].full_name
+# Of the shutdown grace, the last seconds are for settling and releasing keys.
+_RELEASE_RESERVE_S = 2.0
 # "" is the server as a whole, which is what most probes (grpc_health_probe, k8s) ask.
 HEALTH_SERVICES = ("", NOTIFICATION_SERVICE)
 
@@ -57,6 +60,7 @@ class NotifierServer:
         self._health = StorageHealth(HEALTH_SERVICES, self._metrics.storage_up)
         self._connection: CassandraConnection | None = None
         self._workers: PushWorkers | None = None
+        self._intake: Intake | None = None
         self._server: grpc.aio.Server | None = None
         self._metrics_endpoint: MetricsEndpoint | None = None
         self._probe_task: asyncio.Task[None] | None = None
@@ -82,7 +86,9 @@ class NotifierServer:
         session, keyspace = self._connection.session, settings.cassandra.keyspace
         keys, devices = await built_patiently(
             lambda: (
-                KeyStore(session, keyspace, settings.key_ttl),
+                KeyStore(
+                    session, keyspace, settings.key_ttl, settings.key_takeover_after, self._clock
+                ),
                 DeviceStore(session, keyspace),
             ),
             retry_s,
@@ -104,6 +110,7 @@ class NotifierServer:
         )
         self._workers.start()
         intake = Intake(keys, queue, self._metrics, settings.batch_concurrency, self._clock)
+        self._intake = intake
 
         server = grpc.aio.server()
         servicer = NotificationServicer(intake, devices, self.adapter, settings.faults)
@@ -137,10 +144,20 @@ class NotifierServer:
         deadline = loop.time() + self._settings.shutdown_grace.total_seconds()
         log.info("shutting down: draining for up to %s", self._settings.shutdown_grace)
         await self._health.servicer.enter_graceful_shutdown()
+        # The end of the grace is kept for releasing the keys of what was not pushed.
+        pushing_until = deadline - min(
+            _RELEASE_RESERVE_S, self._settings.shutdown_grace.total_seconds() / 2
+        )
         if self._server is not None:
-            await self._server.stop(max(0.0, deadline - loop.time()))
+            await self._server.stop(max(0.0, pushing_until - loop.time()))
         if self._workers is not None:
-            await self._workers.stop(max(0.0, deadline - loop.time()))
+            await self._workers.stop(max(0.0, pushing_until - loop.time()))
+        if self._intake is not None:
+            # Every delivery has ended now; settle or release its key before disconnecting.
+            with suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._intake.drained(), timeout=max(0.5, deadline - loop.time())
+                )
         if self._probe_task is not None:
             self._probe_task.cancel()
             with suppress(asyncio.CancelledError):

@@ -1,10 +1,22 @@
-"""Idempotency keys: recorded with an LWT before anything is pushed.
+"""Idempotency keys: recorded with an LWT before anything is pushed, settled after.
 
-A key's row says "this alert was accepted". When the LWT times out (unknown outcome), a
-SERIAL read settles it: the row's accept_id tells whether the write that landed was this
-attempt's (DESIGN.md invariant 4: never re-apply blindly). When even that read fails
-(storage gone), the caller is answered "retry" and the attempt's accept_id is kept, so
-the caller's retry of that key claims the row if the write did land.
+A key's row names the attempt delivering it (accept_id) and, once that delivery ended,
+how it ended (settled_as). Every attempt at a key is judged by the row alone, so any
+replica answers alike:
+- no row: this attempt records it and delivers;
+- settled: delivered (or given up on) before: answered from the settlement;
+- unsettled, held by this attempt (a re-sent insert of its own that landed): deliver;
+- unsettled, held by another attempt for less than `takeover_after`: that attempt may
+  still deliver it: "retry later";
+- unsettled for longer: its holder died or never heard its write land (a crash, a
+  timeout on both the write and the read that settles it): this attempt takes the key
+  over with an LWT on the old holder's accept_id, and delivers. A holder that was only
+  slow pushes too: the key is the push's collapse id, so the device shows one alert.
+
+An LWT that times out (unknown outcome) is settled by a SERIAL read (DESIGN.md invariant
+4: never re-apply blindly). When even that read fails, the caller is answered "retry"
+and the attempt's accept_id is kept here, so this replica's retry of the key claims the
+row at once if the write did land (elsewhere it waits out `takeover_after`).
 """
 
 from __future__ import annotations
@@ -12,21 +24,47 @@ from __future__ import annotations
 import enum
 import uuid
 from collections import OrderedDict
-from datetime import timedelta
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from cassandra import ConsistencyLevel
 from cassandra.cluster import Session
 from cassandra.query import PreparedStatement
 
-from notifier.domain.model import Notification
+from notifier.domain.model import Notification, Settlement
 from reminders_svc.storage.aio import execute, outcome_unknown
 
 
-class KeyRecord(enum.Enum):
-    # This attempt wrote the key: push it.
+class KeyState(enum.Enum):
+    # This attempt holds the key: deliver it, then settle it.
     RECORDED = "recorded"
-    # Another attempt wrote it before: do not push again.
-    ALREADY_RECORDED = "already_recorded"
+    # Delivered, or given up on, by an earlier attempt: `KeyClaim.settled_as` says how.
+    SETTLED = "settled"
+    # Another attempt holds it and may still deliver it: answer "retry later".
+    HELD_ELSEWHERE = "held_elsewhere"
+
+
+@dataclass(frozen=True)
+class KeyClaim:
+    state: KeyState
+    # The attempt holding the key (this one's when RECORDED).
+    accept_id: uuid.UUID
+    settled_as: Settlement | None = None
+    taken_over: bool = False
+
+
+@dataclass(frozen=True)
+class _KeyRow:
+    accept_id: uuid.UUID
+    accepted_at: datetime
+    settled_as: Settlement | None
+
+    @classmethod
+    def of(cls, row: Any) -> _KeyRow:
+        settled_as = Settlement(row.settled_as) if row.settled_as else None
+        return cls(row.accept_id, row.accepted_at.replace(tzinfo=UTC), settled_as)
 
 
 # Keys whose last write may have landed unseen, kept at most this many (oldest dropped):
@@ -39,26 +77,50 @@ class KeyNotRecorded(RuntimeError):
 
 
 class KeyStore:
-    def __init__(self, session: Session, keyspace: str, ttl: timedelta) -> None:
+    def __init__(
+        self,
+        session: Session,
+        keyspace: str,
+        ttl: timedelta,
+        takeover_after: timedelta,
+        clock: Callable[[], datetime],
+    ) -> None:
         self._session = session
         self._ttl_s = int(ttl.total_seconds())
+        self._takeover_after = takeover_after
+        self._clock = clock
+        table = f"{keyspace}.notification_keys"
         self._insert = session.prepare(
-            f"INSERT INTO {keyspace}.notification_keys"
-            " (idempotency_key, user_id, accept_id, accepted_at)"
+            f"INSERT INTO {table} (idempotency_key, user_id, accept_id, accepted_at)"
             " VALUES (?, ?, ?, toTimestamp(now())) IF NOT EXISTS USING TTL ?"
         )
-        self._settle: PreparedStatement = session.prepare(
-            f"SELECT accept_id FROM {keyspace}.notification_keys WHERE idempotency_key = ?"
+        self._take_over = session.prepare(
+            f"UPDATE {table} USING TTL ? SET accept_id = ?, accepted_at = toTimestamp(now())"
+            " WHERE idempotency_key = ? IF accept_id = ? AND settled_at = null"
         )
-        self._settle.consistency_level = ConsistencyLevel.SERIAL
+        # A plain write: only the holder writes these columns, and a late one racing a
+        # takeover costs at most a second push under the same collapse id.
+        self._settle = session.prepare(
+            f"UPDATE {table} USING TTL ? SET settled_at = toTimestamp(now()), settled_as = ?"
+            " WHERE idempotency_key = ?"
+        )
+        self._release = session.prepare(
+            f"DELETE FROM {table} WHERE idempotency_key = ? IF accept_id = ?"
+        )
+        self._read: PreparedStatement = session.prepare(
+            f"SELECT accept_id, accepted_at, settled_as FROM {table} WHERE idempotency_key = ?"
+        )
+        # A SERIAL read finishes any in-flight Paxos round, so what it finds is final.
+        self._read.consistency_level = ConsistencyLevel.SERIAL
         # key -> the accept_ids of its attempts that failed here: a write that may have
         # landed unseen carries one of them.
         self._unsettled: OrderedDict[str, frozenset[uuid.UUID]] = OrderedDict()
 
     async def record(
         self, notification: Notification, accept_id: uuid.UUID | None = None
-    ) -> KeyRecord:
-        """Record the key if new. Raises a driver error when storage cannot say.
+    ) -> KeyClaim:
+        """Record the key, or take it over from a stale holder, or say who has it. Raises
+        a driver error (or KeyNotRecorded) when storage cannot say.
 
         `accept_id` names this attempt (by default that of the key's last attempt that
         failed here, else a fresh one): a row holding it, or the id of any attempt at the
@@ -79,25 +141,67 @@ class KeyStore:
                 self._unsettled.popitem(last=False)
             raise
 
+    async def settle(self, key: str, settlement: Settlement) -> None:
+        """Mark the key's delivery ended: later attempts are answered from `settlement`."""
+        await execute(self._session, self._settle, (self._ttl_s, settlement.value, key))
+
+    async def release(self, key: str, accept_id: uuid.UUID) -> None:
+        """Give the key up undelivered (shutting down), so a retry elsewhere takes it at
+        once instead of waiting out `takeover_after`."""
+        await execute(self._session, self._release, (key, accept_id))
+
     async def _record(
         self, notification: Notification, accept_id: uuid.UUID, ours: frozenset[uuid.UUID]
-    ) -> KeyRecord:
-        params = (notification.idempotency_key, notification.user_id, accept_id, self._ttl_s)
+    ) -> KeyClaim:
+        key = notification.idempotency_key
+        insert = (key, notification.user_id, accept_id, self._ttl_s)
+        found = await self._lwt(self._insert, insert, key, accept_id)
+        claim = self._judge(found, ours)
+        if claim is not None:
+            return claim
+        # Held too long by another attempt, unsettled: take it over from that holder.
+        take_over = (self._ttl_s, accept_id, key, found.accept_id)
+        now_found = await self._lwt(self._take_over, take_over, key, accept_id)
+        claim = self._judge(now_found, ours)
+        if claim is not None and claim.state is KeyState.RECORDED:
+            return KeyClaim(KeyState.RECORDED, accept_id, taken_over=True)
+        # Settled, or taken over by another attempt just now: not ours.
+        return claim or KeyClaim(KeyState.HELD_ELSEWHERE, now_found.accept_id)
+
+    async def _lwt(
+        self,
+        statement: PreparedStatement,
+        params: tuple[Any, ...],
+        key: str,
+        accept_id: uuid.UUID,
+    ) -> _KeyRow:
+        """The key's row after an LWT that writes `accept_id`. A refused INSERT answers
+        with the row there; a refused UPDATE only with the columns it compared, so the
+        row is read; an unknown outcome is settled by that same SERIAL read."""
         try:
-            row = (await execute(self._session, self._insert, params)).one()
+            result = (await execute(self._session, statement, params)).one()
         except Exception as error:
             if not outcome_unknown(error):
                 raise
-            return await self._settled(notification.idempotency_key, ours)
-        # A refused insert answers with the row that is there: ours if a re-send of this
-        # very insert (or an earlier attempt's) landed.
-        if row.applied or row.accept_id in ours:
-            return KeyRecord.RECORDED
-        return KeyRecord.ALREADY_RECORDED
+            return await self._read_row(key)
+        if result.applied:
+            return _KeyRow(accept_id, self._clock(), None)
+        if hasattr(result, "accepted_at"):
+            return _KeyRow.of(result)
+        return await self._read_row(key)
 
-    async def _settled(self, key: str, ours: frozenset[uuid.UUID]) -> KeyRecord:
-        # A SERIAL read finishes any in-flight Paxos round, so "no row" is final.
-        row = (await execute(self._session, self._settle, (key,))).one()
+    async def _read_row(self, key: str) -> _KeyRow:
+        row = (await execute(self._session, self._read, (key,))).one()
         if row is None:
-            raise KeyNotRecorded(f"the key write timed out and did not land: {key!r}")
-        return KeyRecord.RECORDED if row.accept_id in ours else KeyRecord.ALREADY_RECORDED
+            raise KeyNotRecorded(f"the key write did not land: {key!r}")
+        return _KeyRow.of(row)
+
+    def _judge(self, found: _KeyRow, ours: frozenset[uuid.UUID]) -> KeyClaim | None:
+        """What the row means for this attempt; None: held too long unsettled, take it."""
+        if found.settled_as is not None:
+            return KeyClaim(KeyState.SETTLED, found.accept_id, found.settled_as)
+        if found.accept_id in ours:
+            return KeyClaim(KeyState.RECORDED, found.accept_id)
+        if self._clock() - found.accepted_at < self._takeover_after:
+            return KeyClaim(KeyState.HELD_ELSEWHERE, found.accept_id)
+        return None

@@ -39,9 +39,24 @@ class Client:
     channel: grpc.Channel
     stub: pb_grpc.NotificationServiceStub
 
-    def send_batch(self, *items: pb.Notification) -> list[pb.SendResult]:
-        reply = self.stub.SendBatch(pb.SendBatchRequest(notifications=items), timeout=30)
+    def send_batch(self, *items: pb.Notification, timeout_s: float = 30) -> list[pb.SendResult]:
+        """Answered once every item's delivery ended (pushed, or given up on)."""
+        reply = self.stub.SendBatch(pb.SendBatchRequest(notifications=items), timeout=timeout_s)
         return list(reply.results)
+
+    def queued(self) -> float:
+        """Items waiting for a push worker, of both priorities."""
+        metrics = self.metrics()
+        return sum(
+            metrics[("notifier_queue_depth", frozenset({("priority", p)}))]
+            for p in ("urgent", "bulk")
+        )
+
+    def wait_queued(self, count: float, timeout_s: float = 10) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.queued() < count:
+            assert time.monotonic() < deadline, f"fewer than {count} items ever queued"
+            time.sleep(0.02)
 
     def delivered(self, user_id: str = "", key: str = "") -> list[pb.Delivered]:
         request = pb.ListDeliveredRequest(user_id=user_id, idempotency_key=key)

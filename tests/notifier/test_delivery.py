@@ -1,13 +1,15 @@
 """The notifier's promises on the real Cassandra through a real gRPC server: one push per
-key, expired items never pushed, urgent ahead of bulk, devices, the drop_reply fault."""
+key, answered once pushed, expired items never pushed, urgent ahead of bulk, devices, the
+drop_reply fault."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 
 import grpc
@@ -28,18 +30,39 @@ DUPLICATE = pb.SendResult.OUTCOME_DUPLICATE
 REJECTED = pb.SendResult.OUTCOME_REJECTED
 
 
-@contextmanager
-def one_worker_held(
-    settings: NotifierSettings, user: str
-) -> Iterator[tuple[Client, HoldableRecordingAdapter]]:
+@dataclass
+class HeldNotifier:
     """A notifier with one push worker, held inside the push of a first bulk item
-    ("bulk-0/<user>") until the test calls `adapter.release()`."""
+    ("bulk-0/<user>") until the test calls `adapter.release()`. Calls are answered once
+    their items are pushed, so they are made from `callers`."""
+
+    notifier: Client
+    adapter: HoldableRecordingAdapter
+    callers: ThreadPoolExecutor
+
+    def send(self, message: pb.Notification) -> Future[list[pb.SendResult]]:
+        return self.callers.submit(self.notifier.send_batch, message)
+
+    def send_queued(self, message: pb.Notification) -> Future[list[pb.SendResult]]:
+        """Send, and return once the item waits in the queue (so items queue in order)."""
+        before = self.notifier.queued()
+        answer = self.send(message)
+        self.notifier.wait_queued(before + 1)
+        return answer
+
+
+@contextmanager
+def one_worker_held(settings: NotifierSettings, user: str) -> Iterator[HeldNotifier]:
     adapter = HoldableRecordingAdapter(held=True)
     one_worker = dataclasses.replace(settings, push_workers=1)
-    with running_notifier(one_worker, adapter) as notifier:
-        notifier.send_batch(item(user, f"bulk-0/{user}", priority=pb.PRIORITY_BULK))
+    with running_notifier(one_worker, adapter) as notifier, ThreadPoolExecutor(8) as callers:
+        held = HeldNotifier(notifier, adapter, callers)
+        held.send(item(user, f"bulk-0/{user}", priority=pb.PRIORITY_BULK))
         assert adapter.push_waiting.wait(10)
-        yield notifier, adapter
+        try:
+            yield held
+        finally:
+            adapter.release()
 
 
 def test_accepted_then_duplicate_and_pushed_once(notifier: Client, user: str) -> None:
@@ -109,16 +132,31 @@ def test_batch_size_is_1_to_500(notifier: Client, user: str) -> None:
     assert len(notifier.send_batch(*(item(user) for _ in range(500)))) == 500
 
 
+def test_an_item_is_answered_once_pushed_not_once_queued(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """ "Accepted" means handed to the push service: a notifier that died with the item
+    queued would have answered nothing, and its sender would send it again."""
+    with one_worker_held(notifier_settings, user) as held:
+        answer = held.send_queued(item(user))
+        time.sleep(0.5)
+        assert not answer.done()
+        held.adapter.release()
+        [result] = answer.result(timeout=10)
+        assert result.outcome == ACCEPTED
+        assert held.notifier.delivered(key=result.idempotency_key)
+
+
 def test_urgent_items_go_before_bulk_items_queued_earlier(
     notifier_settings: NotifierSettings, user: str
 ) -> None:
-    with one_worker_held(notifier_settings, user) as (notifier, adapter):
+    with one_worker_held(notifier_settings, user) as held:
         bulk = [item(user, f"bulk-{n}/{user}", priority=pb.PRIORITY_BULK) for n in (1, 2, 3)]
         urgent = [item(user, f"urgent-{n}/{user}") for n in (1, 2, 3)]
-        for message in (*bulk, *urgent):  # one by one: queued in this order
-            notifier.send_batch(message)
-        adapter.release()
-        pushed = [p.idempotency_key for p in notifier.wait_delivered(7, user)]
+        answers = [held.send_queued(message) for message in (*bulk, *urgent)]
+        held.adapter.release()
+        assert [a.result(timeout=10)[0].outcome for a in answers] == [ACCEPTED] * 6
+        pushed = [p.idempotency_key for p in held.notifier.wait_delivered(7, user)]
     assert [key.split("/")[0] for key in pushed] == [
         "bulk-0",  # already being pushed when the others came
         "urgent-1",
@@ -130,21 +168,27 @@ def test_urgent_items_go_before_bulk_items_queued_earlier(
     ]
 
 
-def test_item_expiring_while_queued_is_dropped_and_counted(
+def test_item_expiring_while_queued_is_rejected_counted_and_settled(
     notifier_settings: NotifierSettings, user: str
 ) -> None:
-    with one_worker_held(notifier_settings, user) as (notifier, adapter):
-        [late] = notifier.send_batch(item(user, expire_in=timedelta(seconds=1)))
-        assert late.outcome == ACCEPTED
+    with one_worker_held(notifier_settings, user) as held:
+        late = item(user, expire_in=timedelta(seconds=1))
+        answer = held.send_queued(late)
         time.sleep(1.5)
-        adapter.release()
-        notifier.wait_delivered(1, user)
-        deadline = time.monotonic() + 5
+        held.adapter.release()
+        [result] = answer.result(timeout=10)
+        assert (result.outcome, result.reason) == (REJECTED, "expired")
         dropped = ("notifier_expired_in_queue_total", frozenset({("priority", "urgent")}))
-        while notifier.metrics()[dropped] < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert notifier.metrics()[dropped] == 1
-        assert late.idempotency_key not in {p.idempotency_key for p in notifier.delivered(user)}
+        assert held.notifier.metrics()[dropped] == 1
+        held.notifier.wait_delivered(1, user)
+        assert late.idempotency_key not in {
+            p.idempotency_key for p in held.notifier.delivered(user)
+        }
+        # Settled as expired: a re-send (with a fresh expiry) is answered the same.
+        again = item(user, late.idempotency_key)
+        assert [(r.outcome, r.reason) for r in held.notifier.send_batch(again)] == [
+            (REJECTED, "expired")
+        ]
 
 
 def test_registered_devices_get_the_push(notifier: Client, user: str) -> None:

@@ -1,6 +1,7 @@
 """The notifier through a Cassandra outage that begins while it serves: health follows the
 database, items it cannot record are answered RETRYABLE (never accepted or duplicate),
-what it had accepted is still delivered, and retried keys are delivered exactly once."""
+what it had recorded is still delivered (and then answered), and retried keys are
+delivered exactly once."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from datetime import timedelta
 
 import grpc
 import pytest
@@ -84,6 +86,17 @@ def send_during_outage(notifier: Client, *items: pb.Notification) -> None:
     assert refused in (None, grpc.StatusCode.UNAVAILABLE)
 
 
+def send_with_answers_lost(notifier: Client, proxy: TcpProxy, batch: list[pb.Notification]) -> None:
+    """The key writes reach the node, then the database is cut off before any answer
+    (to the writes or to the reads settling them) comes back: answered RETRYABLE."""
+    proxy.hold_replies()
+    with ThreadPoolExecutor(1) as pool:
+        sending = pool.submit(send_during_outage, notifier, *batch)
+        time.sleep(1)  # the inserts land on the node; their answers are dropped
+        proxy.cut()
+        sending.result(timeout=30)
+
+
 def deliveries(notifier: Client, user: str) -> Counter[str]:
     return Counter(p.idempotency_key for p in notifier.delivered(user))
 
@@ -107,14 +120,18 @@ def assert_no_traceback(caplog: pytest.LogCaptureFixture) -> None:
     assert not with_traceback, [f"{r.name}: {r.getMessage()}" for r in with_traceback]
 
 
-def test_an_outage_answers_retryable_and_loses_nothing_accepted_before_it(
+def test_an_outage_answers_retryable_and_loses_nothing_recorded_before_it(
     notifier_settings: NotifierSettings, user: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Serving, then the database gone for seconds, then back: nothing accepted is lost,
-    nothing unrecorded is claimed, nothing is pushed twice, and the server keeps running."""
+    """Serving, then the database gone for seconds, then back: nothing recorded before it
+    is lost (each is answered ACCEPTED once pushed), nothing unrecorded is claimed,
+    nothing is pushed twice, and the server keeps running."""
     caplog.set_level(logging.WARNING)
     adapter = HoldableRecordingAdapter()
-    with notifier_behind_proxy(notifier_settings, adapter) as (notifier, proxy):
+    with (
+        notifier_behind_proxy(notifier_settings, adapter) as (notifier, proxy),
+        ThreadPoolExecutor(4) as callers,
+    ):
         normal = item(user)
         [result] = notifier.send_batch(normal)
         assert result.outcome == ACCEPTED
@@ -122,10 +139,11 @@ def test_an_outage_answers_retryable_and_loses_nothing_accepted_before_it(
 
         # The one worker holds the first of these in its push; the rest stay queued.
         adapter.hold()
-        accepted_before = [item(user) for _ in range(4)]
-        assert notifier.send_batch(accepted_before[0])[0].outcome == ACCEPTED
+        recorded_before = [item(user) for _ in range(4)]
+        first = callers.submit(notifier.send_batch, recorded_before[0], timeout_s=120)
         assert adapter.push_waiting.wait(10)
-        assert {r.outcome for r in notifier.send_batch(*accepted_before[1:])} == {ACCEPTED}
+        rest = callers.submit(notifier.send_batch, *recorded_before[1:], timeout_s=120)
+        notifier.wait_queued(3)
 
         proxy.cut()
         wait_health(notifier, NOT_SERVING, timeout_s=5)
@@ -134,18 +152,21 @@ def test_an_outage_answers_retryable_and_loses_nothing_accepted_before_it(
         adapter.release()  # the queued items now meet the dead database
         time.sleep(OUTAGE_S)
         assert deliveries(notifier, user) == Counter(
-            m.idempotency_key for m in [normal, accepted_before[0]]
+            m.idempotency_key for m in [normal, recorded_before[0]]
         )
+        assert not rest.done()  # not answered: not delivered yet
         wait_health(notifier, NOT_SERVING, timeout_s=5)  # still running, still honest
 
         proxy.restore()
         wait_health(notifier, SERVING, timeout_s=60)
+        answered = first.result(timeout=60) + rest.result(timeout=60)
+        assert [r.outcome for r in answered] == [ACCEPTED] * len(recorded_before)
         results = notifier.send_batch(*retry_later)
         assert [r.outcome for r in results] == [ACCEPTED] * len(retry_later)
         assert_delivered_once(
             notifier,
             user,
-            [m.idempotency_key for m in [normal, *accepted_before, *retry_later]],
+            [m.idempotency_key for m in [normal, *recorded_before, *retry_later]],
         )
     assert_no_traceback(caplog)
 
@@ -160,12 +181,7 @@ def test_key_writes_cut_off_in_flight_are_accepted_once_when_sent_again(
     adapter = RecordingPushAdapter(capacity=1000)
     with notifier_behind_proxy(notifier_settings, adapter) as (notifier, proxy):
         batch = [item(user) for _ in range(5)]
-        proxy.hold_replies()
-        with ThreadPoolExecutor(1) as pool:
-            sending = pool.submit(send_during_outage, notifier, *batch)
-            time.sleep(1)  # the inserts land on the node; their answers are dropped
-            proxy.cut()
-            sending.result(timeout=30)
+        send_with_answers_lost(notifier, proxy, batch)
         wait_health(notifier, NOT_SERVING, timeout_s=5)
         assert deliveries(notifier, user) == Counter()
 
@@ -175,6 +191,42 @@ def test_key_writes_cut_off_in_flight_are_accepted_once_when_sent_again(
         assert [r.outcome for r in results] == [ACCEPTED] * len(batch)
         assert_delivered_once(notifier, user, [m.idempotency_key for m in batch])
     assert_no_traceback(caplog)
+
+
+def test_a_key_write_landed_unheard_on_one_replica_is_pushed_once_by_another(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """Replica A's key writes land, but neither their answers nor the reads settling them
+    come back, so A answers RETRYABLE; the sender's retry reaches replica B, which cannot
+    tell A's failed attempts from live ones: it answers RETRYABLE while A might still
+    deliver, then takes the keys over and pushes each once (it used to answer DUPLICATE,
+    and the rings were lost)."""
+    takeover_after = timedelta(seconds=3)
+    settings = dataclasses.replace(notifier_settings, key_takeover_after=takeover_after)
+    adapter = RecordingPushAdapter(capacity=1000)
+    with (
+        notifier_behind_proxy(settings, adapter) as (replica_a, proxy),
+        running_notifier(settings) as replica_b,
+    ):
+        batch = [item(user) for _ in range(3)]
+        send_with_answers_lost(replica_a, proxy, batch)
+
+        held = replica_b.send_batch(*batch)
+        assert {(r.outcome, r.reason) for r in held} == {
+            (RETRYABLE, "another attempt is delivering this key")
+        }
+        # Sent again, as the dispatcher does, until each has a final answer.
+        final: dict[str, int] = {}
+        deadline = time.monotonic() + takeover_after.total_seconds() + 10
+        while len(final) < len(batch):
+            assert time.monotonic() < deadline, "never taken over"
+            time.sleep(0.5)
+            for r in replica_b.send_batch(*(m for m in batch if m.idempotency_key not in final)):
+                if r.outcome != RETRYABLE:
+                    final[r.idempotency_key] = r.outcome
+        assert set(final.values()) == {ACCEPTED}
+        assert_delivered_once(replica_b, user, [m.idempotency_key for m in batch])
+        assert adapter.delivered(user, "") == []
 
 
 def test_a_notifier_started_before_its_database_waits_then_serves_or_stops_on_sigterm(

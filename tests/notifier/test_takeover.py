@@ -1,0 +1,100 @@
+"""Keys whose holder went away undelivered, on the real node through real notifiers: a
+holder that died mid-delivery (its row left unsettled) and a notifier stopping with items
+it could not deliver. Either way the key is delivered once, by whichever replica the
+sender's retry reaches."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+
+import grpc
+
+from genproto.notification.v1 import notification_pb2 as pb
+from notifier.settings import NotifierSettings
+from reminders_svc.storage.session import connect
+from tests.notifier.conftest import HoldableRecordingAdapter, item, running_notifier
+
+ACCEPTED = pb.SendResult.OUTCOME_ACCEPTED
+DUPLICATE = pb.SendResult.OUTCOME_DUPLICATE
+RETRYABLE = pb.SendResult.OUTCOME_RETRYABLE
+TAKEOVERS = ("notifier_key_takeovers_total", frozenset[tuple[str, str]]())
+
+
+def test_a_key_a_dead_holder_left_unsettled_is_retryable_then_taken_over_and_pushed_once(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """What a notifier killed between recording a key and pushing it leaves behind: the
+    key's row, unsettled. Within the takeover bound the holder might still push, so a
+    retry is told to retry; past it, the retry takes the key over and pushes it."""
+    takeover_after = timedelta(seconds=2)
+    settings = dataclasses.replace(notifier_settings, key_takeover_after=takeover_after)
+    message = item(user)
+    cassandra = settings.cassandra
+    with connect(cassandra) as connection:
+        connection.session.execute(
+            f"INSERT INTO {cassandra.keyspace}.notification_keys"
+            " (idempotency_key, user_id, accept_id, accepted_at) VALUES (%s, %s, %s, %s)",
+            (message.idempotency_key, user, uuid.uuid4(), datetime.now(UTC)),
+        )
+    with running_notifier(settings) as notifier:
+        [held] = notifier.send_batch(message)
+        assert (held.outcome, held.reason) == (
+            RETRYABLE,
+            "another attempt is delivering this key",
+        )
+        assert notifier.delivered(key=message.idempotency_key) == []
+
+        time.sleep(takeover_after.total_seconds())
+        [taken] = notifier.send_batch(message)
+        assert taken.outcome == ACCEPTED
+        assert notifier.metrics()[TAKEOVERS] == 1
+        [again] = notifier.send_batch(message)
+        assert again.outcome == DUPLICATE
+        assert len(notifier.delivered(key=message.idempotency_key)) == 1
+
+
+def test_a_notifier_stopping_hands_back_what_it_could_not_push_and_another_pushes_it_at_once(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """Stopped with one item in a push that hangs and one queued, past its grace: neither
+    is answered ACCEPTED, and both keys are released, so another replica (with the default
+    one-minute takeover bound) accepts and pushes them at once."""
+    stopping = dataclasses.replace(
+        notifier_settings, push_workers=1, shutdown_grace=timedelta(seconds=1)
+    )
+    hanging = HoldableRecordingAdapter(held=True)
+    in_push, queued = item(user), item(user)
+    with ThreadPoolExecutor(2) as callers:
+        with running_notifier(stopping, hanging) as first:
+            answers = [callers.submit(first.send_batch, in_push)]
+            assert hanging.push_waiting.wait(10)
+            answers.append(callers.submit(first.send_batch, queued))
+            first.wait_queued(1)
+        outcomes = [answered(a) for a in answers]
+    hanging.release()
+    # Cut off by the stop (the same to a sender) or answered "retry": never accepted.
+    assert set(outcomes) <= {"CANCELLED", "UNAVAILABLE", "RETRYABLE"}
+    assert hanging.delivered(user, "") == []
+
+    with running_notifier(notifier_settings) as second:
+        started = time.monotonic()
+        results = second.send_batch(in_push, queued)
+        assert [r.outcome for r in results] == [ACCEPTED, ACCEPTED]
+        assert time.monotonic() - started < 5  # released: no takeover bound waited out
+        assert sorted(p.idempotency_key for p in second.wait_delivered(2, user)) == sorted(
+            [in_push.idempotency_key, queued.idempotency_key]
+        )
+        assert second.metrics()[TAKEOVERS] == 0
+
+
+def answered(answer: Future[list[pb.SendResult]]) -> str:
+    """The outcome of a one-item call, or the status code that ended it."""
+    try:
+        [result] = answer.result(timeout=30)
+    except grpc.RpcError as error:
+        return str(error.code().name)
+    return pb.SendResult.Outcome.Name(result.outcome).removeprefix("OUTCOME_")
