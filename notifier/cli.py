@@ -49,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"reminders notifier: {error}", file=sys.stderr)
         return 1
-    if settings.faults.drop_reply:
-        log.warning("fault injection on: drop_reply:%d", settings.faults.drop_reply)
+    if settings.faults.any:
+        log.warning("fault injection on: %s", settings.faults)
     try:
         # Migrates the keyspace first, waiting for the database if it does not answer.
         asyncio.run(serve(settings))

@@ -27,20 +27,30 @@ PREFIX = "REMINDERS_NOTIFIER_"
 @dataclass(frozen=True)
 class Faults:
     """Fault injection for the dispatcher's tests; all off unless REMINDERS_NOTIFIER_FAULTS
-    names them, e.g. `drop_reply:2`."""
+    names them, e.g. `drop_reply:2` or `crash_before_push`."""
 
     # The first N SendBatch calls are processed in full but answered UNAVAILABLE.
     drop_reply: int = 0
+    # SIGKILL this process when its first push is about to go out (keys recorded, nothing
+    # pushed, nothing answered): what a notifier killed mid-delivery leaves behind.
+    crash_before_push: bool = False
 
     @classmethod
     def parse(cls, text: str) -> Faults:
         faults = cls()
         for spec in filter(None, (part.strip() for part in text.split(","))):
             name, _, count = spec.partition(":")
-            if name != "drop_reply":
-                raise ConfigError(f"{PREFIX}FAULTS={text!r}: unknown fault {name!r}")
-            faults = dataclasses.replace(faults, drop_reply=_int(count, f"{PREFIX}FAULTS"))
+            if name == "drop_reply":
+                faults = dataclasses.replace(faults, drop_reply=_int(count, f"{PREFIX}FAULTS"))
+            elif name == "crash_before_push" and not count:
+                faults = dataclasses.replace(faults, crash_before_push=True)
+            else:
+                raise ConfigError(f"{PREFIX}FAULTS={text!r}: unknown fault {spec!r}")
         return faults
+
+    @property
+    def any(self) -> bool:
+        return self != Faults()
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ import asyncio
 import dataclasses
 import logging
 import math
+import os
 import random
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -35,6 +37,8 @@ class DeliveryPolicy:
     retry_backoff: timedelta
     # Users without devices get "auto:<user_id>" (development and tests only).
     auto_device: bool
+    # Fault injection (tests): SIGKILL this process as its first push is about to go out.
+    crash_before_push: bool = False
 
 
 class PushWorkers:
@@ -110,6 +114,9 @@ class PushWorkers:
             log.info("no device for %s", notification.idempotency_key)
             _end(item, Settlement.NO_DEVICE)
             return
+        if self._policy.crash_before_push:
+            log.warning("fault crash_before_push: killing this process")
+            os.kill(os.getpid(), signal.SIGKILL)
         results = await asyncio.gather(*(self._push(notification, d) for d in devices))
         again = tuple(
             device

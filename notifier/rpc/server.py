@@ -104,6 +104,7 @@ class NotifierServer:
             max_attempts=settings.push_max_attempts,
             retry_backoff=settings.push_retry_backoff,
             auto_device=settings.auto_device,
+            crash_before_push=settings.faults.crash_before_push,
         )
         self._workers = PushWorkers(
             queue, self.adapter, devices, policy, self._metrics, self._clock

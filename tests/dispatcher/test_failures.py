@@ -1,4 +1,4 @@
-"""Crashes, frozen dispatchers, lost replies, outages and a notifier that is down.
+"""Crashes, frozen dispatchers, lost replies, outages, a notifier that is down or killed.
 
 Every test runs its own stack of real processes (see stack.py): dispatchers are killed
 with SIGKILL through the fault hooks, frozen with SIGSTOP, and the notifier is stopped
@@ -83,6 +83,33 @@ def test_a_crashed_dispatchers_ring_is_re_sent_by_the_next_owner_and_delivered_o
         else (pb.Delivery.ANSWER_ACCEPTED)
     )
     assert [d.answer for d in history.deliveries] == [expected]  # one key, one row
+
+
+def test_a_notifier_killed_before_its_push_answered_nothing_and_its_successor_pushes_once(
+    stack: Stack,
+) -> None:
+    """The notifier records the ring's key, then dies before pushing (SIGKILL via its
+    hook). It had answered nothing, so the dispatcher keeps retrying; the notifier started
+    in its place finds the key held, unsettled, answers "retry" until the takeover bound,
+    then takes the key over and pushes it: one push, answered ACCEPTED, not DUPLICATE."""
+    takeover = {"REMINDERS_NOTIFIER_KEY_TAKEOVER_AFTER_S": "3"}
+    doomed = stack.start_notifier(REMINDERS_NOTIFIER_FAULTS="crash_before_push", **takeover)
+    stack.start_dispatcher("d")
+    wait_owning(stack, {"d"})
+    user = new_user()
+    created = stack.create_at(user, soon(3))
+
+    doomed.wait(timeout=30)
+    assert doomed.returncode == -signal.SIGKILL
+    stack.start_notifier(**takeover)
+
+    pushes = stack.wait_for_pushes(1, user, created.id, timeout_s=40)
+    assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
+    assert len(pushes) == 1
+    history = stack.api.ListDeliveries(
+        pb.ListDeliveriesRequest(reminder_id=created.id), metadata=stack.md(user)
+    )
+    assert [d.answer for d in history.deliveries] == [pb.Delivery.ANSWER_ACCEPTED]
 
 
 def test_sigterm_lets_go_of_unsent_claims_and_leases_at_once(stack: Stack) -> None:

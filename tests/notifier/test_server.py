@@ -19,7 +19,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from genproto.notification.v1 import notification_pb2 as pb
 from genproto.notification.v1 import notification_pb2_grpc as pb_grpc
 from notifier.rpc.server import NOTIFICATION_SERVICE
-from notifier.settings import NotifierSettings
+from notifier.settings import Faults, NotifierSettings
+from reminders_svc.config import ConfigError
 from tests.api.serving import cassandra_env
 from tests.notifier.conftest import Client, item, running_notifier
 from tests.platform.helpers import free_port
@@ -129,3 +130,14 @@ def test_process_migrates_serves_and_stops_on_sigterm(
     # The fixture migrated it first.
     assert "already applied ['0001_initial', '0002_key_settlement']" in output
     assert "stopped" in output
+
+
+def test_faults_are_off_unless_named_and_unknown_ones_refused() -> None:
+    assert Faults.parse("") == Faults()
+    assert not Faults.parse(" ").any
+    assert Faults.parse("drop_reply:2, crash_before_push") == Faults(
+        drop_reply=2, crash_before_push=True
+    )
+    for text in ("crash_after_push", "crash_before_push:1", "drop_reply:x"):
+        with pytest.raises(ConfigError):
+            Faults.parse(text)
