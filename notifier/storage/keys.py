@@ -34,7 +34,7 @@ from cassandra.cluster import Session
 from cassandra.query import PreparedStatement
 
 from notifier.domain.model import Notification, Settlement
-from reminders_svc.storage.aio import execute, outcome_unknown
+from reminders_svc.storage.aio import execute, or_settled
 
 
 class KeyState(enum.Enum):
@@ -178,17 +178,15 @@ class KeyStore:
         """The key's row after an LWT that writes `accept_id`. A refused INSERT answers
         with the row there; a refused UPDATE only with the columns it compared, so the
         row is read; an unknown outcome is settled by that same SERIAL read."""
-        try:
+
+        async def answered() -> _KeyRow | None:
             result = (await execute(self._session, statement, params)).one()
-        except Exception as error:
-            if not outcome_unknown(error):
-                raise
-            return await self._read_row(key)
-        if result.applied:
-            return _KeyRow(accept_id, self._clock(), None)
-        if hasattr(result, "accepted_at"):
-            return _KeyRow.of(result)
-        return await self._read_row(key)
+            if result.applied:
+                return _KeyRow(accept_id, self._clock(), None)
+            return _KeyRow.of(result) if hasattr(result, "accepted_at") else None
+
+        found = await or_settled(answered(), lambda: self._read_row(key))
+        return found if found is not None else await self._read_row(key)
 
     async def _read_row(self, key: str) -> _KeyRow:
         row = (await execute(self._session, self._read, (key,))).one()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from cassandra import OperationTimedOut, WriteFailure, WriteTimeout, WriteType
 from cassandra.cluster import ResultSet, Session
@@ -99,15 +99,26 @@ def outcome_unknown(error: BaseException) -> bool:
     return isinstance(error, OperationTimedOut | ConnectionException | ServerError)
 
 
-async def applied_or_settled(
-    attempt: Awaitable[ResultSet], settle: Callable[[], Awaitable[bool]]
-) -> bool:
-    """Whether the LWT `attempt` applied; when its outcome is unknown, what `settle` (a
-    SERIAL read of the row it wrote) says."""
+_T = TypeVar("_T")
+
+
+async def or_settled(attempt: Awaitable[_T], settle: Callable[[], Awaitable[_T]]) -> _T:
+    """What the LWT `attempt` gives; when its outcome is unknown, what `settle` (a SERIAL
+    read of the row it wrote) says instead. Never re-applied blindly (invariant 4)."""
     try:
-        result = await attempt
+        return await attempt
     except Exception as error:
         if not outcome_unknown(error):
             raise
         return await settle()
-    return bool(result.one().applied)
+
+
+async def applied_or_settled(
+    attempt: Awaitable[ResultSet], settle: Callable[[], Awaitable[bool]]
+) -> bool:
+    """Whether the LWT `attempt` applied; when its outcome is unknown, what `settle` says."""
+
+    async def applied() -> bool:
+        return bool((await attempt).one().applied)
+
+    return await or_settled(applied(), settle)

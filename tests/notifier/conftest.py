@@ -124,6 +124,20 @@ def user() -> str:
     return f"user-{uuid.uuid4().hex[:10]}"
 
 
+def leave_unsettled_key(
+    settings: NotifierSettings, key: str, user_id: str, accepted_at: datetime
+) -> None:
+    """The row a notifier that recorded `key` at `accepted_at` and then died (before
+    pushing it) leaves behind: held by an attempt nobody runs, never settled."""
+    cassandra = settings.cassandra
+    with connect(cassandra) as connection:
+        connection.session.execute(
+            f"INSERT INTO {cassandra.keyspace}.notification_keys"
+            " (idempotency_key, user_id, accept_id, accepted_at) VALUES (%s, %s, %s, %s)",
+            (key, user_id, uuid.uuid4(), accepted_at),
+        )
+
+
 def reminder_key() -> str:
     """As the dispatcher builds them: "<reminder_id>/<due as RFC 3339>"."""
     due = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")

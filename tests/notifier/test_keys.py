@@ -12,6 +12,7 @@ from notifier.domain.model import Notification, Priority, Settlement
 from notifier.settings import NotifierSettings
 from notifier.storage.keys import KeyClaim, KeyState, KeyStore
 from reminders_svc.storage.session import connect
+from tests.notifier.conftest import leave_unsettled_key
 
 TAKEOVER_AFTER = timedelta(seconds=60)
 
@@ -119,18 +120,12 @@ def test_concurrent_takeovers_of_a_stale_key_leave_one_holder(
 ) -> None:
     item = notification()
     attempts = [uuid.uuid4() for _ in range(8)]
-    settings = notifier_settings.cassandra
-    with connect(settings) as connection:  # the row a holder that died 2 minutes ago left
-        connection.session.execute(
-            f"INSERT INTO {settings.keyspace}.notification_keys"
-            " (idempotency_key, user_id, accept_id, accepted_at) VALUES (%s, %s, %s, %s)",
-            (
-                item.idempotency_key,
-                item.user_id,
-                uuid.uuid4(),
-                datetime.now(UTC) - 2 * TAKEOVER_AFTER,
-            ),
-        )
+    leave_unsettled_key(  # by a holder that died 2 minutes ago
+        notifier_settings,
+        item.idempotency_key,
+        item.user_id,
+        datetime.now(UTC) - 2 * TAKEOVER_AFTER,
+    )
 
     async def steps(keys: KeyStore, ahead: list[timedelta]) -> list[KeyClaim]:
         return list(await asyncio.gather(*(keys.record(item, a) for a in attempts)))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
@@ -15,8 +14,12 @@ import grpc
 
 from genproto.notification.v1 import notification_pb2 as pb
 from notifier.settings import NotifierSettings
-from reminders_svc.storage.session import connect
-from tests.notifier.conftest import HoldableRecordingAdapter, item, running_notifier
+from tests.notifier.conftest import (
+    HoldableRecordingAdapter,
+    item,
+    leave_unsettled_key,
+    running_notifier,
+)
 
 ACCEPTED = pb.SendResult.OUTCOME_ACCEPTED
 DUPLICATE = pb.SendResult.OUTCOME_DUPLICATE
@@ -33,13 +36,7 @@ def test_a_key_a_dead_holder_left_unsettled_is_retryable_then_taken_over_and_pus
     takeover_after = timedelta(seconds=2)
     settings = dataclasses.replace(notifier_settings, key_takeover_after=takeover_after)
     message = item(user)
-    cassandra = settings.cassandra
-    with connect(cassandra) as connection:
-        connection.session.execute(
-            f"INSERT INTO {cassandra.keyspace}.notification_keys"
-            " (idempotency_key, user_id, accept_id, accepted_at) VALUES (%s, %s, %s, %s)",
-            (message.idempotency_key, user, uuid.uuid4(), datetime.now(UTC)),
-        )
+    leave_unsettled_key(settings, message.idempotency_key, user, datetime.now(UTC))
     with running_notifier(settings) as notifier:
         [held] = notifier.send_batch(message)
         assert (held.outcome, held.reason) == (
