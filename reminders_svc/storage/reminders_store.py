@@ -24,7 +24,7 @@ from typing import Any
 
 from cassandra import ConsistencyLevel
 from cassandra.cluster import ResultSet, Session
-from cassandra.query import BatchStatement, BatchType, PreparedStatement
+from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
 
 from reminders_svc.config import Retention
 from reminders_svc.domain.errors import QuotaExceeded
@@ -69,6 +69,16 @@ def _taken_over(old: Reminder, new: Reminder) -> Claim | None:
     if old.claim is None or new.claim is None or new.claim.token == old.claim.token:
         return None
     return old.claim
+
+
+def _cell(new: Any, old: Any) -> Any:
+    """The value to bind for a column going from `old` to `new`.
+
+    A column null before and after is left unset rather than written null: a null write
+    is a tombstone cell, which every read of the user's partition scans until compaction
+    drops it (past gc_grace_seconds).
+    """
+    return UNSET_VALUE if new is None and old is None else new
 
 
 def _landed(settled: Reminder, before: Reminder | None, written: Reminder) -> bool:
@@ -229,12 +239,12 @@ class ReminderStore:
             raise QuotaExceeded(f"at most {max_active} active reminders per user")
         if reminder.due is not None:
             await self.write_bucket_entry(reminder, reminder.created_at)
-        columns = to_columns(reminder)
+        values = (_cell(value, None) for value in to_columns(reminder).values())
         batch = self._batch()
         batch.add(self._count, ((active_count or 0) + 1, reminder.user_id, active_count))
         batch.add(
             self._create,
-            (*columns.values(), reminder.created_at, reminder.user_id, reminder.reminder_id),
+            (*values, reminder.created_at, reminder.user_id, reminder.reminder_id),
         )
         return await self._lwt(batch, None, reminder)
 
@@ -255,7 +265,8 @@ class ReminderStore:
         new_values = {**to_columns(after), "created_at": after.created_at}
         old_values = {**to_columns(old), "created_at": old.created_at}
         # Only what changed (a claim does not rewrite the text), always with the op id that
-        # settles an unknown outcome; a delete rewrites every cell, so all carry its TTL.
+        # settles an unknown outcome; a delete rewrites every cell, so all carry its TTL
+        # (a column null before and after has no cell: it stays unset, no tombstone).
         columns = (
             (*MUTABLE_COLUMNS, "created_at")
             if deleting
@@ -269,7 +280,7 @@ class ReminderStore:
         update = await self._update_of(columns, compare_expiry=expired_claim is not None)
         update_params = (
             ttl,
-            *(new_values[column] for column in columns),
+            *(_cell(new_values[column], old_values[column]) for column in columns),
             old.user_id,
             old.reminder_id,
             old.version,

@@ -385,3 +385,34 @@ def test_a_deleted_row_keeps_every_cell_only_until_the_tombstone_ttl(
     # Every cell expires past the retry horizon (30 days), so the row vanishes whole.
     for ttl in (row.status_ttl, row.body_ttl, row.created_ttl):
         assert 29 * 86400 < ttl <= 30 * 86400
+
+
+def test_creating_editing_and_deleting_leave_no_tombstones_for_reads_to_scan(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    # A null written for an absent value (no claim, no snooze, a repeat's missing instant)
+    # is a tombstone cell that every read of the user's partition scans until compaction:
+    # Cassandra warns past 1,000 in one read, and fails the read past 100,000.
+    kept = create(api, user, weekly_monday_nine())
+    create(api, user, one_off("2026-11-01T01:30:00"))
+    deleted = create(api, user, one_off("2026-11-02T09:00:00"))
+    api.reminders.UpdateReminder(
+        pb.UpdateReminderRequest(
+            reminder=pb.Reminder(id=kept.id, version=kept.version, text="call dad"),
+            update_mask=FieldMask(paths=["text"]),
+        ),
+        metadata=api.as_user(user),
+    )
+    api.reminders.DeleteReminder(
+        pb.DeleteReminderRequest(id=deleted.id), metadata=api.as_user(user)
+    )
+
+    traced = cassandra.session.execute(
+        "SELECT * FROM reminders WHERE user_id = %s", (user,), trace=True
+    )
+    assert len(list(traced)) == 3
+    events = [event.description for event in traced.get_query_trace().events]
+    read = [event for event in events if " live rows and " in event]
+    # Four rows with the partition's static one (the active count); the one tombstone is
+    # the deleted reminder's cleared due.
+    assert read == ["Read 4 live rows and 1 tombstone cells"], events
