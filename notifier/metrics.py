@@ -37,8 +37,15 @@ class NotifierMetrics:
         )
         self.undeliverable = Counter(
             "notifier_undeliverable",
-            "Notifications given up on, by reason (no device, attempts exhausted, shutdown).",
+            "Notifications given up on, by reason (no device, attempts exhausted).",
             ("reason",),
+            registry=registry,
+        )
+        self.handed_back = Counter(
+            "notifier_handed_back",
+            "Notifications a stopping notifier could not push within its grace: their "
+            "callers are answered retry and their keys released, so another replica "
+            "pushes them.",
             registry=registry,
         )
         self.key_takeovers = Counter(

@@ -72,7 +72,7 @@ class PushWorkers:
             await asyncio.wait_for(self._queue.drained(), timeout=grace_s)
         except TimeoutError:
             left = self._queue.abandon()
-            self._metrics.undeliverable.labels("shutdown").inc(len(left))
+            self._metrics.handed_back.inc(len(left))
             log.error("shutdown grace over: %d notifications handed back undelivered", len(left))
             for item in left:
                 _end(item, None)
