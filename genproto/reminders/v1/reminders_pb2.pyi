@@ -684,9 +684,11 @@ class Delivery(_message.Message):
         ANSWER_UNSPECIFIED: Delivery._Answer.ValueType  # 0
         """Not answered yet."""
         ANSWER_ACCEPTED: Delivery._Answer.ValueType  # 1
-        """Accepted for delivery."""
+        """Delivered: pushed to the user's devices (or the user has none registered)."""
         ANSWER_DUPLICATE: Delivery._Answer.ValueType  # 2
-        """Already accepted before under the same key."""
+        """Delivered by an earlier hand-off of this ring (same key) whose answer was lost,
+        e.g. to a timeout: pushed once, not twice.
+        """
         ANSWER_REJECTED: Delivery._Answer.ValueType  # 3
         """Refused for good (see reason)."""
         ANSWER_ABANDONED: Delivery._Answer.ValueType  # 4
@@ -698,9 +700,11 @@ class Delivery(_message.Message):
     ANSWER_UNSPECIFIED: Delivery.Answer.ValueType  # 0
     """Not answered yet."""
     ANSWER_ACCEPTED: Delivery.Answer.ValueType  # 1
-    """Accepted for delivery."""
+    """Delivered: pushed to the user's devices (or the user has none registered)."""
     ANSWER_DUPLICATE: Delivery.Answer.ValueType  # 2
-    """Already accepted before under the same key."""
+    """Delivered by an earlier hand-off of this ring (same key) whose answer was lost,
+    e.g. to a timeout: pushed once, not twice.
+    """
     ANSWER_REJECTED: Delivery.Answer.ValueType  # 3
     """Refused for good (see reason)."""
     ANSWER_ABANDONED: Delivery.Answer.ValueType  # 4
