@@ -30,6 +30,11 @@ from reminders_svc.storage.session import connect
 from tests.servers import ServerThread
 
 DEV_ENV = {"REMINDERS_ENV": "dev"}
+# A SendResult's outcomes, as the tests compare them.
+ACCEPTED = pb.SendResult.OUTCOME_ACCEPTED
+DUPLICATE = pb.SendResult.OUTCOME_DUPLICATE
+REJECTED = pb.SendResult.OUTCOME_REJECTED
+RETRYABLE = pb.SendResult.OUTCOME_RETRYABLE
 
 
 @dataclass

@@ -18,16 +18,15 @@ import pytest
 from genproto.notification.v1 import notification_pb2 as pb
 from notifier.settings import Faults, NotifierSettings
 from tests.notifier.conftest import (
+    ACCEPTED,
+    DUPLICATE,
+    REJECTED,
     Client,
     HoldableRecordingAdapter,
     item,
     reminder_key,
     running_notifier,
 )
-
-ACCEPTED = pb.SendResult.OUTCOME_ACCEPTED
-DUPLICATE = pb.SendResult.OUTCOME_DUPLICATE
-REJECTED = pb.SendResult.OUTCOME_REJECTED
 
 
 @dataclass

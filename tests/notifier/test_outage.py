@@ -25,12 +25,17 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from genproto.notification.v1 import notification_pb2 as pb
 from notifier.delivery.adapters import RecordingPushAdapter
 from notifier.settings import NotifierSettings
-from tests.notifier.conftest import Client, HoldableRecordingAdapter, item, running_notifier
+from tests.notifier.conftest import (
+    ACCEPTED,
+    RETRYABLE,
+    Client,
+    HoldableRecordingAdapter,
+    item,
+    running_notifier,
+)
 from tests.platform.helpers import REMINDERS, free_port
 from tests.tcp_proxy import TcpProxy
 
-ACCEPTED = pb.SendResult.OUTCOME_ACCEPTED
-RETRYABLE = pb.SendResult.OUTCOME_RETRYABLE
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 # Long enough for every pre-outage item to have met the dead database several times.

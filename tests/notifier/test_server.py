@@ -22,7 +22,7 @@ from notifier.rpc.server import NOTIFICATION_SERVICE
 from notifier.settings import Faults, NotifierSettings
 from reminders_svc.config import ConfigError
 from tests.api.serving import cassandra_env
-from tests.notifier.conftest import Client, item, running_notifier
+from tests.notifier.conftest import ACCEPTED, Client, item, running_notifier
 from tests.platform.helpers import free_port
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -119,7 +119,7 @@ def test_process_migrates_serves_and_stops_on_sigterm(
         with grpc.insecure_channel(target) as channel:
             stub = pb_grpc.NotificationServiceStub(channel)
             reply = stub.SendBatch(pb.SendBatchRequest(notifications=[item(user)]), timeout=10)
-            assert reply.results[0].outcome == pb.SendResult.OUTCOME_ACCEPTED
+            assert reply.results[0].outcome == ACCEPTED
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=30)
     finally:

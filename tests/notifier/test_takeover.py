@@ -15,15 +15,15 @@ import grpc
 from genproto.notification.v1 import notification_pb2 as pb
 from notifier.settings import NotifierSettings
 from tests.notifier.conftest import (
+    ACCEPTED,
+    DUPLICATE,
+    RETRYABLE,
     HoldableRecordingAdapter,
     item,
     leave_unsettled_key,
     running_notifier,
 )
 
-ACCEPTED = pb.SendResult.OUTCOME_ACCEPTED
-DUPLICATE = pb.SendResult.OUTCOME_DUPLICATE
-RETRYABLE = pb.SendResult.OUTCOME_RETRYABLE
 TAKEOVERS = ("notifier_key_takeovers_total", frozenset[tuple[str, str]]())
 
 
