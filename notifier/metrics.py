@@ -43,9 +43,9 @@ class NotifierMetrics:
         )
         self.handed_back = Counter(
             "notifier_handed_back",
-            "Notifications a stopping notifier could not push within its grace: their "
-            "callers are answered retry and their keys released, so another replica "
-            "pushes them.",
+            "Notifications handed back undelivered, queued or mid-push, by a notifier "
+            "stopping past its grace: their callers are answered retry and their keys "
+            "released, so another replica pushes them.",
             registry=registry,
         )
         self.key_takeovers = Counter(

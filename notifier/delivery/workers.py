@@ -72,10 +72,9 @@ class PushWorkers:
             await asyncio.wait_for(self._queue.drained(), timeout=grace_s)
         except TimeoutError:
             left = self._queue.abandon()
-            self._metrics.handed_back.inc(len(left))
-            log.error("shutdown grace over: %d notifications handed back undelivered", len(left))
+            log.error("shutdown grace over: %d queued notifications handed back", len(left))
             for item in left:
-                _end(item, None)
+                self._end(item, None)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -88,9 +87,9 @@ class PushWorkers:
             except Exception:
                 # A bug must not kill the worker; the key is in the message, texts are not.
                 log.exception("delivering %s failed", item.notification.idempotency_key)
-                _end(item, None)
+                self._end(item, None)
             except BaseException:
-                _end(item, None)  # cancelled mid-push: stopping
+                self._end(item, None)  # cancelled mid-push: stopping
                 raise
             finally:
                 self._queue.done()
@@ -99,7 +98,7 @@ class PushWorkers:
         notification = item.notification
         if notification.expired_at(self._clock()):
             self._metrics.expired_in_queue.labels(notification.priority.value).inc()
-            _end(item, Settlement.EXPIRED)
+            self._end(item, Settlement.EXPIRED)
             return
         devices = item.devices
         if devices is None:
@@ -112,7 +111,7 @@ class PushWorkers:
         if not devices:
             self._metrics.undeliverable.labels("no_device").inc()
             log.info("no device for %s", notification.idempotency_key)
-            _end(item, Settlement.NO_DEVICE)
+            self._end(item, Settlement.NO_DEVICE)
             return
         if self._policy.crash_before_push:
             log.warning("fault crash_before_push: killing this process")
@@ -126,7 +125,7 @@ class PushWorkers:
         if again:
             self._retry(item, again)
         else:
-            _end(item, Settlement.PUSHED)
+            self._end(item, Settlement.PUSHED)
 
     async def _devices_of(self, user_id: str) -> tuple[Device, ...]:
         registered = await self._devices.list(user_id)
@@ -157,7 +156,7 @@ class PushWorkers:
             self._metrics.undeliverable.labels("attempts_exhausted").inc()
             log.warning("giving up on %s after %d attempts", key, item.attempt)
             # Pushed to some devices, perhaps: still an answer for the caller to record.
-            _end(item, Settlement.UNDELIVERABLE)
+            self._end(item, Settlement.UNDELIVERABLE)
             return
         again = dataclasses.replace(item, attempt=item.attempt + 1, devices=devices)
         self._queue.put_after(again, self._backoff(item.attempt))
@@ -178,7 +177,11 @@ class PushWorkers:
         backoff = min(doubled, cap_s)
         return random.uniform(backoff / 2, backoff)
 
-
-def _end(item: QueuedNotification, settlement: Settlement | None) -> None:
-    if not item.ended.done():
+    def _end(self, item: QueuedNotification, settlement: Settlement | None) -> None:
+        """End the item's delivery, once; `None` hands it back undelivered (its caller
+        is answered "retry", its key released), whether it was queued or mid-push."""
+        if item.ended.done():
+            return
         item.ended.set_result(settlement)
+        if settlement is None:
+            self._metrics.handed_back.inc()

@@ -55,8 +55,8 @@ class NotifierServer:
         self._migrate = migrate
         self.adapter = adapter or build_adapter(settings.adapter, settings.recording_capacity)
         self._clock = clock
-        self._registry = CollectorRegistry()
-        self._metrics = NotifierMetrics(self._registry)
+        self.registry = CollectorRegistry()
+        self._metrics = NotifierMetrics(self.registry)
         self._health = StorageHealth(HEALTH_SERVICES, self._metrics.storage_up)
         self._connection: CassandraConnection | None = None
         self._workers: PushWorkers | None = None
@@ -120,7 +120,7 @@ class NotifierServer:
         await self._health.set(False)
         self.port = server.add_insecure_port(f"{settings.host}:{settings.port}")
         self._metrics_endpoint = MetricsEndpoint(
-            self._registry, settings.host, settings.metrics_port
+            self.registry, settings.host, settings.metrics_port
         )
         self.metrics_port = self._metrics_endpoint.port
         await server.start()

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from genproto.notification.v1 import notification_pb2 as pb
@@ -35,6 +36,8 @@ ACCEPTED = pb.SendResult.OUTCOME_ACCEPTED
 DUPLICATE = pb.SendResult.OUTCOME_DUPLICATE
 REJECTED = pb.SendResult.OUTCOME_REJECTED
 RETRYABLE = pb.SendResult.OUTCOME_RETRYABLE
+# Metric samples by name and labels.
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 @dataclass
@@ -43,6 +46,7 @@ class Client:
     metrics_port: int
     channel: grpc.Channel
     stub: pb_grpc.NotificationServiceStub
+    server: NotifierServer
 
     def send_batch(self, *items: pb.Notification, timeout_s: float = 30) -> list[pb.SendResult]:
         """Answered once every item's delivery ended (pushed, or given up on)."""
@@ -75,15 +79,23 @@ class Client:
                 return pushed
             time.sleep(0.05)
 
-    def metrics(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    def metrics(self) -> Samples:
+        """As /metrics serves them."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as reply:
-            text = reply.read().decode()
-        return {
-            (sample.name, frozenset(sample.labels.items())): sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-        }
+            return samples(reply.read().decode())
+
+    def metrics_after_stop(self) -> Samples:
+        """What the stopped process counted last (its /metrics is closed by then)."""
+        return samples(generate_latest(self.server.registry).decode())
+
+
+def samples(text: str) -> Samples:
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 @pytest.fixture(scope="session")
@@ -115,7 +127,7 @@ def running_notifier(
         target = f"127.0.0.1:{server.port}"
         with grpc.insecure_channel(target) as channel:
             stub = pb_grpc.NotificationServiceStub(channel)
-            yield Client(target, server.metrics_port, channel, stub)
+            yield Client(target, server.metrics_port, channel, stub, server)
 
 
 @pytest.fixture

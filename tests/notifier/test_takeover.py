@@ -25,6 +25,7 @@ from tests.notifier.conftest import (
 )
 
 TAKEOVERS = ("notifier_key_takeovers_total", frozenset[tuple[str, str]]())
+HANDED_BACK = ("notifier_handed_back_total", frozenset[tuple[str, str]]())
 
 
 def test_a_key_a_dead_holder_left_unsettled_is_retryable_then_taken_over_and_pushed_once(
@@ -58,8 +59,9 @@ def test_a_notifier_stopping_hands_back_what_it_could_not_push_and_another_pushe
     notifier_settings: NotifierSettings, user: str
 ) -> None:
     """Stopped with one item in a push that hangs and one queued, past its grace: neither
-    is answered ACCEPTED, and both keys are released, so another replica (with the default
-    one-minute takeover bound) accepts and pushes them at once."""
+    is answered ACCEPTED, both count as handed back, and both keys are released, so
+    another replica (with the default one-minute takeover bound) accepts and pushes them
+    at once."""
     stopping = dataclasses.replace(
         notifier_settings, push_workers=1, shutdown_grace=timedelta(seconds=1)
     )
@@ -73,6 +75,7 @@ def test_a_notifier_stopping_hands_back_what_it_could_not_push_and_another_pushe
             first.wait_queued(1)
         outcomes = [answered(a) for a in answers]
     hanging.release()
+    assert first.metrics_after_stop()[HANDED_BACK] == 2
     # Cut off by the stop (the same to a sender) or answered "retry": never accepted.
     assert set(outcomes) <= {"CANCELLED", "UNAVAILABLE", "RETRYABLE"}
     assert hanging.delivered(user, "") == []
