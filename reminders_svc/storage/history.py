@@ -39,7 +39,9 @@ class DeliveryHistory:
                 delivery.claimed_at,
                 delivery.handed_off_at,
                 delivery.answer.value if delivery.answer else None,
-                delivery.reason,
+                # Empty, not null: it must clear an earlier attempt's reason, and a null
+                # is a tombstone cell that every read of the user's history scans.
+                delivery.reason or "",
                 delivery.lateness_ms,
                 delivery.late,
                 delivery.user_id,
@@ -78,6 +80,6 @@ def _delivery(row: object) -> Delivery:
         claimed_at=utc(get("claimed_at")),
         handed_off_at=utc(get("handed_off_at")),
         answer=Answer(answer) if answer else None,
-        reason=get("reason"),
+        reason=get("reason") or None,
         late=bool(get("late")),
     )

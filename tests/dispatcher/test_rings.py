@@ -13,6 +13,7 @@ from google.protobuf.duration_pb2 import Duration
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.config import CassandraSettings
 from tests.dispatcher.stack import Stack, running_stack, soon
+from tests.tracing import scanned
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,11 @@ def test_a_one_off_created_3_s_ahead_rings_once_not_early(stack: Stack, user: st
         pb.ListDeliveriesRequest(reminder_id=created.id), metadata=stack.md(user)
     )
     assert [d.answer for d in history.deliveries] == [pb.Delivery.ANSWER_ACCEPTED]
+    assert history.deliveries[0].reason == ""
     assert history.deliveries[0].lateness.ToMilliseconds() >= 0
+    # The history row holds no null (a tombstone cell every ListDeliveries would scan).
+    query = "SELECT * FROM deliveries WHERE user_id = %s"
+    assert scanned(stack.db.session, query, (user,)) == ["Read 1 live rows and 0 tombstone cells"]
 
 
 def test_a_one_off_that_has_rung_can_be_snoozed_to_ring_again(stack: Stack, user: str) -> None:
