@@ -28,6 +28,7 @@ from reminders_svc.schedule import (
     Repeat,
     Schedule,
     ScheduleError,
+    check_year,
     describe,
     load_zone,
     one_off_instant,
@@ -52,10 +53,6 @@ _ANSWERS = {
     Answer.ABANDONED: pb.Delivery.ANSWER_ABANDONED,
 }
 Cursor = TypeVar("Cursor")
-# The years of the instants and local times the API accepts: far wider than any reminder
-# needs, and far enough inside datetime's years 1-9999 that zone shifts and the time
-# engine's search horizon never step outside them.
-_YEARS = range(1900, 9000)
 # The longest accepted text of each schedule input: generous for every real value (the
 # longest IANA zone name has 32 characters), and short enough to parse cheaply.
 MAX_ZONE_CHARS = 64
@@ -91,8 +88,10 @@ def duration_of(message: Duration, field: str, longest: timedelta) -> timedelta:
 
 
 def _within_years(value: datetime, field: str) -> datetime:
-    if value.year not in _YEARS:
-        raise InvalidArgument(field, f"the year must be {_YEARS.start} to {_YEARS[-1]}")
+    try:
+        check_year(value, field)
+    except ScheduleError as error:
+        raise InvalidArgument(field, error.message) from None
     return value
 
 

@@ -8,7 +8,7 @@ from reminders_svc.schedule.errors import ScheduleError
 from reminders_svc.schedule.expand import HORIZON_YEARS, first_ring
 from reminders_svc.schedule.model import OneOff, Repeat
 from reminders_svc.schedule.rule import Rule, parse_rule_text
-from reminders_svc.schedule.zones import load_zone, to_utc_in
+from reminders_svc.schedule.zones import check_year, load_zone, to_utc_in
 
 
 def quoted(text: str, longest: int = 60) -> str:
@@ -21,6 +21,7 @@ def quoted(text: str, longest: int = 60) -> str:
 def _naive(value: datetime, field: str) -> datetime:
     if value.tzinfo is not None:
         raise ScheduleError(field, f"{value.isoformat()} must be a local time without offset")
+    check_year(value, field)
     return value
 
 
@@ -35,6 +36,7 @@ def one_off_instant(instant: datetime, zone: str = "UTC") -> OneOff:
     load_zone(zone)
     if instant.tzinfo is None or instant.utcoffset() is None:
         raise ScheduleError("at", f"{instant.isoformat()} must be an aware instant")
+    check_year(instant, "at")
     return OneOff(zone=zone, local=None, instant=instant.astimezone(UTC).replace(microsecond=0))
 
 

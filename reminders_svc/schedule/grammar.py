@@ -31,7 +31,7 @@ from reminders_svc.schedule.rule import (
     check_bounded,
     end_of_day,
 )
-from reminders_svc.schedule.zones import load_zone
+from reminders_svc.schedule.zones import check_year, load_zone
 
 _TOKEN = re.compile(r"\s*(?:(\d{4}-\d{2}-\d{2})|(\d{1,2}:\d{2})|(\d+)(st|nd|rd|th)?|([a-z]+)|(,))")
 _WEEKDAYS = {
@@ -249,6 +249,7 @@ def _end(parser: _Parser, rule_args: dict[str, object], zone: str) -> None:
         except ValueError:
             parser.index -= 1
             raise parser.fail("a valid date YYYY-MM-DD") from None
+        check_year(on, "until")
         rule_args["until"] = end_of_day(on, load_zone(zone))
     elif parser.accept("for"):
         token = parser.take("number", "a number of times")

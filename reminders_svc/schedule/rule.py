@@ -14,7 +14,7 @@ from enum import StrEnum
 from zoneinfo import ZoneInfo
 
 from reminders_svc.schedule.errors import ScheduleError
-from reminders_svc.schedule.zones import to_utc_in
+from reminders_svc.schedule.zones import check_year, to_utc_in
 
 WEEKDAY_CODES = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
 MAX_INTERVAL = 10_000
@@ -242,6 +242,7 @@ def parse_until(value: str, zone: ZoneInfo) -> datetime:
         at = time(int(hour), int(minute), int(second)) if hour is not None else None
     except ValueError as error:
         raise ScheduleError("until", f"UNTIL={value}: {error}") from None
+    check_year(on, "until")
     if at is None:
         return end_of_day(on, zone)
     local = datetime.combine(on, at)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import os
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -73,6 +73,20 @@ def tzdata_version() -> str:
     override = _override_dir()
     # Operators must see when some zones do not come from the pinned release.
     return pinned if override is None else f"{pinned} + overrides from {override}"
+
+
+# The years a schedule's dates and times (and the API's instants) may name: far wider
+# than any reminder needs, and far enough inside datetime's own (1 to 9999) that zone
+# offsets, the resume margin and the search horizon (HORIZON_YEARS) never step outside
+# it, which raised OverflowError.
+MIN_YEAR, MAX_YEAR = 1900, 8999
+
+
+def check_year(value: date, field: str) -> None:
+    """ScheduleError on ``field`` unless ``value`` (a date or date-time) falls within
+    MIN_YEAR..MAX_YEAR."""
+    if not MIN_YEAR <= value.year <= MAX_YEAR:
+        raise ScheduleError(field, f"the year must be {MIN_YEAR} to {MAX_YEAR}")
 
 
 def to_utc_in(local: datetime, zone: ZoneInfo) -> datetime:

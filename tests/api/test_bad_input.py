@@ -193,6 +193,18 @@ CASES: list[tuple[str, Callable[[Api, str, str], Any], str]] = [
         "reminder.schedule.repeat.rrule",
     ),
     (
+        "rrule UNTIL in year 9999",
+        _create(pb.Reminder(text="t", schedule=_repeat(rrule="FREQ=DAILY;UNTIL=99991231"))),
+        "reminder.schedule.repeat.rrule",
+    ),
+    (
+        "expression until year 9999",
+        _create(
+            pb.Reminder(text="t", schedule=_repeat(expression="every day 09:00 until 9999-12-31"))
+        ),
+        "reminder.schedule.repeat.expression",
+    ),
+    (
         "rrule that never occurs",
         _create(
             pb.Reminder(text="t", schedule=_repeat(rrule="FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30"))

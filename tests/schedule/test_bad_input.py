@@ -140,6 +140,26 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
          parse_rrule("FREQ=YEARLY;INTERVAL=5;BYMONTH=2;BYMONTHDAY=29", NY, datetime(2028, 1, 1)),
          NOW),
      "rule", "rings must be at most 10 years apart"),
+    # Dates near datetime's own limits (years 1 and 9999): zone offsets and the search
+    # around an end overflowed there (OverflowError, answered INTERNAL by the API).
+    ("UNTIL in year 9999", rrule("FREQ=DAILY;UNTIL=99991231"), "until",
+     "the year must be 1900 to 8999"),
+    ("UTC UNTIL in year 9999", rrule("FREQ=DAILY;UNTIL=99991229T000000Z"), "until",
+     "the year must be 1900 to 8999"),
+    ("local UNTIL in year 1", lambda: parse_rrule("FREQ=DAILY;UNTIL=00010101T000000", "Asia/Tokyo",
+                                                  START),
+     "until", "the year must be 1900 to 8999"),
+    ("until 9999-12-31", repeat("every day 09:00 until 9999-12-31"), "until",
+     "the year must be 1900 to 8999"),
+    ("one-off in year 1", lambda: one_off_local(datetime(1, 1, 1), "Asia/Tokyo"), "at",
+     "the year must be 1900 to 8999"),
+    ("one-off at datetime's last minute", lambda: one_off_local(datetime(9999, 12, 31, 23, 59), NY),
+     "at", "the year must be 1900 to 8999"),
+    ("instant in year 1", lambda: one_off_instant(datetime(1, 1, 1, tzinfo=UTC)), "at",
+     "the year must be 1900 to 8999"),
+    ("repeat starting in year 9000", lambda: parse_repeat("every day 09:00", NY,
+                                                          datetime(9000, 1, 1)),
+     "start", "the year must be 1900 to 8999"),
 ]  # fmt: skip
 
 
