@@ -73,11 +73,17 @@ def bucket_minute(due: datetime, now: datetime) -> datetime:
     return max(floor_minute(due), floor_minute(now))
 
 
-# Cassandra refuses a longer TTL (20 years). Schedules keep rings within 10 years of the
-# previous one (schedule.MAX_AHEAD), so this bound is a guard, never a cut.
+# Cassandra refuses a longer TTL (20 years).
 MAX_TTL_S = 630_720_000
+# `USING TTL 0`: the entry never expires (overriding the table's default TTL).
+NO_EXPIRY = 0
 
 
 def entry_ttl(due: datetime, now: datetime, retention: timedelta) -> int:
-    """Seconds an entry lives: until due, plus a retention longer than any outage."""
-    return min(MAX_TTL_S, max(1, int((max(due, now) - now + retention).total_seconds())))
+    """Seconds an entry lives: until due, plus a retention longer than any outage. An
+    entry that would outlive Cassandra's longest TTL is kept for good instead: cut short,
+    it would expire before its due and the ring would be lost. Only a repeat's rare long
+    gap needs it (Feb 29 on given weekdays: 2036, then 2056); the first ring, and the
+    first rings' spacing, are held within 10 years (schedule.MAX_AHEAD)."""
+    seconds = max(1, int((max(due, now) - now + retention).total_seconds()))
+    return seconds if seconds <= MAX_TTL_S else NO_EXPIRY

@@ -16,6 +16,7 @@ from reminders_svc.domain.delivery import Answer, Delivery
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.parts import PartCounts, floor_minute, part_of
 from reminders_svc.storage.session import CassandraConnection
+from tests.admin.conftest import at_instant, run, store_of
 from tests.api.conftest import Api, code_of, one_off, weekly_monday_nine
 from tests.tracing import scanned
 
@@ -79,6 +80,23 @@ def test_create_writes_the_bucket_entry_for_the_first_ring(
     # TTL: until due (from the server's clock) plus 7 days of retention, counted from
     # the real now, so it is shorter than the fake clock suggests but of that order.
     assert entries[0].ttl > 0
+
+
+def test_an_entry_due_beyond_the_longest_ttl_is_kept_until_its_due(
+    user: str, cassandra: CassandraConnection
+) -> None:
+    """A repeat's next ring can be 20 years on (Feb 29 on given weekdays): its entry must
+    not expire before its due, which a TTL capped at Cassandra's 20 years would do."""
+    now = datetime.now(UTC)
+    due = floor_minute(now + timedelta(days=21 * 365))
+    reminder = at_instant(user, due, now)
+    run(store_of(cassandra).write_bucket_entry(reminder, now))
+    rows = cassandra.session.execute(
+        "SELECT reminder_id, TTL(due) AS ttl FROM due_buckets WHERE minute = %s AND part = %s",
+        (due, part_of(user, 64)),
+    )
+    [entry] = [row for row in rows if row.reminder_id == reminder.reminder_id]
+    assert entry.ttl is None
 
 
 def test_get_and_list_show_only_the_callers_reminders_in_stable_pages(api: Api, user: str) -> None:

@@ -8,7 +8,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from reminders_svc.storage.parts import bucket_minute, entry_ttl, floor_minute, part_of
+from reminders_svc.storage.parts import (
+    MAX_TTL_S,
+    NO_EXPIRY,
+    bucket_minute,
+    entry_ttl,
+    floor_minute,
+    part_of,
+)
 
 
 @pytest.mark.parametrize(
@@ -49,3 +56,12 @@ def test_an_entry_lives_until_its_due_plus_the_retention() -> None:
     now = datetime(2026, 10, 26, 13, 0, tzinfo=UTC)
     assert entry_ttl(now + timedelta(hours=1), now, timedelta(days=7)) == 3600 + 7 * 86400
     assert entry_ttl(now - timedelta(hours=1), now, timedelta(days=7)) == 7 * 86400
+
+
+def test_an_entry_due_beyond_the_longest_ttl_never_expires_rather_than_expire_early() -> None:
+    # A repeat's next ring 20 years on (Feb 29 on a Tuesday, Sunday or Friday: 2036,
+    # then 2056): any TTL Cassandra accepts would drop the entry before its due.
+    now = datetime(2036, 2, 29, 9, 0, tzinfo=UTC)
+    due = datetime(2056, 2, 29, 9, 0, tzinfo=UTC)
+    assert entry_ttl(due, now, timedelta(days=7)) == NO_EXPIRY
+    assert entry_ttl(now + timedelta(days=3650), now, timedelta(days=7)) < MAX_TTL_S
