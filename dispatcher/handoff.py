@@ -12,6 +12,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
+from reminders_svc.connections import CLIENT_OPTIONS
 
 
 class Outcome(StrEnum):
@@ -52,7 +53,7 @@ def _stamp(instant: datetime) -> Timestamp:
 
 class NotifierClient:
     def __init__(self, target: str, timeout_s: float = 10.0) -> None:
-        self._channel = grpc.aio.insecure_channel(target)
+        self._channel = grpc.aio.insecure_channel(target, options=CLIENT_OPTIONS)
         self._stub = npb_grpc.NotificationServiceStub(self._channel)
         self._timeout_s = timeout_s
 

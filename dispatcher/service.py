@@ -37,6 +37,7 @@ from dispatcher.ringer import HandoffBatcher, Ringer
 from dispatcher.settings import DispatcherSettings
 from reminders_svc.concurrency import unless_stopped
 from reminders_svc.config import CassandraSettings, Retention
+from reminders_svc.health import mark_alive
 from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
@@ -271,6 +272,7 @@ class Dispatcher:
         server = grpc.aio.server()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         await self._health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        await mark_alive(self._health)
         self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
         await server.start()
         self._server = server

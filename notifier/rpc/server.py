@@ -26,6 +26,8 @@ from notifier.settings import NotifierSettings
 from notifier.storage.devices import DeviceStore
 from notifier.storage.keys import KeyStore
 from notifier.storage.schema import migrate_notifier
+from reminders_svc.connections import SERVER_OPTIONS
+from reminders_svc.health import mark_alive
 from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
 from reminders_svc.storage.session import CassandraConnection
 
@@ -113,11 +115,12 @@ class NotifierServer:
         intake = Intake(keys, queue, self._metrics, settings.batch_concurrency, self._clock)
         self._intake = intake
 
-        server = grpc.aio.server()
+        server = grpc.aio.server(options=SERVER_OPTIONS)
         servicer = NotificationServicer(intake, devices, self.adapter, settings.faults)
         notification_pb2_grpc.add_NotificationServiceServicer_to_server(servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health.servicer, server)
         await self._health.set(False)
+        await mark_alive(self._health.servicer)
         self.port = server.add_insecure_port(f"{settings.host}:{settings.port}")
         self._metrics_endpoint = MetricsEndpoint(
             self.registry, settings.host, settings.metrics_port

@@ -29,6 +29,8 @@ from genproto.reminders.v1 import reminders_pb2, reminders_pb2_grpc
 from reminders_svc.api.auth import Authenticator
 from reminders_svc.api.settings import ApiSettings, ServerTls
 from reminders_svc.config import CassandraSettings
+from reminders_svc.connections import SERVER_OPTIONS
+from reminders_svc.health import mark_alive
 from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
 from reminders_svc.storage.session import CassandraConnection
 
@@ -268,11 +270,12 @@ class ApiServer:
             handlers=[self._services],
             interceptors=[MetricsInterceptor(self._metrics)],
             # Only requests are capped: a page of 500 reminders is larger than any request.
-            options=[("grpc.max_receive_message_length", max_bytes)],
+            options=[("grpc.max_receive_message_length", max_bytes), *SERVER_OPTIONS],
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         for service in HEALTH_SERVICES:
             await self._health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await mark_alive(self._health)
         if self._settings.reflection:
             names = (*HEALTH_SERVICES[1:], health.SERVICE_NAME, reflection.SERVICE_NAME)
             reflection.enable_server_reflection(names, server)

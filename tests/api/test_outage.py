@@ -25,6 +25,7 @@ from reminders_svc.api.server import REMINDERS_SERVICE, ApiServer, Servicers
 from reminders_svc.api.service import build_servicers
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import CassandraSettings
+from reminders_svc.health import LIVENESS_SERVICE
 from reminders_svc.storage.session import CassandraConnection
 from tests.api.conftest import DEV_ENV, code_of, one_off
 from tests.api.serving import NOT_SERVING, SERVING, ServedApi, serve_api
@@ -136,6 +137,8 @@ def test_the_api_rides_out_a_storage_outage_that_begins_while_it_serves(
             assert api.process.poll() is None, "serve-api exited during the outage"
             time.sleep(max(0.0, outage_began + OUTAGE_S - time.monotonic()))
         assert api.health() == NOT_SERVING
+        # Not ready, but alive: a restart would bring no database back.
+        assert api.health(LIVENESS_SERVICE) == SERVING
 
         proxy.restore()
         wait_for_health_of_every_service(api, SERVING, timeout_s=60)

@@ -20,6 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.config import CassandraSettings
+from reminders_svc.health import LIVENESS_SERVICE
 from reminders_svc.storage.parts import floor_minute, part_of
 from tests.dispatcher.stack import (
     PARTS,
@@ -413,6 +414,11 @@ def test_a_dispatcher_started_before_its_database_waits_not_ready_then_works(
             health = health_pb2_grpc.HealthStub(channel)
             status = health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
             assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+            # Not ready, but alive: Kubernetes' liveness probe asks this, and must not
+            # restart a dispatcher for its database's absence.
+            alive = health_pb2.HealthCheckRequest(service=LIVENESS_SERVICE)
+            status = health.Check(alive, timeout=5).status
+            assert status == health_pb2.HealthCheckResponse.SERVING
 
         proxy.restore()
 

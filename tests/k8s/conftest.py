@@ -1,5 +1,6 @@
-"""Session fixtures of the k8s tests: the overlays built once, the operator's CRDs, the
-Dockerfile's stages, and a fresh virtual environment installed as the image installs."""
+"""Session fixtures of the k8s tests: the overlays and k8s/monitoring built once, the
+operators' CRDs, the Dockerfile's stages, and a fresh virtual environment installed as the
+image installs."""
 
 from __future__ import annotations
 
@@ -11,7 +12,18 @@ from pathlib import Path
 import pytest
 
 from tests.k8s.dockerfile import Stage, stages
-from tests.k8s.tools import OVERLAYS, REPO, Obj, build_overlay, kustomize, operator_module_dir
+from tests.k8s.tools import (
+    K8S,
+    OVERLAYS,
+    PROMETHEUS_OPERATOR,
+    PROMETHEUS_OPERATOR_VERSION,
+    REPO,
+    Obj,
+    build,
+    build_overlay,
+    kustomize,
+    operator_module_dir,
+)
 
 DOCKERFILE = REPO / "Dockerfile"
 # The deployables: the image (Dockerfile target) and the manifests' component label.
@@ -25,8 +37,19 @@ def overlays() -> dict[str, list[Obj]]:
 
 
 @pytest.fixture(scope="session")
+def monitoring() -> list[Obj]:
+    return build(kustomize(), K8S / "monitoring")
+
+
+@pytest.fixture(scope="session")
 def operator_crds() -> Path:
     return operator_module_dir() / "config" / "crd" / "bases"
+
+
+@pytest.fixture(scope="session")
+def monitoring_crds() -> Path:
+    module = operator_module_dir(PROMETHEUS_OPERATOR, PROMETHEUS_OPERATOR_VERSION)
+    return module / "example" / "prometheus-operator-crd"
 
 
 @pytest.fixture(scope="session")

@@ -184,8 +184,9 @@ def test_ports_probes_and_grace_agree_with_the_settings(
     assert served.host == all_interfaces, f"{where}: binds {served.host}, unreachable by probes"
     ports = {port["containerPort"] for port in container["ports"]}
     assert ports == {served.port, served.metrics_port}, where
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert container[probe]["grpc"]["port"] == served.port, f"{where} {probe}"
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        if probe in container:
+            assert container[probe]["grpc"]["port"] == served.port, f"{where} {probe}"
     pre_stop = container.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
     needed = pre_stop + served.shutdown_grace_s + DEPLOYABLES[name].after_drain_s
     grace = spec["terminationGracePeriodSeconds"]
@@ -218,6 +219,16 @@ def test_services_route_to_the_ports_the_code_binds(
         named = {port["name"]: port["containerPort"] for port in container["ports"]}
         for port in service["spec"]["ports"]:
             assert named[port["targetPort"]] == port["port"], f"{overlay} {port}"
+
+
+@pytest.mark.parametrize(("overlay", "name"), SERVING)
+def test_pod_monitor_scrapes_the_port_the_code_serves_metrics_on(
+    overlays: dict[str, list[Obj]], monitoring: list[Obj], overlay: str, name: str
+) -> None:
+    _, container, served = _served(overlays[overlay], name)
+    named = {port["name"]: port["containerPort"] for port in container["ports"]}
+    for endpoint in one(monitoring, "PodMonitor")["spec"]["podMetricsEndpoints"]:
+        assert named.get(endpoint["port"]) == served.metrics_port, f"{overlay} {name} {endpoint}"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -93,3 +93,18 @@ def test_manifests_run_each_image_as_the_dockerfile_does(
             security = pod["securityContext"]
             assert str(security["runAsUser"]) == uid, f"{overlay} {target}: runAsUser"
             assert not gid or str(security["runAsGroup"]) == gid, f"{overlay} {target}"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_prod_pulls_each_image_from_a_registry(overlays: dict[str, list[Obj]], target: str) -> None:
+    """A name without a registry means docker.io/library, where these images do not exist;
+    dev clusters (kind, minikube) are loaded with the local builds instead."""
+    found = containers_by_image(overlays["prod"], f"reminders-{target}")
+    assert found, f"prod: no container runs the image reminders-{target}"
+    for _, container in found:
+        image = container["image"]
+        registry, _, rest = image.partition("/")
+        # Docker's rule: the first component is a registry if it has a dot or a port.
+        assert rest, f"prod {target}: {image} names no registry"
+        assert "." in registry or ":" in registry or registry == "localhost", image
+        assert ":" in rest.rpartition("/")[2], f"prod {target}: {image} has no tag"

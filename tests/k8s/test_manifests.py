@@ -5,15 +5,16 @@ the manifests promise: secure pods, resources, probes, Cassandra as the design n
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-import jsonschema
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
 from reminders_svc.config import Replication
-from tests.k8s.tools import OVERLAYS, Crd, Obj, pruned_fields
+from reminders_svc.health import LIVENESS_SERVICE
+from tests.k8s.tools import OVERLAYS, REPO, Crd, Obj, pruned_fields
 from tests.k8s.workloads import container_env, find, one, pods, selected_deployment
 
 # The oldest Kubernetes the manifests support (native gRPC probes: 1.24; the preStop
@@ -65,13 +66,7 @@ def test_custom_resources_match_the_operator_crds(
             if obj["kind"] not in CUSTOM_KINDS:
                 continue
             crd = Crd.load(operator_crds / CUSTOM_KINDS[obj["kind"]])
-            schema = crd.schema_for(obj["apiVersion"])
-            where = f"{overlay}: {obj['kind']} {obj['metadata']['name']}"
-            try:
-                jsonschema.validate(obj, schema)
-            except jsonschema.ValidationError as error:
-                pytest.fail(f"{where}: {error.message} at {list(error.path)}", pytrace=False)
-            assert not list(pruned_fields(obj, schema)), f"{where}: fields the CRD drops"
+            crd.check(obj, f"{overlay}: {obj['kind']} {obj['metadata']['name']}")
             checked += 1
     assert checked, "no custom resource was checked"
 
@@ -109,12 +104,20 @@ def test_every_pod_is_non_root_read_only_and_bounded(
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_long_running_pods_have_grpc_probes(overlays: dict[str, list[Obj]], overlay: str) -> None:
+    """Readiness asks the whole server (SERVING only while its database answers);
+    liveness and startup ask the process's own liveness service, so that a database
+    outage takes pods out of their Services but never restarts them."""
     for name in ("reminders-api", "reminders-dispatcher", "reminders-notifier"):
         (container,) = one(overlays[overlay], "Deployment", name)["spec"]["template"]["spec"][
             "containers"
         ]
-        for probe in ("readinessProbe", "livenessProbe"):
-            assert set(container[probe]["grpc"]) == {"port"}, f"{overlay} {name} {probe}"
+        where = f"{overlay} {name}"
+        assert set(container["readinessProbe"]["grpc"]) == {"port"}, where
+        for probe in ("livenessProbe", "startupProbe"):
+            if probe in container:
+                asked = container[probe]["grpc"].get("service")
+                assert asked == LIVENESS_SERVICE, f"{where} {probe}"
+        assert "livenessProbe" in container, where
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -215,3 +218,19 @@ def test_prod_schedules_paxos_repairs_of_every_lwt_keyspace(overlays: dict[str, 
         if "valueFrom" in item
     }
     assert refs == {f"{name}-superuser"}, "the operator's superuser Secret (JMX login)"
+
+
+def test_runbook_selects_jobs_by_labels_they_carry(overlays: dict[str, list[Obj]]) -> None:
+    """docs/operations.md lists Jobs by label (`kubectl get jobs -l k=v`): some Job must
+    carry it. A CronJob's Jobs take theirs from jobTemplate.metadata, not from the pod
+    template."""
+    runbook = (REPO / "docs" / "operations.md").read_text()
+    selectors = re.findall(r"kubectl get jobs -l\s+([\w./-]+)=([\w.-]+)", runbook)
+    assert selectors, "the runbook no longer lists Jobs by label"
+    objects = overlays["prod"]
+    job_labels = [job["metadata"].get("labels", {}) for job in find(objects, "Job")] + [
+        cron["spec"]["jobTemplate"].get("metadata", {}).get("labels", {})
+        for cron in find(objects, "CronJob")
+    ]
+    for key, value in selectors:
+        assert any(labels.get(key) == value for labels in job_labels), f"no Job has {key}={value}"

@@ -1,5 +1,6 @@
 """The tools the k8s tests need, pinned: kustomize (built by `make kustomize`), the
-k8ssandra-operator Go module (for its CRDs), and the built overlays as plain objects.
+k8ssandra-operator and prometheus-operator Go modules (for their CRDs), and the built
+overlays and k8s/monitoring as plain objects.
 
 A missing tool skips a test with the command that provides it, except in CI
 (CI=true), where it fails: CI must never pass by skipping.
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+import jsonschema
 import pytest
 import yaml
 
@@ -27,6 +29,9 @@ OVERLAYS = ("dev", "prod")
 # The operator whose CRD the prod overlay's K8ssandraCluster must satisfy.
 K8SSANDRA_OPERATOR = "github.com/k8ssandra/k8ssandra-operator"
 K8SSANDRA_OPERATOR_VERSION = "v1.20.0"
+# The operator whose CRDs k8s/monitoring's PodMonitor and PrometheusRule must satisfy.
+PROMETHEUS_OPERATOR = "github.com/prometheus-operator/prometheus-operator"
+PROMETHEUS_OPERATOR_VERSION = "v0.85.0"
 
 Obj = dict[str, Any]
 
@@ -56,7 +61,11 @@ def kustomize() -> Path:
 
 
 def build_overlay(binary: Path, overlay: str) -> list[Obj]:
-    text = _run([str(binary), "build", str(K8S / "overlays" / overlay)])
+    return build(binary, K8S / "overlays" / overlay)
+
+
+def build(binary: Path, directory: Path) -> list[Obj]:
+    text = _run([str(binary), "build", str(directory)])
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
@@ -68,13 +77,15 @@ def _run(command: list[str], env: dict[str, str] | None = None, cwd: Path | None
     return result.stdout
 
 
-def operator_module_dir() -> Path:
-    """The pinned k8ssandra-operator module in Go's module cache (fetched once from the
-    Go module proxy; later runs read the cache, offline)."""
+def operator_module_dir(
+    path: str = K8SSANDRA_OPERATOR, version: str = K8SSANDRA_OPERATOR_VERSION
+) -> Path:
+    """A pinned operator module in Go's module cache (fetched once from the Go module
+    proxy; later runs read the cache, offline)."""
     go = shutil.which("go")
     if go is None:
-        missing_tool("the Go toolchain (`go`) is needed to fetch the k8ssandra-operator CRDs")
-    module = f"{K8SSANDRA_OPERATOR}@{K8SSANDRA_OPERATOR_VERSION}"
+        missing_tool(f"the Go toolchain (`go`) is needed to fetch the CRDs of {path}")
+    module = f"{path}@{version}"
     # From the file system's root: outside any module, no go.mod is read or written.
     env = {**os.environ, "GO111MODULE": "on"}
     info = json.loads(_run([go, "mod", "download", "-json", module], env=env, cwd=Path("/")))
@@ -102,6 +113,17 @@ class Crd:
         assert group == self.group, f"{api_version}: the CRD serves {self.group}"
         assert version in self.versions, f"{api_version}: the CRD serves {list(self.versions)}"
         return self.versions[version]
+
+    def check(self, obj: Obj, where: str) -> None:
+        """`obj` as the API server would take it: valid, and no field silently dropped."""
+        schema = self.schema_for(obj["apiVersion"])
+        # Not jsonschema.validate: it first compiles the schema's patterns with Python's
+        # re, and CRDs carry Go ones (the PrometheusRule's `^(?i)(abort|warn)?$`).
+        validator = jsonschema.validators.validator_for(schema)(schema)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(obj))
+        if error is not None:
+            pytest.fail(f"{where}: {error.message} at {list(error.path)}", pytrace=False)
+        assert not list(pruned_fields(obj, schema)), f"{where}: fields the CRD drops"
 
 
 def pruned_fields(value: Any, schema: Obj, path: str = "") -> Iterator[str]:

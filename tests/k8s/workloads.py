@@ -49,13 +49,20 @@ def pods(objects: list[Obj]) -> Iterator[tuple[Obj, Obj]]:
             yield obj, spec
 
 
+def image_name(reference: str) -> str:
+    """The image's name without registry, path or tag: `reminders-api` of
+    `registry.example.com:5000/reminders/reminders-api:0.1.0`."""
+    return reference.rpartition("/")[2].partition(":")[0].partition("@")[0]
+
+
 def containers_by_image(objects: list[Obj], image: str) -> list[tuple[Obj, Obj]]:
-    """(pod spec, container) of every container whose image is `image` (any tag)."""
+    """(pod spec, container) of every container whose image is `image` (any registry,
+    any tag)."""
     return [
         (spec, container)
         for _, spec in pods(objects)
         for container in spec["containers"]
-        if container["image"].partition(":")[0] == image
+        if image_name(container["image"]) == image
     ]
 
 

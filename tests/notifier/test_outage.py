@@ -25,6 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from genproto.notification.v1 import notification_pb2 as pb
 from notifier.delivery.adapters import RecordingPushAdapter
 from notifier.settings import NotifierSettings
+from reminders_svc.health import LIVENESS_SERVICE
 from tests.notifier.conftest import (
     ACCEPTED,
     RETRYABLE,
@@ -62,13 +63,13 @@ def notifier_behind_proxy(
         proxy.close()
 
 
-def wait_health(notifier: Client, status: int, timeout_s: float) -> None:
+def wait_health(notifier: Client, status: int, timeout_s: float, service: str = "") -> None:
     """Until the server answers `status`; every answer is also proof it is still running."""
     health = health_pb2_grpc.HealthStub(notifier.channel)
     deadline = time.monotonic() + timeout_s
     seen = None
     while time.monotonic() < deadline:
-        seen = health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+        seen = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5).status
         if seen == status:
             return
         time.sleep(0.1)
@@ -161,6 +162,7 @@ def test_an_outage_answers_retryable_and_loses_nothing_recorded_before_it(
         )
         assert not rest.done()  # not answered: not delivered yet
         wait_health(notifier, NOT_SERVING, timeout_s=5)  # still running, still honest
+        wait_health(notifier, SERVING, timeout_s=5, service=LIVENESS_SERVICE)
 
         proxy.restore()
         wait_health(notifier, SERVING, timeout_s=60)

@@ -4,6 +4,7 @@ SIGTERM."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
@@ -11,18 +12,20 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from dispatcher.handoff import NotifierClient, Outcome, Ring
 from genproto.notification.v1 import notification_pb2 as pb
 from genproto.notification.v1 import notification_pb2_grpc as pb_grpc
 from notifier.rpc.server import NOTIFICATION_SERVICE
 from notifier.settings import Faults, NotifierSettings
 from reminders_svc.config import ConfigError
 from tests.api.serving import cassandra_env
-from tests.notifier.conftest import ACCEPTED, Client, item, running_notifier
+from tests.notifier.conftest import ACCEPTED, Client, item, reminder_key, running_notifier
 from tests.platform.helpers import free_port
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -141,3 +144,32 @@ def test_faults_are_off_unless_named_and_unknown_ones_refused() -> None:
     for text in ("crash_after_push", "crash_before_push:1", "drop_reply:x"):
         with pytest.raises(ConfigError):
             Faults.parse(text)
+
+
+def test_a_dispatcher_spreads_its_hand_offs_over_every_notifier_its_target_names(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """One channel to a target naming several notifiers (a headless Service's DNS name
+    does so in Kubernetes) must not send everything to the first one it reached."""
+    with (
+        running_notifier(notifier_settings) as first,
+        running_notifier(notifier_settings) as second,
+    ):
+        target = f"ipv4:{first.target},{second.target}"
+        now = datetime.now(UTC)
+        rings = [
+            Ring(reminder_key(), user, f"ring {n}", now, now + timedelta(minutes=5))
+            for n in range(8)
+        ]
+
+        async def hand_off() -> list[Outcome]:
+            client = NotifierClient(target)
+            try:
+                return [(await client.send([ring]))[ring.key].outcome for ring in rings]
+            finally:
+                await client.close()
+
+        assert asyncio.run(hand_off()) == [Outcome.ACCEPTED] * len(rings)
+        pushed = [first.delivered(user), second.delivered(user)]
+        assert sum(map(len, pushed)) == len(rings)
+        assert all(pushed), [len(p) for p in pushed]

@@ -1,0 +1,20 @@
+"""gRPC connection options shared by the project's servers and its own clients.
+
+A gRPC channel keeps one long-lived HTTP/2 connection per address, so behind a
+Kubernetes Service its calls all go to the pod it reached first, and pods added later
+get none of them. So servers close each connection after a while (calls in flight get a
+grace to finish; the client reconnects and resolves its target again), and the project's
+clients spread their calls over every address the target resolves to (a headless
+Service gives one per pod).
+"""
+
+from __future__ import annotations
+
+# The grace outlasts any call the project makes (the longest, a SendBatch, times out at
+# 10 s), so a closing connection never cuts one off.
+SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_connection_age_ms", 5 * 60 * 1000),
+    ("grpc.max_connection_age_grace_ms", 30 * 1000),
+)
+
+CLIENT_OPTIONS: tuple[tuple[str, str], ...] = (("grpc.lb_policy_name", "round_robin"),)
