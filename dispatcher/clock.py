@@ -1,15 +1,18 @@
 """The dispatcher's clock, checked against the database's (DESIGN.md invariant 8).
 
 Never early: a ring is handed off only when its due has passed by this clock, which is
-the local clock corrected by the measured offset to Cassandra's `toTimestamp(now())`. An
-offset beyond the bound (or no successful measurement recently) makes the dispatcher
-not ready: it hands nothing off until the clocks agree again.
+Cassandra's `toTimestamp(now())` as last measured, carried forward by the monotonic
+clock. Not by the wall clock: a step of it (NTP, a VM resumed) between two measurements
+would move this clock ahead of the database's and ring early. The wall clock's offset to
+the database is still measured: beyond the bound (or with no successful measurement
+recently) the dispatcher is not ready and hands nothing off until the clocks agree.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from cassandra.cluster import Session
@@ -18,25 +21,37 @@ from reminders_svc.storage import aio
 
 
 class DbClock:
-    def __init__(self, session: Session, max_offset: timedelta) -> None:
+    def __init__(
+        self,
+        session: Session,
+        max_offset: timedelta,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self._session = session
         self._max_offset_s = max_offset.total_seconds()
+        self._wall = wall
         self.offset_s = 0.0
         self.uncertainty_s = float("inf")
         self._checked_at = -float("inf")
+        # The database's time (epoch seconds) as estimated at monotonic time `_base_mono`;
+        # until a first measurement, the local wall clock's.
+        self._base_s = wall()
+        self._base_mono = time.monotonic()
 
     async def measure(self) -> float:
         """Measure the offset (database minus local), with half the round trip as error."""
-        before = time.time()
+        before, before_mono = self._wall(), time.monotonic()
         row = (
             await aio.execute(self._session, "SELECT toTimestamp(now()) AS now FROM system.local")
         ).one()
-        after = time.time()
+        after, after_mono = self._wall(), time.monotonic()
         database = row.now.replace(tzinfo=UTC).timestamp()
         # Cassandra's timestamp has millisecond precision; add that to the error.
-        self.uncertainty_s = (after - before) / 2 + 0.001
+        self.uncertainty_s = (after_mono - before_mono) / 2 + 0.001
         self.offset_s = database - (before + after) / 2
-        self._checked_at = time.monotonic()
+        self._base_s = database
+        self._base_mono = (before_mono + after_mono) / 2
+        self._checked_at = after_mono
         return self.offset_s
 
     def ready(self) -> bool:
@@ -50,5 +65,6 @@ class DbClock:
 
     def now(self) -> datetime:
         """The database's time as best known, rounded down (never ahead of it)."""
-        corrected = time.time() + self.offset_s - min(self.uncertainty_s, 1.0)
+        elapsed = time.monotonic() - self._base_mono
+        corrected = self._base_s + elapsed - min(self.uncertainty_s, 1.0)
         return datetime.fromtimestamp(corrected, UTC)

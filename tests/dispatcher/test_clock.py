@@ -1,0 +1,44 @@
+"""The dispatcher's clock against the real node's: never ahead of the database's, even
+when the local wall clock steps between two measurements."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+
+from dispatcher.clock import DbClock
+from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.loop_reactor import connected_on_loop
+
+
+def test_a_wall_clock_step_between_measurements_moves_the_clock_neither_ahead_nor_ready(
+    migrated_settings: CassandraSettings,
+) -> None:
+    step_s = 0.0
+
+    def stepping_wall() -> float:
+        return time.time() + step_s
+
+    async def observe() -> tuple[float, bool, float, bool]:
+        nonlocal step_s
+        async with connected_on_loop(migrated_settings) as connection:
+            clock = DbClock(connection.session, timedelta(seconds=5), wall=stepping_wall)
+            await clock.measure()
+            assert clock.ready()
+            # NTP or a resumed VM steps the wall clock 30 s ahead right after a check.
+            step_s = 30.0
+            ahead_s = (clock.now() - datetime.now(UTC)).total_seconds()
+            still_ready = clock.ready()
+            # The next check sees the wall clock off by 30 s: not ready until it agrees.
+            offset_s = await clock.measure()
+            return ahead_s, still_ready, offset_s, clock.ready()
+
+    ahead_s, still_ready, offset_s, ready_after = asyncio.run(observe())
+    # The database's clock and this host's are the same one here: "ahead" is only the
+    # rounding down, never the 30 s step.
+    assert ahead_s <= 0.01
+    assert ahead_s > -1.5
+    assert still_ready
+    assert abs(offset_s + 30) < 1
+    assert not ready_after
