@@ -3,7 +3,9 @@
 
 `Ringer.ring(entry, horizon, shift)`:
 1. at max(entry due, now), take one of `max_in_flight` slots (late entries paced first),
-   read the row fresh and `decide` (the row decides); the slot is held to the finalize;
+   and the reminder's own (one of its entries in hand at a time), read the row fresh and
+   `decide` (the row decides); both are held to the finalize, neither while waiting for
+   a later due the row holds;
 2. claim it by LWT at due, never at prefetch (or take over an expired claim, same due); a
    claim that loses to a user's change reads the row again, and the row decides again;
 3. hand it off in a batch (SendBatch), only while the part's lease is held, retrying with
@@ -22,12 +24,13 @@ hand-off itself runs outside that lock so one user's many rings still batch toge
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
 import signal
 import uuid
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -177,27 +180,33 @@ class Ringer:
         not finished)."""
         if not await shift.sleep_until(self._clock, entry.due):
             return False
+        while shift.on():
+            try:
+                return await self._ring(entry, horizon, shift)
+            except STORAGE_ERRORS as error:
+                # Storage trouble: nothing was decided that the row does not record;
+                # look again shortly (the row decides), as long as the part is ours.
+                log.warning("ring of an entry failed (%s); retrying", type(error).__name__)
+                await shift.sleep(random.uniform(0.5, 2.0))
+        return False
+
+    @contextlib.asynccontextmanager
+    async def _in_hand(self, reminder_id: uuid.UUID) -> AsyncIterator[None]:
+        """One entry of a reminder in hand at a time, from its read to its finalize: a
+        second waits for the first, then the row decides again (it may be due again, e.g.
+        snoozed meanwhile). Not held while an entry waits for a later due, so an entry
+        that a newer edit made due sooner is not held up behind it."""
         while True:
-            # A second entry for a reminder already in hand waits for the first, then the
-            # row decides again (it may be due again, e.g. snoozed meanwhile).
-            earlier = self._in_flight.get(entry.reminder_id)
+            earlier = self._in_flight.get(reminder_id)
             if earlier is None:
                 break
             await asyncio.shield(earlier)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._in_flight[entry.reminder_id] = done
+        self._in_flight[reminder_id] = done
         try:
-            while shift.on():
-                try:
-                    return await self._ring(entry, horizon, shift)
-                except STORAGE_ERRORS as error:
-                    # Storage trouble: nothing was decided that the row does not record;
-                    # look again shortly (the row decides), as long as the part is ours.
-                    log.warning("ring of an entry failed (%s); retrying", type(error).__name__)
-                    await shift.sleep(random.uniform(0.5, 2.0))
-            return False
+            yield
         finally:
-            del self._in_flight[entry.reminder_id]
+            del self._in_flight[reminder_id]
             done.set_result(None)
 
     async def _ring(self, entry: Entry, horizon: datetime, shift: Shift) -> bool:
@@ -214,7 +223,7 @@ class Ringer:
             # One slot from the fresh read to the finalize: at most max_in_flight rings in
             # hand, taken in due order, each read just before its claim (a minute of 20,000
             # entries no longer fires 20,000 reads at once).
-            async with self._capacity:
+            async with self._in_hand(entry.reminder_id), self._capacity:
                 if not shift.on():
                     return False
                 stored = await read(entry.user_id, entry.reminder_id)

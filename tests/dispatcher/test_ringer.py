@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -33,7 +34,14 @@ from dispatcher.shift import Shift
 from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
 from reminders_svc.config import Retention
-from reminders_svc.domain.reminder import Reminder, Status, new_reminder, pause, snooze
+from reminders_svc.domain.reminder import (
+    Reminder,
+    Status,
+    edit_schedule,
+    new_reminder,
+    pause,
+    snooze,
+)
 from reminders_svc.schedule import one_off_instant
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.parts import DEFAULT_PARTS, floor_minute, part_of
@@ -350,3 +358,44 @@ def test_a_ring_cancelled_while_its_claim_is_in_flight_lets_the_claim_go(
             assert part.notifier.accepted == []
 
     asyncio.run(scenario())
+
+
+def test_an_entry_made_due_sooner_is_not_held_up_by_one_waiting_for_a_later_due(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """Edited to ring later, then sooner again, within a minute already read: the first
+    entry waits for the later due; the newest entry's sooner due rings at its time, not
+    behind that wait."""
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace) as part:
+            start = datetime.now(UTC).replace(microsecond=0)
+            first = await part.due_reminder("u-sooner", start + timedelta(seconds=2))
+            first_entry = part.ring(first)
+            later, sooner = start + timedelta(seconds=9), start + timedelta(seconds=5)
+            edited = await edit_due(part, first, later)
+            await asyncio.sleep(3)  # the first entry now waits for `later`
+            assert not first_entry.done()
+            await edit_due(part, edited, sooner)
+            # The entry the second edit wrote: its due, its minute's horizon.
+            sooner_entry = part.ring(dataclasses.replace(first, due=sooner))
+
+            await _until(lambda: bool(part.notifier.accepted), timeout_s=15)
+            handed_off = datetime.now(UTC)
+            assert sooner <= handed_off < sooner + timedelta(seconds=2)
+            assert await sooner_entry
+            assert await first_entry  # woken at the later due: the row has rung, skipped
+            [key] = part.notifier.accepted
+            assert key.startswith(f"{first.reminder_id}/{sooner:%Y-%m-%dT%H:%M:%S}")
+
+    asyncio.run(scenario())
+
+
+async def edit_due(part: Part, reminder: Reminder, due: datetime) -> Reminder:
+    """The user's edit of a one-off's time, landed as the API lands it (by LWT)."""
+    stored = await part.store.get_serial(reminder.user_id, reminder.reminder_id)
+    assert stored is not None
+    now = datetime.now(UTC)
+    after = edit_schedule(stored.reminder, stored.reminder.text, one_off_instant(due), due, now)
+    assert await part.store.replace(stored, after, now)
+    return after
