@@ -35,6 +35,13 @@ from reminders_svc.storage.rows import MUTABLE_COLUMNS, SELECT_COLUMNS, from_row
 
 Executor = Callable[[Session, Any, Any], Awaitable[ResultSet]]
 
+# The most rows of a user's partition one List call reads (rows the filter skips and
+# deleted ones, kept 30 days, included), so a call's cost is bounded whatever the
+# partition holds. It exceeds the largest page (500) with its look-ahead row.
+LIST_SCAN_ROWS = 2000
+# Rows per query once rows may be skipped: a few round trips cover the scan bound.
+_LIST_CHUNK_ROWS = 500
+
 
 async def _default_executor(session: Session, statement: Any, params: Any) -> ResultSet:
     return await aio.execute(session, statement, params)
@@ -96,6 +103,13 @@ def _landed(settled: Reminder, before: Reminder | None, written: Reminder) -> bo
     return settled.op_id == written.op_id and still != cleared
 
 
+def _listed(row: Any, status: Status | None) -> bool:
+    """Whether a row read by a listing shows in it (filtered by `status` if given)."""
+    if row.status is None:
+        return False  # the partition's static row, or a row past its tombstone TTL
+    return row.status != Status.DELETED and status in (None, row.status)
+
+
 class ReminderStore:
     def __init__(
         self,
@@ -104,8 +118,12 @@ class ReminderStore:
         *,
         parts: PartCounts | None = None,
         executor: Executor = _default_executor,
+        list_scan_rows: int = LIST_SCAN_ROWS,
     ) -> None:
+        if list_scan_rows < 1:
+            raise ValueError("list_scan_rows must be at least 1")  # else a listing never moves
         self._session = session
+        self._list_scan_rows = list_scan_rows
         self._retention = retention
         self._parts = parts or PartCounts(session)
         self._execute = executor
@@ -169,26 +187,31 @@ class ReminderStore:
     ) -> tuple[list[Reminder], uuid.UUID | None]:
         """Up to `limit` reminders after `after` (by id), deleted ones never included.
 
-        Returns the page and the id to continue after (None on the last page).
+        Returns the page and the id to continue after (None past the partition's last
+        row). At most `list_scan_rows` rows are read: when that bound comes first, the page
+        is short, possibly empty, and the id is the last row read, so the next call resumes
+        the scan there (AIP-158 allows a short page with a token).
         """
         page: list[Reminder] = []
         cursor = after or uuid.UUID(int=0)
-        while len(page) < limit:
-            fetch = limit - len(page) + 1
+        left = self._list_scan_rows
+        # An unfiltered listing's first query expects every row to show; with a filter,
+        # or once rows were skipped, read in chunks sized for scanning.
+        chunk = limit + 1 if status is None else _LIST_CHUNK_ROWS
+        while left > 0:
+            fetch = min(max(chunk, limit - len(page) + 1), left)
             rows = list(await aio.execute(self._session, self._list, (user_id, cursor, fetch)))
             for row in rows:
-                if row.status is None:
-                    continue  # the partition's static row, or a row past its tombstone TTL
-                reminder = from_row(row)
-                wanted = reminder.status is not Status.DELETED and status in (None, reminder.status)
-                if wanted:
+                if _listed(row, status):
                     if len(page) == limit:
-                        return page, page[-1].reminder_id
-                    page.append(reminder)
+                        return page, cursor  # one more shows: resume right before it
+                    page.append(from_row(row))
                 cursor = row.reminder_id
             if len(rows) < fetch:
                 return page, None
-        return page, page[-1].reminder_id if page else None
+            left -= fetch
+            chunk = _LIST_CHUNK_ROWS
+        return page, cursor
 
     async def create_record(self, user_id: str, request_id: str) -> CreateRecord | None:
         row = (

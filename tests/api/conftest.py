@@ -74,8 +74,14 @@ def _wait_serving(channel: grpc.Channel, timeout_s: float = 60) -> None:
     raise AssertionError("the API server did not become SERVING")
 
 
+BuildServicers = Callable[[CassandraConnection, Authenticator, ApiSettings, FakeClock], Any]
+
+
 def start_api(
-    cassandra: CassandraSettings, clock: FakeClock, limits: Limits | None = None
+    cassandra: CassandraSettings,
+    clock: FakeClock,
+    limits: Limits | None = None,
+    build: BuildServicers = build_servicers,
 ) -> tuple[ServerThread, Api]:
     settings = dataclasses.replace(
         ApiSettings.from_env(DEV_ENV), port=0, metrics_port=0, limits=limits or Limits()
@@ -83,7 +89,7 @@ def start_api(
     auth_settings = AuthSettings.from_env(DEV_ENV)
 
     def factory(connection: CassandraConnection, auth: Authenticator, api: ApiSettings) -> Any:
-        return build_servicers(connection, auth, api, clock)
+        return build(connection, auth, api, clock)
 
     server = ApiServer(settings, cassandra, Authenticator(auth_settings), factory)
     thread = ServerThread(server)
