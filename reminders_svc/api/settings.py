@@ -98,7 +98,9 @@ class ApiSettings:
             ),
             retention=Retention(
                 bucket=timedelta(days=number("REMINDERS_BUCKET_RETENTION_DAYS", 7)),
-                idempotency=timedelta(days=number("REMINDERS_IDEMPOTENCY_RETENTION_DAYS", 7)),
+                idempotency=_idempotency_retention(
+                    number("REMINDERS_IDEMPOTENCY_RETENTION_DAYS", 7)
+                ),
                 history=timedelta(days=number("REMINDERS_HISTORY_RETENTION_DAYS", 90)),
             ),
             tls=ServerTls.from_env(env),
@@ -122,3 +124,17 @@ def _check_write_deadline(write_deadline: timedelta, env: Mapping[str, str]) -> 
             f"clock-skew allowance ({timing.skew.total_seconds():g} s), or a write could land "
             "after the minute's final re-read"
         )
+
+
+def _idempotency_retention(days: float) -> timedelta:
+    """Refuse a create-record lifetime below 1 day or above a deleted row's: TTL 0 means
+    never expire in Cassandra, and a record outliving the deleted row would let a late
+    replay of the create re-create the reminder under the same id. Checked before the
+    timedelta is made, which overflows on a huge number."""
+    longest = Retention().tombstone / timedelta(days=1)
+    if not 1 <= days <= longest:
+        raise ConfigError(
+            f"REMINDERS_IDEMPOTENCY_RETENTION_DAYS={days:g}: expected 1 to {longest:g} days "
+            "(a deleted reminder's row lifetime), or a replayed create could re-create it"
+        )
+    return timedelta(days=days)

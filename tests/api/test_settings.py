@@ -55,3 +55,29 @@ def test_a_write_deadline_below_the_dispatchers_grace_minus_skew_is_accepted() -
         {"REMINDERS_API_WRITE_DEADLINE_S": "24.5", "REMINDERS_DISPATCH_GRACE_S": "30"}
     )
     assert settings.write_deadline == timedelta(seconds=24.5)
+
+
+@pytest.mark.parametrize(
+    ("days", "message"),
+    [
+        ("0", "expected 1 to 30 days"),  # TTL 0: the records would never expire
+        ("0.5", "expected 1 to 30 days"),
+        ("-1", "expected 1 to 30 days"),
+        ("31", "expected 1 to 30 days"),  # outlives a deleted row: a replay re-creates it
+        ("1e12", "expected 1 to 30 days"),  # too large for a timedelta
+        ("nan", "expected a number"),
+    ],
+    ids=["zero", "half-a-day", "negative", "past-the-deleted-row", "huge", "nan"],
+)
+def test_an_idempotency_retention_outside_1_day_to_a_deleted_rows_lifetime_is_refused(
+    days: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"REMINDERS_IDEMPOTENCY_RETENTION_DAYS.*{message}"):
+        ApiSettings.from_env({"REMINDERS_IDEMPOTENCY_RETENTION_DAYS": days})
+
+
+@pytest.mark.parametrize("days", ["1", "7", "30"])
+def test_an_idempotency_retention_up_to_a_deleted_rows_lifetime_is_accepted(days: str) -> None:
+    settings = ApiSettings.from_env({"REMINDERS_IDEMPOTENCY_RETENTION_DAYS": days})
+    assert settings.retention.idempotency == timedelta(days=int(days))
+    assert settings.retention.idempotency <= settings.retention.tombstone
