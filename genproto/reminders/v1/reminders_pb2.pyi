@@ -349,7 +349,10 @@ class ListRemindersResponse(_message.Message):
     """Empty on the last page."""
     @_builtins.property
     def reminders(self) -> _containers.RepeatedCompositeFieldContainer[Global___Reminder]:
-        """The page."""
+        """The page. It may hold fewer than page_size, even none, with a next_page_token: one
+        call scans a bounded part of the caller's reminders (those the state filter skips
+        included), so keep paging until next_page_token is empty.
+        """
 
     def __init__(
         self,
