@@ -341,7 +341,9 @@ def occurrences(schedule: Schedule, after: datetime, limit: int) -> list[datetim
 
 def next_after(schedule: Schedule, instant: datetime) -> datetime | None:
     """The first ring strictly after ``instant``; None when the schedule has ended."""
-    found = occurrences(schedule, instant + timedelta(seconds=1), 1)
+    # Rings fall on whole seconds: the first one after `instant` is at or after the next
+    # whole second (`instant` + 1 s would skip a ring less than a second away).
+    found = occurrences(schedule, instant.replace(microsecond=0) + timedelta(seconds=1), 1)
     return found[0] if found else None
 
 

@@ -47,4 +47,9 @@ def test_next_after_is_strict_and_resumes_anywhere() -> None:
     repeat = parse_repeat("every Monday 09:00", NEW_YORK, datetime(2026, 10, 20))
     assert next_after(repeat, utc(2026, 10, 26, 13)) == utc(2026, 11, 2, 14)
     assert next_after(repeat, utc(2026, 10, 26, 12, 59)) == utc(2026, 10, 26, 13)
+    # A fraction of a second before a ring (a resume, a finalize at `now`): that ring.
+    just_before = utc(2026, 10, 26, 13) - timedelta(milliseconds=600)
+    assert next_after(repeat, just_before) == utc(2026, 10, 26, 13)
+    just_after = utc(2026, 10, 26, 13) + timedelta(milliseconds=600)
+    assert next_after(repeat, just_after) == utc(2026, 11, 2, 14)
     assert occurrences(repeat, utc(2026, 10, 26, 13), 1) == [utc(2026, 10, 26, 13)]
