@@ -52,6 +52,8 @@ from reminders_svc.storage.reminders_store import ReminderStore, StoredReminder
 
 log = logging.getLogger(__name__)
 
+# What the history records for a ring the skip_missed policy did not hand off.
+_MISSED = Answer(Outcome.REJECTED, "missed: older than the misfire grace")
 _HISTORY = {
     Outcome.ACCEPTED: HistoryAnswer.ACCEPTED,
     Outcome.DUPLICATE: HistoryAnswer.DUPLICATE,
@@ -242,7 +244,8 @@ class Ringer:
                         # claim lost to is settled then) and let it decide again.
                         read = self._store.get_serial
                         continue
-                    return await self._deliver(claimed, now, shift)
+                    first = not isinstance(decision, dispatch.Reclaimable)
+                    return await self._deliver(claimed, now, shift, first)
             due = decision.instant
             if not await shift.sleep_until(self._clock, due):
                 return False
@@ -284,14 +287,26 @@ class Ringer:
         self._metrics.claim_lateness.observe(max(0.0, (now - after.claim.due).total_seconds()))
         return after
 
-    async def _deliver(self, claimed_row: Reminder, claimed_at: datetime, shift: Shift) -> bool:
+    async def _deliver(
+        self, claimed_row: Reminder, claimed_at: datetime, shift: Shift, first: bool
+    ) -> bool:
         """Hand the claimed ring off and finalize it; True once resolved. A claim left
         unresolved (the shift ended first, or storage trouble) is let go, so it is
-        re-claimed at once, here or by the part's next owner, under the same key."""
+        re-claimed at once, here or by the part's next owner, under the same key. `first`:
+        claimed from pending, not taken over from an expired claim."""
         reminder_id = claimed_row.reminder_id
         self.claimed_since[reminder_id] = claimed_at
         resolved = False
         try:
+            if first and self._missed(claimed_row):
+                # Only a ring found missed is skipped: one already in flight when its claim
+                # was let go (a notifier outage, a restart) is not lost to the policy.
+                self._metrics.skips.labels(dispatch.SkipReason.MISSED.value).inc()
+                await self._history.record(
+                    self._delivery(claimed_row, claimed_at, None, _MISSED, None)
+                )
+                resolved = await self._finalize(claimed_row, self._clock.now(), shift)
+                return resolved
             answer = await self._hand_off(claimed_row, shift)
             if answer is None:
                 return False
@@ -313,11 +328,6 @@ class Ringer:
         None when the shift ended before a final answer."""
         assert row.claim is not None
         due = row.claim.due
-        if (
-            self._settings.misfire_policy is MisfirePolicy.SKIP_MISSED
-            and self._clock.now() - due > self._settings.misfire_grace
-        ):
-            return Answer(Outcome.REJECTED, "missed: older than the misfire grace")
         key = dispatch.idempotency_key(row)
         backoff = _Backoff(0.5, 30.0)
         # Checked before every hand-off, as before every checkpoint: a dispatcher paused
@@ -346,6 +356,13 @@ class Ringer:
                 self._metrics.claims_lost.inc()
                 return Answer(Outcome.RETRYABLE, "claim lost while retrying")
         return None
+
+    def _missed(self, claimed_row: Reminder) -> bool:
+        """Under skip_missed, whether the claimed ring is older than the misfire grace."""
+        assert claimed_row.claim is not None
+        late = self._clock.now() - claimed_row.claim.due
+        policy = self._settings.misfire_policy
+        return policy is MisfirePolicy.SKIP_MISSED and late > self._settings.misfire_grace
 
     async def _finish(
         self, claimed_row: Reminder, answer: Answer, claimed_at: datetime, shift: Shift

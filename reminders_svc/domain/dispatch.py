@@ -40,6 +40,9 @@ class SkipReason(StrEnum):
     # change since the entry was written moved it. Stale: the row rang and moved on.
     EDITED = "edited"
     STALE = "stale"
+    # Found older than the misfire grace under the skip_missed policy: claimed only to be
+    # re-armed (or ended), never handed off.
+    MISSED = "missed"
 
 
 @dataclass(frozen=True)

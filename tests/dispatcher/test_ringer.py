@@ -29,7 +29,7 @@ from dispatcher.metrics import DispatcherMetrics
 from dispatcher.minutes import PartWorker
 from dispatcher.ratelimit import RateLimiter
 from dispatcher.ringer import HandoffBatcher, Ringer, _to_the_end
-from dispatcher.settings import DispatcherSettings
+from dispatcher.settings import DispatcherSettings, MisfirePolicy
 from dispatcher.shift import Shift
 from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
@@ -150,11 +150,12 @@ class Part:
         assert await self.store.create(reminder, await self.store.active_count(user), 1000)
         return reminder
 
-    def ring(self, reminder: Reminder) -> asyncio.Task[bool]:
+    def ring(self, reminder: Reminder, shift: Shift | None = None) -> asyncio.Task[bool]:
+        """Ring the reminder's bucket entry, in this part's shift or in `shift`."""
         assert reminder.due is not None
         entry = Entry(reminder.user_id, reminder.reminder_id, reminder.due, uuid.uuid1())
         horizon = floor_minute(reminder.due) + timedelta(minutes=1)
-        return asyncio.create_task(self.ringer.ring(entry, horizon, self.shift))
+        return asyncio.create_task(self.ringer.ring(entry, horizon, shift or self.shift))
 
     async def row(self, reminder: Reminder) -> Reminder:
         stored = await self.store.get_serial(reminder.user_id, reminder.reminder_id)
@@ -163,7 +164,9 @@ class Part:
 
 
 @contextlib.asynccontextmanager
-async def leased_part(connection: CassandraConnection, part: int = 0) -> AsyncIterator[Part]:
+async def leased_part(
+    connection: CassandraConnection, part: int = 0, **settings_changes: Any
+) -> AsyncIterator[Part]:
     notifier = Notifier()  # type: ignore[abstract]  # only SendBatch is served
     server = grpc.aio.server()
     npb_grpc.add_NotificationServiceServicer_to_server(notifier, server)
@@ -171,7 +174,9 @@ async def leased_part(connection: CassandraConnection, part: int = 0) -> AsyncIt
     await server.start()
     client = NotifierClient(f"127.0.0.1:{port}")
     session = connection.session
-    settings = DispatcherSettings(dispatcher_id="in-process", grace=timedelta(seconds=1))
+    settings = DispatcherSettings(
+        dispatcher_id="in-process", grace=timedelta(seconds=1), **settings_changes
+    )
     clock = DbClock(session, settings.max_clock_offset)
     await clock.measure()
     store = RacedStore(session)
@@ -399,3 +404,52 @@ async def edit_due(part: Part, reminder: Reminder, due: datetime) -> Reminder:
     after = edit_schedule(stored.reminder, stored.reminder.text, one_off_instant(due), due, now)
     assert await part.store.replace(stored, after, now)
     return after
+
+
+SKIP_MISSED_IN_2_S: dict[str, Any] = {
+    "misfire_policy": MisfirePolicy.SKIP_MISSED,
+    "misfire_grace": timedelta(seconds=2),
+}
+
+
+def test_skip_missed_skips_a_ring_found_missed_and_counts_it_as_a_skip_not_a_ring(
+    own_keyspace: CassandraConnection,
+) -> None:
+    async def scenario() -> None:
+        async with leased_part(own_keyspace, **SKIP_MISSED_IN_2_S) as part:
+            due = _just_due() - timedelta(seconds=5)
+            reminder = await part.due_reminder("u-missed", due)
+
+            assert await part.ring(reminder)
+
+            assert part.notifier.accepted == []
+            assert (await part.row(reminder)).status is Status.DONE
+            assert part.count("reminders_dispatch_skips_total", reason="missed") == 1
+            assert part.count("reminders_dispatch_rings_total", outcome="rejected") == 0
+
+    asyncio.run(scenario())
+
+
+def test_skip_missed_never_drops_a_ring_already_in_flight_when_its_claim_was_let_go(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """Claimed in time, then held up by a notifier outage and let go (a restart, a part
+    moved): whoever re-claims it past the grace still hands it off."""
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace, **SKIP_MISSED_IN_2_S) as part:
+            [reminder], [ring] = await _claimed_and_waiting_to_retry(part, "u-in-flight", 1)
+            part.shift.lease.end()
+            assert not await ring
+            assert reminder.due is not None
+            await part.clock.sleep_until(reminder.due + timedelta(seconds=3))  # past grace
+
+            part.notifier.down = False
+            lease = await part.leases.try_take(1)
+            assert lease is not None
+            assert await part.ring(reminder, Shift(lease))
+
+            assert len(part.notifier.accepted) == 1
+            assert part.count("reminders_dispatch_skips_total", reason="missed") == 0
+
+    asyncio.run(scenario())
