@@ -38,7 +38,8 @@ class DispatcherMetrics:
         self.claims_lost = Counter(
             "reminders_dispatch_claims_lost_total",
             "Claims, claim renewals or finalizes lost to a user's change (edit, snooze,"
-            " pause, delete); a lost part lease is counted in leases_lost instead.",
+            " pause, delete) or, rarely, to another dispatcher that took over the claim"
+            " once it expired; a lost part lease is counted in leases_lost instead.",
             registry=r,
         )
         self.reclaims = Counter(
@@ -52,7 +53,8 @@ class DispatcherMetrics:
         )
         self.lease_takeovers = Counter(
             "reminders_dispatch_lease_takeovers_total",
-            "Leases taken on parts that had been held by another dispatcher.",
+            "Leases taken on parts held before (by this dispatcher or another): handed"
+            " over by a rebalance or a stop, or expired with a dead or paused holder.",
             registry=r,
         )
         self.leases_lost = Counter(

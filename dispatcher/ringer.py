@@ -283,8 +283,10 @@ class Ringer:
         _crash_if("crash_after_claim")
         _freeze_if("freeze_after_claim")
         if isinstance(decision, dispatch.Reclaimable):
-            self._metrics.reclaims.inc()
-        self._metrics.claim_lateness.observe(max(0.0, (now - after.claim.due).total_seconds()))
+            self._metrics.reclaims.inc()  # its due was claimed before: its lateness counted
+        else:
+            lateness = now - after.claim.due
+            self._metrics.claim_lateness.observe(max(0.0, lateness.total_seconds()))
         return after
 
     async def _deliver(
@@ -313,10 +315,11 @@ class Ringer:
             if answer.outcome is Outcome.RETRYABLE:
                 resolved = True  # the claim was taken while retrying: the user's change wins
                 await self._history.record(
-                    self._delivery(claimed_row, claimed_at, None, answer, None)
+                    self._delivery(claimed_row, claimed_at, None, answer, None),
+                    keep_earlier=not first,
                 )
             else:
-                resolved = await self._finish(claimed_row, answer, claimed_at, shift)
+                resolved = await self._finish(claimed_row, answer, claimed_at, shift, first)
             return resolved
         finally:
             self.claimed_since.pop(reminder_id, None)
@@ -365,14 +368,20 @@ class Ringer:
         return policy is MisfirePolicy.SKIP_MISSED and late > self._settings.misfire_grace
 
     async def _finish(
-        self, claimed_row: Reminder, answer: Answer, claimed_at: datetime, shift: Shift
+        self,
+        claimed_row: Reminder,
+        answer: Answer,
+        claimed_at: datetime,
+        shift: Shift,
+        first: bool,
     ) -> bool:
         assert claimed_row.claim is not None
         now = self._clock.now()
         lateness = now - claimed_row.claim.due
         self._metrics.handoff_lateness.observe(max(0.0, lateness.total_seconds()))
         self._metrics.rings.labels(answer.outcome.value).inc()
-        await self._history.record(self._delivery(claimed_row, claimed_at, now, answer, lateness))
+        delivery = self._delivery(claimed_row, claimed_at, now, answer, lateness)
+        await self._history.record(delivery, keep_earlier=not first)
         return await self._finalize(claimed_row, now, shift)
 
     async def _finalize(self, claimed_row: Reminder, now: datetime, shift: Shift) -> bool:

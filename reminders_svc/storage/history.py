@@ -6,6 +6,7 @@ import uuid
 from datetime import datetime, timedelta
 
 from cassandra.cluster import Session
+from cassandra.query import UNSET_VALUE
 
 from reminders_svc.domain.delivery import Answer, Delivery
 from reminders_svc.storage import aio
@@ -28,26 +29,42 @@ class DeliveryHistory:
             " handed_off_at = ?, answer = ?, reason = ?, lateness_ms = ?, late = ?"
             " WHERE user_id = ? AND reminder_id = ? AND claim_due = ?"
         )
+        self._record_first = session.prepare(
+            "INSERT INTO deliveries (claim_token, claimed_at, handed_off_at, answer, reason,"
+            " lateness_ms, late, user_id, reminder_id, claim_due)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
+        )
 
-    async def record(self, delivery: Delivery) -> None:
-        await aio.execute(
-            self._session,
-            self._record,
-            (
-                self._ttl,
-                delivery.claim_token,
-                delivery.claimed_at,
-                delivery.handed_off_at,
-                delivery.answer.value if delivery.answer else None,
-                # Empty, not null: it must clear an earlier attempt's reason, and a null
-                # is a tombstone cell that every read of the user's history scans.
-                delivery.reason or "",
-                delivery.lateness_ms,
-                delivery.late,
-                delivery.user_id,
-                delivery.reminder_id,
-                delivery.claim_due,
-            ),
+    async def record(self, delivery: Delivery, *, keep_earlier: bool = False) -> None:
+        """Record one ring's hand-off. `keep_earlier`: a ring taken over from an earlier
+        attempt under the same key (claim_due) leaves that attempt's record, if any, as it
+        is: it was the delivery the user saw (when, and whether), and the later attempt's
+        answer is only "duplicate" (or "abandoned", were the user to take over now). Such
+        takeovers are rare, so their record can afford a lightweight transaction."""
+        values = self._values(delivery)
+        if keep_earlier:
+            # A new row: an absent value is left unset, not written null (a tombstone).
+            unset = tuple(UNSET_VALUE if value is None else value for value in values)
+            await aio.execute(self._session, self._record_first, (*unset, self._ttl))
+        else:
+            await aio.execute(self._session, self._record, (self._ttl, *values))
+
+    @staticmethod
+    def _values(delivery: Delivery) -> tuple[object, ...]:
+        """The columns in the statements' order: the values, then the row's key."""
+        return (
+            delivery.claim_token,
+            delivery.claimed_at,
+            delivery.handed_off_at,
+            delivery.answer.value if delivery.answer else None,
+            # Empty, not null: it must clear an earlier attempt's reason, and a null is a
+            # tombstone cell that every read of the user's history scans.
+            delivery.reason or "",
+            delivery.lateness_ms,
+            delivery.late,
+            delivery.user_id,
+            delivery.reminder_id,
+            delivery.claim_due,
         )
 
     async def list_page(

@@ -34,6 +34,8 @@ from dispatcher.shift import Shift
 from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
 from reminders_svc.config import Retention
+from reminders_svc.domain.delivery import Answer as HistoryAnswer
+from reminders_svc.domain.delivery import Delivery
 from reminders_svc.domain.reminder import (
     Reminder,
     Status,
@@ -451,5 +453,45 @@ def test_skip_missed_never_drops_a_ring_already_in_flight_when_its_claim_was_let
 
             assert len(part.notifier.accepted) == 1
             assert part.count("reminders_dispatch_skips_total", reason="missed") == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_ring_taken_over_leaves_the_earlier_attempts_delivery_record_as_it_was(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """The first attempt was answered and recorded, but its finalize never landed (it
+    timed out, the part moved): the takeover re-sends under the same key and must not
+    overwrite when, and whether, the user was notified with its own "duplicate"."""
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace) as part:
+            [reminder], [ring] = await _claimed_and_waiting_to_retry(part, "u-history", 1)
+            part.shift.lease.end()
+            assert not await ring
+            claim = (await part.row(reminder)).claim
+            assert claim is not None
+            history = DeliveryHistory(own_keyspace.session)
+            earlier = Delivery(
+                user_id=reminder.user_id,
+                reminder_id=reminder.reminder_id,
+                claim_due=claim.due,
+                claim_token=claim.token,
+                claimed_at=claim.due,
+                handed_off_at=claim.due + timedelta(milliseconds=250),
+                answer=HistoryAnswer.ACCEPTED,
+                reason=None,
+                late=False,
+            )
+            await history.record(earlier)
+
+            part.notifier.down = False
+            lease = await part.leases.try_take(1)
+            assert lease is not None
+            assert await part.ring(reminder, Shift(lease))
+
+            assert len(part.notifier.accepted) == 1
+            recorded, _ = await history.list_page(reminder.user_id, reminder.reminder_id, None, 5)
+            assert recorded == [earlier]
 
     asyncio.run(scenario())
