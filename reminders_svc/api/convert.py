@@ -119,10 +119,9 @@ def reminder_id(text: str, field: str = "id") -> uuid.UUID:
 def local_time(text: str, field: str) -> datetime:
     """ISO 8601 local wall time without an offset, e.g. 2026-11-01T01:30:00."""
     try:
-        parsed = parse_local_datetime(bounded(text, field, MAX_LOCAL_TIME_CHARS), field)
+        return parse_local_datetime(bounded(text, field, MAX_LOCAL_TIME_CHARS), field)
     except ScheduleError as error:
         raise InvalidArgument(field, error.message) from None
-    return _within_years(parsed, field)
 
 
 def state_filter(state: int) -> Status | None:

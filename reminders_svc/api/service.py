@@ -261,7 +261,9 @@ def build_servicers(
     settings: ApiSettings,
     clock: Clock = utc_now,
 ) -> ApiServicers:
-    store = ReminderStore(connection.session, settings.retention)
+    store = ReminderStore(
+        connection.session, settings.retention, list_scan_rows=settings.limits.list_scan_rows
+    )
     history = DeliveryHistory(connection.session, settings.retention.history)
     app = RemindersApp(store, settings.limits, clock)
     return ApiServicers(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from reminders_svc.config import ConfigError, MinuteTiming, Retention
+from reminders_svc.storage.reminders_store import LIST_SCAN_ROWS
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,9 @@ class Limits:
     min_snooze: timedelta = timedelta(minutes=1)
     max_snooze: timedelta = timedelta(days=7)
     max_message_bytes: int = 64 * 1024
+    # The most rows of a user's partition one List call reads (a short page with a token
+    # when it comes first).
+    list_scan_rows: int = LIST_SCAN_ROWS
 
 
 @dataclass(frozen=True)

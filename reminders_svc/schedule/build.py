@@ -73,4 +73,5 @@ def parse_local_datetime(text: str, field: str) -> datetime:
         raise ScheduleError(field, f"{quoted(text)} is not an ISO 8601 date-time") from None
     if value.tzinfo is not None:
         raise ScheduleError(field, f"{quoted(text)} must be a local time without offset")
+    check_year(value, field)
     return value

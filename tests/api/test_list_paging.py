@@ -5,6 +5,7 @@ whole partition."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import uuid
 from collections.abc import Iterator
@@ -16,12 +17,9 @@ from cassandra.cluster import Session
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.api.auth import Authenticator
-from reminders_svc.api.service import AdminServicer, ApiServicers, RemindersServicer
-from reminders_svc.api.settings import ApiSettings
-from reminders_svc.app import RemindersApp
+from reminders_svc.api.service import ApiServicers, build_servicers
+from reminders_svc.api.settings import ApiSettings, Limits
 from reminders_svc.config import CassandraSettings
-from reminders_svc.storage.history import DeliveryHistory
-from reminders_svc.storage.reminders_store import ReminderStore
 from reminders_svc.storage.session import CassandraConnection
 from tests.api.conftest import SEED_NOW, Api, FakeClock, code_of, start_api, weekly_monday_nine
 
@@ -56,16 +54,11 @@ def scanning(migrated_settings: CassandraSettings) -> Iterator[tuple[Api, ListQu
         connection: CassandraConnection, auth: Authenticator, api: ApiSettings, clock: FakeClock
     ) -> ApiServicers:
         queries.append(ListQueries(connection.session))
-        session = cast(Session, queries[-1])
-        store = ReminderStore(session, api.retention, list_scan_rows=SCAN)
-        history = DeliveryHistory(session, api.retention.history)
-        app = RemindersApp(store, api.limits, clock)
-        return ApiServicers(
-            reminders=RemindersServicer(app, history, auth, api, clock),
-            admin=AdminServicer(store, history, auth),
-        )
+        counted = dataclasses.replace(connection, session=cast(Session, queries[-1]))
+        return build_servicers(counted, auth, api, clock)
 
-    thread, api = start_api(migrated_settings, FakeClock(SEED_NOW), build=build)
+    limits = Limits(list_scan_rows=SCAN)
+    thread, api = start_api(migrated_settings, FakeClock(SEED_NOW), limits, build=build)
     yield api, queries[0]
     api.channel.close()
     thread.stop()
