@@ -23,8 +23,7 @@ import signal
 from datetime import timedelta
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from prometheus_client import start_http_server
+from grpc_health.v1 import health_pb2_grpc
 
 from dispatcher.buckets import BucketReader
 from dispatcher.clock import DbClock
@@ -37,7 +36,8 @@ from dispatcher.ringer import HandoffBatcher, Ringer
 from dispatcher.settings import DispatcherSettings
 from reminders_svc.concurrency import unless_stopped
 from reminders_svc.config import CassandraSettings, Retention
-from reminders_svc.health import mark_alive
+from reminders_svc.health import ProcessHealth
+from reminders_svc.runtime import MetricsEndpoint
 from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
@@ -55,11 +55,13 @@ class Dispatcher:
         self.settings = settings
         self._cassandra = cassandra
         self.metrics = DispatcherMetrics()
-        self._health = health.aio.HealthServicer()
+        # Ready while its clock agrees with the database's.
+        self._health = ProcessHealth(("",), self.metrics.clock_ready)
         self._workers: dict[int, tuple[PartWorker, asyncio.Task[None]]] = {}
         self._stopping = asyncio.Event()
         self._connection: CassandraConnection | None = None
         self._server: grpc.aio.Server | None = None
+        self._metrics_endpoint: MetricsEndpoint | None = None
         self.port = settings.port
         self.metrics_port = settings.metrics_port
 
@@ -129,13 +131,7 @@ class Dispatcher:
             log.warning("clock check failed: %s", type(error).__name__)
         ready = self.clock.ready()
         self.metrics.clock_offset.set(self.clock.offset_s)
-        self.metrics.clock_ready.set(1 if ready else 0)
-        await self._health.set(
-            "",
-            health_pb2.HealthCheckResponse.SERVING
-            if ready
-            else health_pb2.HealthCheckResponse.NOT_SERVING,
-        )
+        await self._health.set_ready(ready)
         await self._renew()
         try:
             await self._balance()
@@ -243,7 +239,7 @@ class Dispatcher:
         self.metrics.oldest_claim.set(max(((now - c).total_seconds() for c in claims), default=0))
 
     async def _drain(self) -> None:
-        await self._health.enter_graceful_shutdown()
+        await self._health.shut_down()
         for worker, _ in self._workers.values():
             worker.stop()
         # Until every part is done: keep the leases, release each as its part is done.
@@ -262,24 +258,25 @@ class Dispatcher:
         await self._notifier.close()
 
     async def _close(self) -> None:
-        await self._health.enter_graceful_shutdown()
+        await self._health.shut_down()
         if self._server is not None:
             await self._server.stop(1)
         if self._connection is not None:
             await asyncio.to_thread(self._connection.close)
+        if self._metrics_endpoint is not None:
+            self._metrics_endpoint.close()
 
     async def _start_health(self) -> None:
         server = grpc.aio.server()
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        await self._health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
-        await mark_alive(self._health)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health.servicer, server)
+        await self._health.start()
         self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
         await server.start()
         self._server = server
-        http, _ = start_http_server(
-            self.settings.metrics_port, addr=self.settings.host, registry=self.metrics.registry
+        self._metrics_endpoint = MetricsEndpoint(
+            self.metrics.registry, self.settings.host, self.settings.metrics_port
         )
-        self.metrics_port = http.server_port
+        self.metrics_port = self._metrics_endpoint.port
 
 
 async def serve(settings: DispatcherSettings, cassandra: CassandraSettings) -> None:

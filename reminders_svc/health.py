@@ -12,11 +12,60 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from cassandra.cluster import Session
 from grpc_health.v1 import health, health_pb2
+from prometheus_client import Gauge
+
+from reminders_svc.storage.aio import execute
+
+log = logging.getLogger(__name__)
 
 LIVENESS_SERVICE = "liveness"
+# The cheapest query that proves a coordinator answers.
+PROBE_QUERY = "SELECT release_version FROM system.local"
 
 
-async def mark_alive(servicer: health.aio.HealthServicer) -> None:
-    """Liveness SERVING; `enter_graceful_shutdown()` turns it off with the rest."""
-    await servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+class ProcessHealth:
+    """One process's health servicer: readiness of `services` (mirrored, 0/1, in
+    `ready_gauge` when given) and liveness."""
+
+    def __init__(self, services: Sequence[str], ready_gauge: Gauge | None = None) -> None:
+        self.servicer = health.aio.HealthServicer()
+        self._services = tuple(services)
+        self._ready_gauge = ready_gauge
+
+    async def start(self) -> None:
+        """Alive, not ready: call before the server listens."""
+        await self.set_ready(False)
+        await self.servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+
+    async def set_ready(self, ready: bool) -> None:
+        if self._ready_gauge is not None:
+            self._ready_gauge.set(1 if ready else 0)
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if ready
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for service in self._services:
+            await self.servicer.set(service, status)
+
+    async def follow_storage(self, session: Session, interval_s: float) -> None:
+        """Ready while Cassandra answers a probe, every `interval_s` until cancelled."""
+        while True:
+            try:
+                await execute(session, PROBE_QUERY, timeout_s=interval_s)
+                answers = True
+            except Exception as error:  # any driver error means "not answering"
+                log.warning("Cassandra health probe failed: %s", type(error).__name__)
+                answers = False
+            await self.set_ready(answers)
+            await asyncio.sleep(interval_s)
+
+    async def shut_down(self) -> None:
+        """Everything NOT_SERVING, liveness included, for good."""
+        await self.servicer.enter_graceful_shutdown()

@@ -20,14 +20,14 @@ from notifier.domain.model import Priority
 from notifier.domain.push import PushAdapter
 from notifier.intake import Intake
 from notifier.metrics import NotifierMetrics
-from notifier.rpc.lifecycle import MetricsEndpoint, StorageHealth, run_until_signal
 from notifier.rpc.servicer import NotificationServicer
 from notifier.settings import NotifierSettings
 from notifier.storage.devices import DeviceStore
 from notifier.storage.keys import KeyStore
 from notifier.storage.schema import migrate_notifier
 from reminders_svc.connections import SERVER_OPTIONS
-from reminders_svc.health import mark_alive
+from reminders_svc.health import ProcessHealth
+from reminders_svc.runtime import MetricsEndpoint, run_until_signal
 from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
 from reminders_svc.storage.session import CassandraConnection
 
@@ -59,7 +59,7 @@ class NotifierServer:
         self._clock = clock
         self.registry = CollectorRegistry()
         self._metrics = NotifierMetrics(self.registry)
-        self._health = StorageHealth(HEALTH_SERVICES, self._metrics.storage_up)
+        self._health = ProcessHealth(HEALTH_SERVICES, self._metrics.storage_up)
         self._connection: CassandraConnection | None = None
         self._workers: PushWorkers | None = None
         self._intake: Intake | None = None
@@ -119,8 +119,7 @@ class NotifierServer:
         servicer = NotificationServicer(intake, devices, self.adapter, settings.faults)
         notification_pb2_grpc.add_NotificationServiceServicer_to_server(servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health.servicer, server)
-        await self._health.set(False)
-        await mark_alive(self._health.servicer)
+        await self._health.start()
         self.port = server.add_insecure_port(f"{settings.host}:{settings.port}")
         self._metrics_endpoint = MetricsEndpoint(
             self.registry, settings.host, settings.metrics_port
@@ -129,7 +128,7 @@ class NotifierServer:
         await server.start()
         self._server = server
         self._probe_task = asyncio.create_task(
-            self._health.follow(session, settings.health_probe_interval.total_seconds()),
+            self._health.follow_storage(session, settings.health_probe_interval.total_seconds()),
             name="storage-health",
         )
         log.info(
@@ -147,7 +146,7 @@ class NotifierServer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._settings.shutdown_grace.total_seconds()
         log.info("shutting down: draining for up to %s", self._settings.shutdown_grace)
-        await self._health.servicer.enter_graceful_shutdown()
+        await self._health.shut_down()
         # The end of the grace is kept for releasing the keys of what was not pushed.
         pushing_until = deadline - min(
             _RELEASE_RESERVE_S, self._settings.shutdown_grace.total_seconds() / 2

@@ -11,26 +11,25 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Protocol, cast
-from wsgiref.simple_server import WSGIServer
 
 import grpc
 import grpc.aio
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from genproto.reminders.v1 import reminders_pb2, reminders_pb2_grpc
 from reminders_svc.api.auth import Authenticator
 from reminders_svc.api.settings import ApiSettings, ServerTls
 from reminders_svc.config import CassandraSettings
 from reminders_svc.connections import SERVER_OPTIONS
-from reminders_svc.health import mark_alive
+from reminders_svc.health import ProcessHealth
+from reminders_svc.runtime import MetricsEndpoint, run_until_signal
 from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
 from reminders_svc.storage.session import CassandraConnection
 
@@ -50,8 +49,6 @@ DECLARED_METHODS = frozenset(
 )
 # "" is the server as a whole, which is what most probes (grpc_health_probe, k8s) ask.
 HEALTH_SERVICES = ("", REMINDERS_SERVICE, ADMIN_SERVICE)
-# The cheapest query that proves a coordinator answers.
-PROBE_QUERY = "SELECT release_version FROM system.local"
 
 
 class Servicers(Protocol):
@@ -254,11 +251,11 @@ class ApiServer:
         self._servicer_factory = servicer_factory
         self._registry = CollectorRegistry()
         self._metrics = ApiMetrics(self._registry)
-        self._health = health.aio.HealthServicer()
+        self._health = ProcessHealth(HEALTH_SERVICES, self._metrics.storage_up)
         self._services = StorageBoundHandlers()
         self._connection: CassandraConnection | None = None
         self._storage_task: asyncio.Task[None] | None = None
-        self._metrics_http: WSGIServer | None = None
+        self._metrics_endpoint: MetricsEndpoint | None = None
         self._server: grpc.aio.Server | None = None
         # The ports bound (differ from the settings when those ask for 0: any free port).
         self.port = settings.port
@@ -272,10 +269,8 @@ class ApiServer:
             # Only requests are capped: a page of 500 reminders is larger than any request.
             options=[("grpc.max_receive_message_length", max_bytes), *SERVER_OPTIONS],
         )
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        for service in HEALTH_SERVICES:
-            await self._health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
-        await mark_alive(self._health)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health.servicer, server)
+        await self._health.start()
         if self._settings.reflection:
             names = (*HEALTH_SERVICES[1:], health.SERVICE_NAME, reflection.SERVICE_NAME)
             reflection.enable_server_reflection(names, server)
@@ -284,10 +279,10 @@ class ApiServer:
             self.port = server.add_insecure_port(address)
         else:
             self.port = server.add_secure_port(address, _server_credentials(self._settings.tls))
-        self._metrics_http, _ = start_http_server(
-            self._settings.metrics_port, addr=self._settings.host, registry=self._registry
+        self._metrics_endpoint = MetricsEndpoint(
+            self._registry, self._settings.host, self._settings.metrics_port
         )
-        self.metrics_port = self._metrics_http.server_address[1]
+        self.metrics_port = self._metrics_endpoint.port
         await server.start()
         self._server = server
         self._storage_task = asyncio.create_task(self._keep_storage(), name="storage-health")
@@ -305,7 +300,7 @@ class ApiServer:
         """Readiness off, stop accepting, let in-flight calls finish within the grace."""
         grace = self._settings.shutdown_grace.total_seconds()
         log.info("shutting down: draining in-flight calls for up to %.0f s", grace)
-        await self._health.enter_graceful_shutdown()
+        await self._health.shut_down()
         if self._server is not None:
             await self._server.stop(grace)
         if self._storage_task is not None:
@@ -314,9 +309,8 @@ class ApiServer:
                 await self._storage_task
         if self._connection is not None:
             await asyncio.to_thread(self._connection.close)
-        if self._metrics_http is not None:
-            self._metrics_http.shutdown()
-            self._metrics_http.server_close()
+        if self._metrics_endpoint is not None:
+            self._metrics_endpoint.close()
         log.info("stopped")
 
     async def _keep_storage(self) -> None:
@@ -334,28 +328,7 @@ class ApiServer:
             log.exception("building the servicers failed; staying NOT_SERVING")
             raise
         self._services.install(servicers)
-        while True:
-            await self._set_serving(await self._storage_answers(connection, interval))
-            await asyncio.sleep(interval)
-
-    @staticmethod
-    async def _storage_answers(connection: CassandraConnection, within_s: float) -> bool:
-        try:
-            await asyncio.to_thread(connection.session.execute, PROBE_QUERY, timeout=within_s)
-        except Exception as error:  # any driver error means "not answering"
-            log.warning("Cassandra health probe failed: %s", type(error).__name__)
-            return False
-        return True
-
-    async def _set_serving(self, serving: bool) -> None:
-        self._metrics.storage_up.set(1 if serving else 0)
-        status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if serving
-            else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
-        for service in HEALTH_SERVICES:
-            await self._health.set(service, status)
+        await self._health.follow_storage(connection.session, interval)
 
 
 async def serve(
@@ -365,13 +338,4 @@ async def serve(
     servicer_factory: ServicerFactory = default_servicers,
 ) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully."""
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stopping.set)
-    server = ApiServer(settings, cassandra, authenticator, servicer_factory)
-    await server.start()
-    try:
-        await stopping.wait()
-    finally:
-        await server.stop()
+    await run_until_signal(ApiServer(settings, cassandra, authenticator, servicer_factory))
