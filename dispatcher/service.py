@@ -35,7 +35,7 @@ from dispatcher.ratelimit import RateLimiter
 from dispatcher.ringer import HandoffBatcher, Ringer
 from dispatcher.settings import DispatcherSettings
 from reminders_svc.concurrency import unless_stopped
-from reminders_svc.config import CassandraSettings, Retention
+from reminders_svc.config import CassandraSettings
 from reminders_svc.health import ProcessHealth
 from reminders_svc.runtime import MetricsEndpoint
 from reminders_svc.storage.errors import STORAGE_ERRORS
@@ -82,8 +82,8 @@ class Dispatcher:
         session = self._connection.session
         return await built_patiently(
             lambda: (
-                ReminderStore(session, Retention()),
-                DeliveryHistory(session),
+                ReminderStore(session, self.settings.retention),
+                DeliveryHistory(session, self.settings.retention.history),
                 PartLeases(session, self.settings.dispatcher_id, self.settings.lease),
                 BucketReader(session),
             ),

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 
-from reminders_svc.config import ConfigError, MinuteTiming
+from reminders_svc.config import ConfigError, Env, MinuteTiming, Retention
 
 
 class MisfirePolicy(StrEnum):
@@ -59,62 +59,60 @@ class DispatcherSettings:
     # How long the notifier may still deliver a ring, counted from each hand-off attempt.
     ring_expiry: timedelta = timedelta(hours=1)
     shutdown_grace: timedelta = timedelta(seconds=25)
+    # How long bucket entries and delivery history rows are kept; the API reads the same.
+    retention: Retention = field(default_factory=Retention)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> DispatcherSettings:
-        env = os.environ if environ is None else environ
+        values = os.environ if environ is None else environ
         prefix = "REMINDERS_DISPATCH_"
+        env = Env(values, prefix)
+        day_s = 86_400.0
 
-        def seconds(name: str, default: timedelta) -> timedelta:
-            raw = env.get(prefix + name)
-            if raw in (None, ""):
-                return default
-            try:
-                return timedelta(seconds=float(raw))
-            except ValueError:
-                raise ConfigError(f"{prefix}{name}={raw!r}: expected seconds") from None
+        def seconds(
+            name: str, default: timedelta, low: float = 0.05, high: float = 3600
+        ) -> timedelta:
+            return env.seconds(name, default, low=low, high=high)
 
-        def integer(name: str, default: int) -> int:
-            raw = env.get(prefix + name)
-            try:
-                return default if raw in (None, "") else int(raw)
-            except ValueError:
-                raise ConfigError(f"{prefix}{name}={raw!r}: expected an integer") from None
+        def count(name: str, default: int) -> int:
+            return env.integer(name, default, low=1, high=100_000)
 
-        policy_raw = env.get(prefix + "MISFIRE_POLICY", MisfirePolicy.RING_LATE.value)
-        try:
-            policy = MisfirePolicy(policy_raw)
-        except ValueError:
-            raise ConfigError(
-                f"{prefix}MISFIRE_POLICY={policy_raw!r}: expected ring_late or skip_missed"
-            ) from None
-        timing = MinuteTiming.from_env(env)  # shared with the API, which checks its deadline
+        timing = MinuteTiming.from_env(values)  # shared with the API, which checks its deadline
         settings = cls(
-            dispatcher_id=env.get(prefix + "ID") or f"{socket.gethostname()}-{os.getpid()}",
-            notifier_target=env.get("REMINDERS_NOTIFIER_TARGET", "127.0.0.1:50061"),
-            host=env.get(prefix + "HOST", "127.0.0.1"),
-            port=integer("PORT", 50071),
-            metrics_port=integer("METRICS_PORT", 9466),
-            lease=seconds("LEASE_S", cls.lease),
+            dispatcher_id=env.text("ID", f"{socket.gethostname()}-{os.getpid()}"),
+            notifier_target=values.get("REMINDERS_NOTIFIER_TARGET") or cls.notifier_target,
+            host=env.text("HOST", cls.host),
+            port=env.port("PORT", cls.port),
+            metrics_port=env.port("METRICS_PORT", cls.metrics_port),
+            lease=seconds("LEASE_S", cls.lease, low=1),
             lease_renew_every=seconds("LEASE_RENEW_S", cls.lease_renew_every),
-            claim_lease=seconds("CLAIM_LEASE_S", cls.claim_lease),
-            prefetch=seconds("PREFETCH_S", cls.prefetch),
-            poll_every=seconds("POLL_S", cls.poll_every),
+            claim_lease=seconds("CLAIM_LEASE_S", cls.claim_lease, low=1),
+            prefetch=seconds("PREFETCH_S", cls.prefetch, low=0, high=60),
+            poll_every=seconds("POLL_S", cls.poll_every, high=60),
             grace=timing.grace,
             skew=timing.skew,
-            max_clock_offset=seconds("MAX_CLOCK_OFFSET_S", cls.max_clock_offset),
-            batch_size=integer("BATCH_SIZE", cls.batch_size),
-            max_in_flight=integer("MAX_IN_FLIGHT", cls.max_in_flight),
-            catch_up_minutes_per_s=float(
-                env.get(prefix + "CATCH_UP_MINUTES_PER_S") or cls.catch_up_minutes_per_s
+            max_clock_offset=seconds("MAX_CLOCK_OFFSET_S", cls.max_clock_offset, low=0.01, high=60),
+            batch_size=env.integer("BATCH_SIZE", cls.batch_size, low=1, high=1000),
+            max_in_flight=count("MAX_IN_FLIGHT", cls.max_in_flight),
+            catch_up_minutes_per_s=env.number(
+                "CATCH_UP_MINUTES_PER_S", cls.catch_up_minutes_per_s, low=0.01, high=1e6
             ),
-            catch_up_rings_per_s=float(env.get(prefix + "CATCH_UP_RINGS_PER_S") or 50),
-            initial_lookback=seconds("INITIAL_LOOKBACK_S", cls.initial_lookback),
-            misfire_policy=policy,
-            misfire_grace=seconds("MISFIRE_GRACE_S", cls.misfire_grace),
-            late_after=seconds("LATE_AFTER_S", cls.late_after),
-            ring_expiry=seconds("RING_EXPIRY_S", cls.ring_expiry),
-            shutdown_grace=seconds("SHUTDOWN_GRACE_S", cls.shutdown_grace),
+            catch_up_rings_per_s=env.number(
+                "CATCH_UP_RINGS_PER_S", cls.catch_up_rings_per_s, low=0.01, high=1e6
+            ),
+            initial_lookback=seconds(
+                "INITIAL_LOOKBACK_S", cls.initial_lookback, low=0, high=7 * day_s
+            ),
+            misfire_policy=env.choice(
+                "MISFIRE_POLICY",
+                cls.misfire_policy,
+                (MisfirePolicy.RING_LATE, MisfirePolicy.SKIP_MISSED),
+            ),
+            misfire_grace=seconds("MISFIRE_GRACE_S", cls.misfire_grace, low=0, high=7 * day_s),
+            late_after=seconds("LATE_AFTER_S", cls.late_after, low=0, high=day_s),
+            ring_expiry=seconds("RING_EXPIRY_S", cls.ring_expiry, low=0.001, high=7 * day_s),
+            shutdown_grace=seconds("SHUTDOWN_GRACE_S", cls.shutdown_grace, low=0),
+            retention=Retention.from_env(values),
         )
         if settings.lease_renew_every * 2 >= settings.lease:
             raise ConfigError(f"{prefix}LEASE_RENEW_S must be under half of {prefix}LEASE_S")

@@ -9,16 +9,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
 
-# The parsers of the shared config, so every REMINDERS_* variable reads the same way.
-from reminders_svc.config import (
-    CassandraSettings,
-    ConfigError,
-    _choice,
-    _float,
-    _identifier,
-    _int,
-    _truthy,
-)
+from reminders_svc.config import CassandraSettings, ConfigError, Env
 
 AdapterName = Literal["recording", "logging"]
 PREFIX = "REMINDERS_NOTIFIER_"
@@ -40,8 +31,8 @@ class Faults:
         faults = cls()
         for spec in filter(None, (part.strip() for part in text.split(","))):
             name, _, count = spec.partition(":")
-            if name == "drop_reply":
-                faults = dataclasses.replace(faults, drop_reply=_int(count, f"{PREFIX}FAULTS"))
+            if name == "drop_reply" and count.isdecimal() and int(count) > 0:
+                faults = dataclasses.replace(faults, drop_reply=int(count))
             elif name == "crash_before_push" and not count:
                 faults = dataclasses.replace(faults, crash_before_push=True)
             else:
@@ -84,40 +75,38 @@ class NotifierSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> NotifierSettings:
-        env = os.environ if environ is None else environ
-        dev = env.get("REMINDERS_ENV", "") == "dev"
+        values = os.environ if environ is None else environ
+        env = Env(values, PREFIX)
+        dev = values.get("REMINDERS_ENV", "") == "dev"
 
-        def get(name: str, default: str) -> str:
-            return env.get(PREFIX + name) or default
+        def seconds(name: str, default: timedelta, low: float = 0.05) -> timedelta:
+            return env.seconds(name, default, low=low, high=3600)
 
-        def seconds(name: str, default: float) -> timedelta:
-            return timedelta(seconds=_float(get(name, str(default)), PREFIX + name))
+        def count(name: str, default: int) -> int:
+            return env.integer(name, default, low=1, high=100_000)
 
-        cassandra = CassandraSettings.from_env(env)
-        keyspace = _identifier(get("KEYSPACE", "notifier"), PREFIX + "KEYSPACE")
+        cassandra = CassandraSettings.from_env(values)
         return cls(
-            host=get("HOST", "127.0.0.1"),
-            port=_int(get("PORT", "50061"), PREFIX + "PORT"),
-            metrics_port=_int(get("METRICS_PORT", "9465"), PREFIX + "METRICS_PORT"),
-            cassandra=dataclasses.replace(cassandra, keyspace=keyspace),
-            key_ttl=timedelta(days=_float(get("KEY_TTL_DAYS", "30"), PREFIX + "KEY_TTL_DAYS")),
-            key_takeover_after=seconds("KEY_TAKEOVER_AFTER_S", 60),
-            adapter=_choice(
-                get("ADAPTER", "recording" if dev else "logging"),
-                PREFIX + "ADAPTER",
-                ("recording", "logging"),
+            host=env.text("HOST", cls.host),
+            port=env.port("PORT", cls.port),
+            metrics_port=env.port("METRICS_PORT", cls.metrics_port),
+            cassandra=dataclasses.replace(
+                cassandra, keyspace=env.identifier("KEYSPACE", "notifier")
             ),
-            auto_device=_truthy(
-                get("AUTO_DEVICE", "true" if dev else "false"), PREFIX + "AUTO_DEVICE"
+            key_ttl=env.days("KEY_TTL_DAYS", cls.key_ttl, low=1, high=365),
+            key_takeover_after=seconds("KEY_TAKEOVER_AFTER_S", cls.key_takeover_after, low=1),
+            adapter=env.choice(
+                "ADAPTER", "recording" if dev else "logging", ("recording", "logging")
             ),
-            push_workers=_int(get("PUSH_WORKERS", "16"), PREFIX + "PUSH_WORKERS"),
-            batch_concurrency=_int(get("BATCH_CONCURRENCY", "64"), PREFIX + "BATCH_CONCURRENCY"),
-            push_max_attempts=_int(get("PUSH_MAX_ATTEMPTS", "5"), PREFIX + "PUSH_MAX_ATTEMPTS"),
-            push_retry_backoff=seconds("PUSH_RETRY_BACKOFF_S", 1),
-            recording_capacity=_int(
-                get("RECORDING_CAPACITY", "100000"), PREFIX + "RECORDING_CAPACITY"
+            auto_device=env.flag("AUTO_DEVICE", dev),
+            push_workers=count("PUSH_WORKERS", cls.push_workers),
+            batch_concurrency=count("BATCH_CONCURRENCY", cls.batch_concurrency),
+            push_max_attempts=count("PUSH_MAX_ATTEMPTS", cls.push_max_attempts),
+            push_retry_backoff=seconds("PUSH_RETRY_BACKOFF_S", cls.push_retry_backoff, low=0),
+            recording_capacity=count("RECORDING_CAPACITY", cls.recording_capacity),
+            shutdown_grace=seconds("SHUTDOWN_GRACE_S", cls.shutdown_grace, low=0),
+            health_probe_interval=seconds(
+                "HEALTH_PROBE_INTERVAL_S", cls.health_probe_interval, low=0.1
             ),
-            shutdown_grace=seconds("SHUTDOWN_GRACE_S", 20),
-            health_probe_interval=seconds("HEALTH_PROBE_INTERVAL_S", 3),
-            faults=Faults.parse(get("FAULTS", "")),
+            faults=Faults.parse(env.text("FAULTS", "")),
         )

@@ -5,6 +5,7 @@ Secrets are held as `Secret` so that neither repr() nor logging prints them.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,25 @@ class Retention:
     history: timedelta = timedelta(days=90)
     # Deleted rows stay as tombstones past the dispatcher's retry horizon.
     tombstone: timedelta = timedelta(days=30)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Retention:
+        """Read by every writer of these rows (API, dispatcher, admin), so they agree."""
+        env = Env(os.environ if environ is None else environ, "REMINDERS_")
+        longest_record = cls.tombstone / timedelta(days=1)
+        return cls(
+            bucket=env.days("BUCKET_RETENTION_DAYS", cls.bucket, low=1, high=365),
+            # TTL 0 would keep the records for ever, and a record outliving the deleted
+            # row would let a late replay of the create re-create it under the same id.
+            idempotency=env.days(
+                "IDEMPOTENCY_RETENTION_DAYS",
+                cls.idempotency,
+                low=1,
+                high=longest_record,
+                why="no longer than a deleted reminder's row, or a replayed create re-creates it",
+            ),
+            history=env.days("HISTORY_RETENTION_DAYS", cls.history, low=1, high=3650),
+        )
 
 
 @dataclass(frozen=True)
@@ -97,49 +117,37 @@ class CassandraSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> CassandraSettings:
-        env = os.environ if environ is None else environ
-        prefix = "REMINDERS_CASSANDRA_"
-
-        def get(name: str, default: str | None = None) -> str | None:
-            value = env.get(prefix + name)
-            return value if value not in (None, "") else default
-
+        env = Env(os.environ if environ is None else environ, "REMINDERS_CASSANDRA_")
         tls = None
-        if _truthy(get("TLS", "false"), prefix + "TLS"):
+        if env.flag("TLS", False):
             tls = TlsSettings(
-                ca_file=get("TLS_CA_FILE"),
-                cert_file=get("TLS_CERT_FILE"),
-                key_file=get("TLS_KEY_FILE"),
-                check_hostname=_truthy(
-                    get("TLS_CHECK_HOSTNAME", "true"), prefix + "TLS_CHECK_HOSTNAME"
-                ),
+                ca_file=env.raw("TLS_CA_FILE"),
+                cert_file=env.raw("TLS_CERT_FILE"),
+                key_file=env.raw("TLS_KEY_FILE"),
+                check_hostname=env.flag("TLS_CHECK_HOSTNAME", True),
             )
-        password = get("PASSWORD")
+        password = env.raw("PASSWORD")
         return cls(
             contact_points=tuple(
-                p.strip()
-                for p in (get("CONTACT_POINTS", "127.0.0.1") or "").split(",")
-                if p.strip()
+                p.strip() for p in env.text("CONTACT_POINTS", "127.0.0.1").split(",") if p.strip()
             ),
-            port=_int(get("PORT", "9042"), prefix + "PORT"),
-            keyspace=_identifier(get("KEYSPACE", "reminders"), prefix + "KEYSPACE"),
-            local_dc=get("LOCAL_DC"),
-            consistency=_choice(
-                get("CONSISTENCY", "LOCAL_QUORUM"),
-                prefix + "CONSISTENCY",
+            port=env.integer("PORT", 9042, low=1, high=65535),
+            keyspace=env.identifier("KEYSPACE", "reminders"),
+            local_dc=env.raw("LOCAL_DC"),
+            consistency=env.choice(
+                "CONSISTENCY",
+                "LOCAL_QUORUM",
                 ("ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"),
             ),
-            serial_consistency=_choice(
-                get("SERIAL_CONSISTENCY", "SERIAL"),
-                prefix + "SERIAL_CONSISTENCY",
-                ("SERIAL", "LOCAL_SERIAL"),
+            serial_consistency=env.choice(
+                "SERIAL_CONSISTENCY", "SERIAL", ("SERIAL", "LOCAL_SERIAL")
             ),
-            username=get("USERNAME"),
+            username=env.raw("USERNAME"),
             password=Secret(password) if password is not None else None,
             tls=tls,
-            replication=Replication.parse(get("REPLICATION", "SimpleStrategy:1") or ""),
-            connect_timeout_s=_float(get("CONNECT_TIMEOUT", "10"), prefix + "CONNECT_TIMEOUT"),
-            request_timeout_s=_float(get("REQUEST_TIMEOUT", "12"), prefix + "REQUEST_TIMEOUT"),
+            replication=Replication.parse(env.text("REPLICATION", "SimpleStrategy:1")),
+            connect_timeout_s=env.number("CONNECT_TIMEOUT", 10, low=0.1, high=600),
+            request_timeout_s=env.number("REQUEST_TIMEOUT", 12, low=0.1, high=600),
         )
 
 
@@ -157,19 +165,98 @@ class MinuteTiming:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> MinuteTiming:
-        def seconds(name: str, default: timedelta) -> timedelta:
-            raw = env.get(name)
-            return default if raw in (None, "") else timedelta(seconds=_float(raw, name))
-
-        return cls(
-            grace=seconds("REMINDERS_DISPATCH_GRACE_S", cls.grace),
-            skew=seconds("REMINDERS_DISPATCH_SKEW_S", cls.skew),
+        read = Env(env, "REMINDERS_DISPATCH_")
+        timing = cls(
+            grace=read.seconds("GRACE_S", cls.grace, low=1, high=3600),
+            skew=read.seconds("SKEW_S", cls.skew, low=0, high=600),
         )
+        if timing.skew >= timing.grace:
+            raise ConfigError(
+                "REMINDERS_DISPATCH_SKEW_S must be shorter than REMINDERS_DISPATCH_GRACE_S"
+            )
+        return timing
 
     @property
     def longest_write(self) -> timedelta:
         """A write deadline must be shorter than this."""
         return self.grace - self.skew
+
+
+@dataclass(frozen=True)
+class Env:
+    """Typed, bounded reads of one process's environment. An unset or empty variable takes
+    its default; a malformed or out-of-range one is a ConfigError naming the variable, so
+    a typo stops the process at startup instead of running it on nonsense (a lease of
+    `inf`, no push workers). Bounds are what the setting can mean, not tuning advice."""
+
+    values: Mapping[str, str]
+    prefix: str = ""
+
+    def raw(self, name: str) -> str | None:
+        value = self.values.get(self.prefix + name)
+        return value if value not in (None, "") else None
+
+    def text(self, name: str, default: str) -> str:
+        return self.raw(name) or default
+
+    def number(
+        self, name: str, default: float, *, low: float, high: float, unit: str = "", why: str = ""
+    ) -> float:
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            raise ConfigError(f"{self.prefix}{name}={raw!r}: expected a number")
+        if not low <= value <= high:
+            reason = f" ({why})" if why else ""
+            raise ConfigError(
+                f"{self.prefix}{name}={raw!r}: expected {low:g} to {high:g}{unit}{reason}"
+            )
+        return value
+
+    def integer(self, name: str, default: int, *, low: int, high: int) -> int:
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(f"{self.prefix}{name}={raw!r}: expected an integer") from None
+        if not low <= value <= high:
+            raise ConfigError(f"{self.prefix}{name}={raw!r}: expected {low} to {high}")
+        return value
+
+    def port(self, name: str, default: int) -> int:
+        """A TCP port; 0 asks for any free one (tests)."""
+        return self.integer(name, default, low=0, high=65535)
+
+    def seconds(
+        self, name: str, default: timedelta, *, low: float, high: float, why: str = ""
+    ) -> timedelta:
+        """`low` and `high` in seconds, as the variable is."""
+        value = self.number(name, default.total_seconds(), low=low, high=high, unit=" s", why=why)
+        return timedelta(seconds=value)
+
+    def days(
+        self, name: str, default: timedelta, *, low: float, high: float, why: str = ""
+    ) -> timedelta:
+        in_days = default / timedelta(days=1)
+        value = self.number(name, in_days, low=low, high=high, unit=" days", why=why)
+        return timedelta(days=value)
+
+    def flag(self, name: str, default: bool) -> bool:
+        raw = self.raw(name)
+        return default if raw is None else _truthy(raw, self.prefix + name)
+
+    def choice(self, name: str, default: _Choice, choices: tuple[_Choice, ...]) -> _Choice:
+        return _choice(self.raw(name) or default, self.prefix + name, choices)
+
+    def identifier(self, name: str, default: str) -> str:
+        return _identifier(self.raw(name) or default, self.prefix + name)
 
 
 def _truthy(value: str | None, name: str) -> bool:
@@ -179,20 +266,6 @@ def _truthy(value: str | None, name: str) -> bool:
     if lowered in ("0", "false", "no", "off", ""):
         return False
     raise ConfigError(f"{name}={value!r}: expected true or false")
-
-
-def _int(value: str | None, name: str) -> int:
-    try:
-        return int(value or "")
-    except ValueError:
-        raise ConfigError(f"{name}={value!r}: expected an integer") from None
-
-
-def _float(value: str | None, name: str) -> float:
-    try:
-        return float(value or "")
-    except ValueError:
-        raise ConfigError(f"{name}={value!r}: expected a number") from None
 
 
 def _identifier(value: str | None, name: str) -> str:

@@ -52,7 +52,7 @@ async def open_admin(settings: CassandraSettings) -> AsyncIterator[Admin]:
         parts = PartCounts(session, refresh_s=0.0)
         yield Admin(
             session=session,
-            store=ReminderStore(session, Retention(), parts=parts),
+            store=ReminderStore(session, Retention.from_env(), parts=parts),
             parts=parts,
             leases=PartLeases(session, _ADMIN_OWNER, timedelta(seconds=15)),
             reader=BucketReader(session),

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from reminders_svc.config import ConfigError, MinuteTiming, Retention
+from reminders_svc.config import ConfigError, Env, MinuteTiming, Retention
 from reminders_svc.storage.reminders_store import LIST_SCAN_ROWS
 
 
@@ -68,48 +67,34 @@ class ApiSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ApiSettings:
-        env = os.environ if environ is None else environ
-        dev = env.get("REMINDERS_ENV", "") == "dev"
-
-        def number(name: str, default: float) -> float:
-            raw = env.get(name)
-            if raw in (None, ""):
-                return default
-            try:
-                value = float(raw)
-            except ValueError:
-                value = math.nan
-            if not math.isfinite(value):
-                raise ConfigError(f"{name}={raw!r}: expected a number")
-            return value
-
-        reflection_raw = env.get("REMINDERS_API_REFLECTION", "true" if dev else "false").lower()
-        if reflection_raw not in ("true", "false", "1", "0"):
-            raise ConfigError(
-                f"REMINDERS_API_REFLECTION={reflection_raw!r}: expected true or false"
-            )
-        write_deadline = timedelta(seconds=number("REMINDERS_API_WRITE_DEADLINE_S", 10))
-        _check_write_deadline(write_deadline, env)
+        values = os.environ if environ is None else environ
+        env = Env(values)
+        dev = env.text("REMINDERS_ENV", "") == "dev"
+        write_deadline = env.seconds(
+            "REMINDERS_API_WRITE_DEADLINE_S", cls.write_deadline, low=0, high=3600
+        )
+        _check_write_deadline(write_deadline, values)
         return cls(
-            host=env.get("REMINDERS_API_HOST", "127.0.0.1"),
-            port=int(number("REMINDERS_API_PORT", 50051)),
-            metrics_port=int(number("REMINDERS_API_METRICS_PORT", 9464)),
-            reflection=reflection_raw in ("true", "1"),
+            host=env.text("REMINDERS_API_HOST", "127.0.0.1"),
+            port=env.port("REMINDERS_API_PORT", cls.port),
+            metrics_port=env.port("REMINDERS_API_METRICS_PORT", cls.metrics_port),
+            reflection=env.flag("REMINDERS_API_REFLECTION", dev),
             write_deadline=write_deadline,
-            shutdown_grace=timedelta(seconds=number("REMINDERS_API_SHUTDOWN_GRACE_S", 20)),
+            shutdown_grace=env.seconds(
+                "REMINDERS_API_SHUTDOWN_GRACE_S", cls.shutdown_grace, low=0, high=3600
+            ),
             limits=Limits(
-                max_active_per_user=int(number("REMINDERS_MAX_ACTIVE_PER_USER", 5000)),
-            ),
-            retention=Retention(
-                bucket=timedelta(days=number("REMINDERS_BUCKET_RETENTION_DAYS", 7)),
-                idempotency=_idempotency_retention(
-                    number("REMINDERS_IDEMPOTENCY_RETENTION_DAYS", 7)
+                max_active_per_user=env.integer(
+                    "REMINDERS_MAX_ACTIVE_PER_USER", Limits.max_active_per_user, low=1, high=10**9
                 ),
-                history=timedelta(days=number("REMINDERS_HISTORY_RETENTION_DAYS", 90)),
             ),
-            tls=ServerTls.from_env(env),
-            health_probe_interval=timedelta(
-                seconds=number("REMINDERS_API_HEALTH_PROBE_INTERVAL_S", 3)
+            retention=Retention.from_env(values),
+            tls=ServerTls.from_env(values),
+            health_probe_interval=env.seconds(
+                "REMINDERS_API_HEALTH_PROBE_INTERVAL_S",
+                cls.health_probe_interval,
+                low=0.1,
+                high=600,
             ),
         )
 
@@ -128,17 +113,3 @@ def _check_write_deadline(write_deadline: timedelta, env: Mapping[str, str]) -> 
             f"clock-skew allowance ({timing.skew.total_seconds():g} s), or a write could land "
             "after the minute's final re-read"
         )
-
-
-def _idempotency_retention(days: float) -> timedelta:
-    """Refuse a create-record lifetime below 1 day or above a deleted row's: TTL 0 means
-    never expire in Cassandra, and a record outliving the deleted row would let a late
-    replay of the create re-create the reminder under the same id. Checked before the
-    timedelta is made, which overflows on a huge number."""
-    longest = Retention().tombstone / timedelta(days=1)
-    if not 1 <= days <= longest:
-        raise ConfigError(
-            f"REMINDERS_IDEMPOTENCY_RETENTION_DAYS={days:g}: expected 1 to {longest:g} days "
-            "(a deleted reminder's row lifetime), or a replayed create could re-create it"
-        )
-    return timedelta(days=days)

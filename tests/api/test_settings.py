@@ -16,7 +16,7 @@ LONGEST_WRITE_S = MinuteTiming().longest_write.total_seconds()  # G 20 s - skew 
     ("env", "message"),
     [
         ({"REMINDERS_API_WRITE_DEADLINE_S": "0"}, "above 0"),
-        ({"REMINDERS_API_WRITE_DEADLINE_S": "-5"}, "above 0"),
+        ({"REMINDERS_API_WRITE_DEADLINE_S": "-5"}, "expected 0 to 3600 s"),
         ({"REMINDERS_API_WRITE_DEADLINE_S": "nan"}, "expected a number"),
         ({"REMINDERS_API_WRITE_DEADLINE_S": "inf"}, "expected a number"),
         ({"REMINDERS_API_WRITE_DEADLINE_S": f"{LONGEST_WRITE_S:g}"}, "grace G"),

@@ -11,6 +11,7 @@ real node, a stack of their own per test (see stack.py), each within seconds.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from datetime import time as wall_time
@@ -21,8 +22,8 @@ from google.protobuf.field_mask_pb2 import FieldMask
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.config import CassandraSettings
-from reminders_svc.storage.parts import floor_minute
-from tests.dispatcher.stack import Stack, move_due, new_user, soon, stamp, wait_owning
+from reminders_svc.storage.parts import floor_minute, part_of
+from tests.dispatcher.stack import PARTS, Stack, move_due, new_user, soon, stamp, wait_owning
 
 FAULT_VARIABLES = ("REMINDERS_DISPATCH_FAULTS", "REMINDERS_NOTIFIER_FAULTS")
 NEW_YORK = "America/New_York"
@@ -132,6 +133,38 @@ def test_a_repeat_re_arms_at_its_next_dst_correct_instant(stack: Stack) -> None:
 
     assert row.due.replace(tzinfo=UTC) == expected  # type: ignore[attr-defined]
     assert row.occurrence.replace(tzinfo=UTC) == expected  # type: ignore[attr-defined]
+
+
+def test_a_dispatcher_keeps_history_and_bucket_entries_for_the_configured_retention(
+    stack: Stack,
+) -> None:
+    """The dispatcher writes the history the API lists and a repeat's next bucket entry:
+    REMINDERS_HISTORY_RETENTION_DAYS and REMINDERS_BUCKET_RETENTION_DAYS reach it too."""
+    stack.start_dispatcher(
+        "d", REMINDERS_HISTORY_RETENTION_DAYS="2", REMINDERS_BUCKET_RETENTION_DAYS="1"
+    )
+    user = new_user()
+    start = soon(65).replace(second=0, microsecond=0) + timedelta(hours=1)
+    created = stack.create_repeat(user, start.strftime("%Y-%m-%dT%H:%M:%S"), "FREQ=HOURLY")
+    rung = soon(2)
+    move_due(stack, user, created.id, rung)
+
+    row = _wait_re_armed(stack, user, created.id, rung)
+    next_due = row.due.replace(tzinfo=UTC)  # type: ignore[attr-defined]
+    day_s = 86_400
+    history_ttl = stack.db.session.execute(
+        "SELECT TTL(answer) AS ttl FROM deliveries WHERE user_id = %s AND reminder_id = %s",
+        (user, uuid.UUID(created.id)),
+    ).one()
+    assert day_s < history_ttl.ttl <= 2 * day_s
+    entries = stack.db.session.execute(
+        "SELECT reminder_id, TTL(due) AS ttl FROM due_buckets WHERE minute = %s AND part = %s",
+        (floor_minute(next_due), part_of(user, PARTS)),
+    )
+    # The API's entry from the create (its own retention, 7 days) and the dispatcher's.
+    ttls = sorted(e.ttl for e in entries if str(e.reminder_id) == created.id)
+    until_due_s = (next_due - datetime.now(UTC)).total_seconds()
+    assert until_due_s + day_s / 2 < ttls[0] <= until_due_s + day_s + 5, ttls
 
 
 def _sleep_into_a_minute_already_read(room: timedelta) -> None:

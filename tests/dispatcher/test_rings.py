@@ -12,7 +12,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.config import CassandraSettings
-from tests.dispatcher.stack import Stack, running_stack, soon
+from tests.dispatcher.stack import Stack, move_due, running_stack, soon
 from tests.tracing import scanned
 
 
@@ -74,16 +74,7 @@ def test_a_repeat_rings_and_re_arms_at_its_next_occurrence(stack: Stack, user: s
     created = stack.create_repeat(user, local)
     assert created.next_ring_time.ToDatetime(tzinfo=UTC) == start
     # Bring the first ring close by, as an outage would leave it: bucket first, row second.
-    stack.db.session.execute(
-        "INSERT INTO due_buckets (minute, part, written_at, reminder_id, user_id, due)"
-        " VALUES (%s, %s, now(), %s, %s, %s)",
-        (soon(0).replace(second=0), _part(user), uuid.UUID(created.id), user, soon(2)),
-    )
-    stack.db.session.execute(
-        "UPDATE reminders SET due = %s, occurrence = %s WHERE user_id = %s AND reminder_id = %s"
-        " IF version = 1",
-        (soon(2), soon(2), user, uuid.UUID(created.id)),
-    )
+    move_due(stack, user, created.id, soon(2))
 
     assert len(stack.wait_for_pushes(1, user, created.id)) == 1
     time.sleep(1)
@@ -132,10 +123,3 @@ def test_one_user_with_50_reminders_in_one_minute_all_ring_once(stack: Stack, us
     keys = [p.idempotency_key for p in stack.pushes(user)]
     assert len(keys) == 50
     assert {k.split("/")[0] for k in keys} == {c.id for c in created}
-
-
-def _part(user: str) -> int:
-    from reminders_svc.storage.parts import part_of
-    from tests.dispatcher.stack import PARTS
-
-    return part_of(user, PARTS)

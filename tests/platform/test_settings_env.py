@@ -1,0 +1,81 @@
+"""Every process reads its environment the same way: a malformed or out-of-range number
+stops it at startup, naming the variable; what two processes share they read alike."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+
+import pytest
+
+from dispatcher.settings import DispatcherSettings
+from notifier.settings import NotifierSettings
+from reminders_svc.api.settings import ApiSettings
+from reminders_svc.config import CassandraSettings, ConfigError, Retention
+
+Reader = Callable[[Mapping[str, str]], object]
+
+READERS: dict[str, Reader] = {
+    "api": ApiSettings.from_env,
+    "dispatcher": DispatcherSettings.from_env,
+    "notifier": NotifierSettings.from_env,
+    "cassandra": CassandraSettings.from_env,
+}
+
+
+@pytest.mark.parametrize(
+    ("process", "name", "value", "message"),
+    [
+        ("dispatcher", "REMINDERS_DISPATCH_LEASE_S", "inf", "expected a number"),
+        ("dispatcher", "REMINDERS_DISPATCH_LEASE_S", "-5", "expected 1 to 3600 s"),
+        ("dispatcher", "REMINDERS_DISPATCH_CLAIM_LEASE_S", "nan", "expected a number"),
+        ("dispatcher", "REMINDERS_DISPATCH_POLL_S", "0", "expected 0.05 to 60 s"),
+        ("dispatcher", "REMINDERS_DISPATCH_MAX_IN_FLIGHT", "0", "expected 1 to 100000"),
+        ("dispatcher", "REMINDERS_DISPATCH_BATCH_SIZE", "ten", "expected an integer"),
+        ("dispatcher", "REMINDERS_DISPATCH_CATCH_UP_RINGS_PER_S", "0", "expected 0.01 to"),
+        ("dispatcher", "REMINDERS_DISPATCH_CATCH_UP_MINUTES_PER_S", "-1", "expected 0.01 to"),
+        ("dispatcher", "REMINDERS_DISPATCH_RING_EXPIRY_S", "-60", "expected 0.001 to"),
+        ("dispatcher", "REMINDERS_DISPATCH_PORT", "70000", "expected 0 to 65535"),
+        ("dispatcher", "REMINDERS_DISPATCH_MISFIRE_POLICY", "later", "ring_late, skip_missed"),
+        ("dispatcher", "REMINDERS_DISPATCH_GRACE_S", "0", "expected 1 to 3600 s"),
+        (
+            "dispatcher",
+            "REMINDERS_DISPATCH_SKEW_S",
+            "25",
+            "shorter than REMINDERS_DISPATCH_GRACE_S",
+        ),
+        ("notifier", "REMINDERS_NOTIFIER_PUSH_WORKERS", "0", "expected 1 to 100000"),
+        ("notifier", "REMINDERS_NOTIFIER_KEY_TTL_DAYS", "0", "expected 1 to 365 days"),
+        ("notifier", "REMINDERS_NOTIFIER_KEY_TAKEOVER_AFTER_S", "inf", "expected a number"),
+        ("notifier", "REMINDERS_NOTIFIER_ADAPTER", "apns", "expected one of recording, logging"),
+        ("notifier", "REMINDERS_NOTIFIER_AUTO_DEVICE", "maybe", "expected true or false"),
+        ("api", "REMINDERS_API_PORT", "-1", "expected 0 to 65535"),
+        ("api", "REMINDERS_API_REFLECTION", "sometimes", "expected true or false"),
+        ("api", "REMINDERS_MAX_ACTIVE_PER_USER", "0", "expected 1 to"),
+        ("api", "REMINDERS_HISTORY_RETENTION_DAYS", "0", "expected 1 to 3650 days"),
+        ("api", "REMINDERS_BUCKET_RETENTION_DAYS", "inf", "expected a number"),
+        ("api", "REMINDERS_API_HEALTH_PROBE_INTERVAL_S", "0", "expected 0.1 to 600 s"),
+        ("cassandra", "REMINDERS_CASSANDRA_REQUEST_TIMEOUT", "nan", "expected a number"),
+        ("cassandra", "REMINDERS_CASSANDRA_PORT", "0", "expected 1 to 65535"),
+    ],
+)
+def test_a_malformed_or_out_of_range_setting_is_refused_naming_its_variable(
+    process: str, name: str, value: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"^{name}.*{message}"):
+        READERS[process]({name: value})
+
+
+def test_the_defaults_of_every_process_are_accepted() -> None:
+    for read in READERS.values():
+        read({})
+
+
+def test_the_api_and_the_dispatcher_keep_bucket_entries_and_history_alike() -> None:
+    """Both write bucket entries (creates and edits; a repeat's next ring) and the
+    dispatcher writes the history the API lists: one setting must reach both."""
+    env = {"REMINDERS_BUCKET_RETENTION_DAYS": "3", "REMINDERS_HISTORY_RETENTION_DAYS": "30"}
+    api, dispatcher = ApiSettings.from_env(env), DispatcherSettings.from_env(env)
+    assert api.retention == dispatcher.retention == Retention.from_env(env)
+    assert dispatcher.retention.bucket == timedelta(days=3)
+    assert dispatcher.retention.history == timedelta(days=30)
