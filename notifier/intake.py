@@ -34,6 +34,17 @@ log = logging.getLogger(__name__)
 _RETRYABLE_ERRORS: tuple[type[Exception], ...] = (*STORAGE_ERRORS, KeyNotRecorded)
 
 
+def _unexpected(notification: Notification, error: BaseException) -> ItemResult:
+    if not isinstance(error, Exception):
+        raise error  # cancelled: the call itself is going away
+    log.error(
+        "item %s failed unexpectedly",
+        notification.idempotency_key,
+        exc_info=(type(error), error, error.__traceback__),
+    )
+    return ItemResult(notification.idempotency_key, Outcome.RETRYABLE, "internal error")
+
+
 class Intake:
     def __init__(
         self,
@@ -53,8 +64,15 @@ class Intake:
         self._running: dict[str, asyncio.Task[ItemResult]] = {}
 
     async def accept_batch(self, notifications: Sequence[Notification]) -> list[ItemResult]:
-        """One result per item, in request order."""
-        return list(await asyncio.gather(*(self.accept(n) for n in notifications)))
+        """One result per item, in request order. An item that fails unexpectedly is
+        answered "retry" on its own: the rest of its batch is answered as usual."""
+        results = await asyncio.gather(
+            *(self.accept(n) for n in notifications), return_exceptions=True
+        )
+        return [
+            _unexpected(n, result) if isinstance(result, BaseException) else result
+            for n, result in zip(notifications, results, strict=True)
+        ]
 
     async def accept(self, notification: Notification) -> ItemResult:
         rejected = rejection(notification, self._clock())
@@ -95,13 +113,15 @@ class Intake:
             return delivery_result(key, claim.settled_as, first=False)
         if claim.state is KeyState.HELD_ELSEWHERE:
             return ItemResult(key, Outcome.RETRYABLE, "another attempt is delivering this key")
+        holder = claim.accept_id
+        assert holder is not None  # RECORDED: this attempt's own id
         if claim.taken_over:
             self._metrics.key_takeovers.inc()
             log.warning("took over %s from an attempt that never settled it", key)
         ended: asyncio.Future[Settlement | None] = asyncio.get_running_loop().create_future()
         self._queue.put(QueuedNotification(notification, ended))
         settlement = await ended
-        await self._settle(key, claim.accept_id, settlement)
+        await self._settle(key, holder, settlement)
         return delivery_result(key, settlement, first=True)
 
     async def _settle(self, key: str, accept_id: uuid.UUID, settlement: Settlement | None) -> None:

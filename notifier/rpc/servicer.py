@@ -34,7 +34,7 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
         self._replies_to_drop = faults.drop_reply
 
     async def Send(self, request: pb.SendRequest, context: Context) -> pb.SendResponse:
-        result = await self._intake.accept(convert.notification(request.notification))
+        [result] = await self._intake.accept_batch([convert.notification(request.notification)])
         return pb.SendResponse(result=convert.send_result(result))
 
     async def SendBatch(

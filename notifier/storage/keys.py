@@ -49,22 +49,29 @@ class KeyState(enum.Enum):
 @dataclass(frozen=True)
 class KeyClaim:
     state: KeyState
-    # The attempt holding the key (this one's when RECORDED).
-    accept_id: uuid.UUID
+    # The attempt holding the key (this one's when RECORDED; None for a settled key
+    # whose holder's cells are gone, see _KeyRow).
+    accept_id: uuid.UUID | None
     settled_as: Settlement | None = None
     taken_over: bool = False
 
 
 @dataclass(frozen=True)
 class _KeyRow:
-    accept_id: uuid.UUID
-    accepted_at: datetime
+    """A key's row as found. Its holder may be missing (None) while the row stands: a
+    holder's plain settle written after a later holder's release deleted the row (the
+    first, slow push did happen: the row reads settled), or settle cells outliving the
+    insert's by their later TTL."""
+
+    accept_id: uuid.UUID | None
+    accepted_at: datetime | None
     settled_as: Settlement | None
 
     @classmethod
     def of(cls, row: Any) -> _KeyRow:
         settled_as = Settlement(row.settled_as) if row.settled_as else None
-        return cls(row.accept_id, row.accepted_at.replace(tzinfo=UTC), settled_as)
+        accepted_at = row.accepted_at.replace(tzinfo=UTC) if row.accepted_at else None
+        return cls(row.accept_id, accepted_at, settled_as)
 
 
 # Keys whose last write may have landed unseen, kept at most this many (oldest dropped):
@@ -198,6 +205,8 @@ class KeyStore:
         """What the row means for this attempt; None: held too long unsettled, take it."""
         if found.settled_as is not None:
             return KeyClaim(KeyState.SETTLED, found.accept_id, found.settled_as)
+        if found.accept_id is None or found.accepted_at is None:
+            return None  # nobody holds it: take it (IF accept_id = null)
         if found.accept_id in ours:
             return KeyClaim(KeyState.RECORDED, found.accept_id)
         if self._clock() - found.accepted_at < self._takeover_after:

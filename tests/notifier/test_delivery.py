@@ -17,10 +17,12 @@ import pytest
 
 from genproto.notification.v1 import notification_pb2 as pb
 from notifier.settings import Faults, NotifierSettings
+from reminders_svc.storage.session import connect
 from tests.notifier.conftest import (
     ACCEPTED,
     DUPLICATE,
     REJECTED,
+    RETRYABLE,
     Client,
     HoldableRecordingAdapter,
     item,
@@ -121,6 +123,32 @@ def test_results_in_request_order_with_rejections(notifier: Client, user: str) -
     # A rejected expired key was not recorded: it is rejected again, not a duplicate.
     [again] = notifier.send_batch(expired)
     assert (again.outcome, again.reason) == (REJECTED, "expired")
+
+
+def test_an_item_failing_unexpectedly_is_answered_retry_and_its_batch_as_usual(
+    notifier: Client, notifier_settings: NotifierSettings, user: str
+) -> None:
+    """A key row this notifier cannot read (a settlement written by a newer version,
+    during a rolling deploy) fails that one item, never the rest of its batch."""
+    unreadable = reminder_key()
+    cassandra = notifier_settings.cassandra
+    with connect(cassandra) as connection:
+        connection.session.execute(
+            f"UPDATE {cassandra.keyspace}.notification_keys"
+            " SET settled_as = 'from-a-newer-version' WHERE idempotency_key = %s",
+            (unreadable,),
+        )
+    batch = [item(user), item(user, unreadable), item(user)]
+
+    results = notifier.send_batch(*batch)
+
+    assert [(r.outcome, r.reason) for r in results] == [
+        (ACCEPTED, ""),
+        (RETRYABLE, "internal error"),
+        (ACCEPTED, ""),
+    ]
+    alone = notifier.stub.Send(pb.SendRequest(notification=item(user, unreadable)), timeout=10)
+    assert (alone.result.outcome, alone.result.reason) == (RETRYABLE, "internal error")
 
 
 def test_batch_size_is_1_to_500(notifier: Client, user: str) -> None:

@@ -149,3 +149,51 @@ def test_a_released_key_is_recorded_at_once_by_the_next_attempt(
         return [await keys.record(item, next_attempt)]
 
     assert with_keys(notifier_settings, steps) == [KeyClaim(KeyState.RECORDED, next_attempt)]
+
+
+def test_a_slow_holders_settle_after_a_later_holder_released_the_key_reads_settled(
+    notifier_settings: NotifierSettings,
+) -> None:
+    """A push slower than the takeover bound is taken over; the new holder, stopping,
+    releases the key (an LWT delete); then the slow push ends and settles it (a plain
+    write). The row is left with settle cells and no holder: the slow push did happen, so
+    every later attempt is answered from the settlement, never with an error."""
+    item = notification()
+    slow, taker, later = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+
+    async def steps(keys: KeyStore, ahead: list[timedelta]) -> list[KeyClaim]:
+        claims = [await keys.record(item, slow)]
+        ahead.append(TAKEOVER_AFTER + timedelta(seconds=5))
+        claims.append(await keys.record(item, taker))
+        await keys.release(item.idempotency_key, taker)
+        await keys.settle(item.idempotency_key, Settlement.PUSHED)
+        claims.append(await keys.record(item, later))
+        return claims
+
+    assert with_keys(notifier_settings, steps) == [
+        KeyClaim(KeyState.RECORDED, slow),
+        KeyClaim(KeyState.RECORDED, taker, taken_over=True),
+        KeyClaim(KeyState.SETTLED, None, Settlement.PUSHED),
+    ]
+
+
+def test_a_row_with_neither_holder_nor_settlement_is_taken_over(
+    notifier_settings: NotifierSettings,
+) -> None:
+    item = notification()
+    attempt = uuid.uuid4()
+    settings = notifier_settings.cassandra
+    with connect(settings) as connection:
+        connection.session.execute(
+            f"UPDATE {settings.keyspace}.notification_keys SET user_id = %s"
+            " WHERE idempotency_key = %s",
+            (item.user_id, item.idempotency_key),
+        )
+
+    async def steps(keys: KeyStore, _: list[timedelta]) -> list[KeyClaim]:
+        return [await keys.record(item, attempt), await keys.record(item, uuid.uuid4())]
+
+    assert with_keys(notifier_settings, steps) == [
+        KeyClaim(KeyState.RECORDED, attempt, taken_over=True),
+        KeyClaim(KeyState.HELD_ELSEWHERE, attempt),
+    ]
