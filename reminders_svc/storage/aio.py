@@ -42,12 +42,11 @@ async def execute(
 ) -> ResultSet:
     loop = asyncio.get_running_loop()
     done: asyncio.Future[ResultSet] = loop.create_future()
-    response = session.execute_async(
-        statement,
-        params,
-        timeout=timeout_s if timeout_s is not None else session.default_timeout,
-        paging_state=paging_state,
-    )
+    # Without a timeout of the call's own, the execution profile's request_timeout
+    # (REMINDERS_CASSANDRA_REQUEST_TIMEOUT) applies; session.default_timeout would
+    # override it with the driver's legacy 10 s.
+    timeout = {} if timeout_s is None else {"timeout": timeout_s}
+    response = session.execute_async(statement, params, paging_state=paging_state, **timeout)
 
     def deliver(rows: Any) -> None:
         if not done.done():

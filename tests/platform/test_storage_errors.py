@@ -20,6 +20,7 @@ import pytest
 from cassandra import (
     ConsistencyLevel,
     InvalidRequest,
+    OperationTimedOut,
     ReadTimeout,
     Unavailable,
     WriteFailure,
@@ -234,3 +235,27 @@ def test_which_errors_leave_a_write_unknown_and_which_mean_storage_is_away(
 ) -> None:
     assert aio.outcome_unknown(error) is unknown
     assert isinstance(error, STORAGE_ERRORS) is storage
+
+
+def test_a_statement_without_a_timeout_of_its_own_times_out_per_the_settings(
+    migrated_settings: CassandraSettings,
+) -> None:
+    """REMINDERS_CASSANDRA_REQUEST_TIMEOUT bounds every statement that names no timeout
+    (not the driver's legacy 10 s default)."""
+    proxy = TcpProxy(migrated_settings.contact_points[0], migrated_settings.port)
+    settings = dataclasses.replace(migrated_settings, port=proxy.port, request_timeout_s=1)
+    try:
+        with connect(settings) as connection:
+            proxy.hold_replies()
+
+            async def unanswered() -> float:
+                started = time.monotonic()
+                with pytest.raises(OperationTimedOut):
+                    await aio.execute(
+                        connection.session, "SELECT release_version FROM system.local"
+                    )
+                return time.monotonic() - started
+
+            assert asyncio.run(unanswered()) < 5
+    finally:
+        proxy.close()
