@@ -16,11 +16,11 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from cassandra import ConsistencyLevel
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType
 
 from reminders_svc.storage import aio
+from reminders_svc.storage.session import serial_read_level
 
 
 @dataclass
@@ -67,7 +67,7 @@ class PartLeases:
         self._read_one = prepare(
             "SELECT part, owner, epoch, checkpoint, lease_until FROM dispatch_parts WHERE part = ?"
         )
-        self._read_one.consistency_level = ConsistencyLevel.SERIAL
+        self._read_one.consistency_level = serial_read_level(session)
         self._take_owner = prepare(
             "UPDATE dispatch_parts USING TTL ? SET owner = ?, lease_until = ? WHERE part = ?"
             " IF owner = null AND epoch = ?"

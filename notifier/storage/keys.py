@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cassandra import ConsistencyLevel
 from cassandra.cluster import Session
 from cassandra.query import PreparedStatement
 
 from notifier.domain.model import Notification, Settlement
 from reminders_svc.storage.aio import execute, or_settled
+from reminders_svc.storage.session import serial_read_level
 
 
 class KeyState(enum.Enum):
@@ -118,7 +118,7 @@ class KeyStore:
             f"SELECT accept_id, accepted_at, settled_as FROM {table} WHERE idempotency_key = ?"
         )
         # A SERIAL read finishes any in-flight Paxos round, so what it finds is final.
-        self._read.consistency_level = ConsistencyLevel.SERIAL
+        self._read.consistency_level = serial_read_level(session)
         # key -> the accept_ids of its attempts that failed here: a write that may have
         # landed unseen carries one of them.
         self._unsettled: OrderedDict[str, frozenset[uuid.UUID]] = OrderedDict()

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from cassandra import ConsistencyLevel
 from cassandra.cluster import ResultSet, Session
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
 
@@ -32,6 +31,7 @@ from reminders_svc.domain.reminder import Claim, Reminder, Status
 from reminders_svc.storage import aio
 from reminders_svc.storage.parts import PartCounts, bucket_minute, entry_ttl, part_of
 from reminders_svc.storage.rows import MUTABLE_COLUMNS, SELECT_COLUMNS, from_row, to_columns
+from reminders_svc.storage.session import serial_read_level
 
 Executor = Callable[[Session, Any, Any], Awaitable[ResultSet]]
 
@@ -132,7 +132,7 @@ class ReminderStore:
         prepare = session.prepare
         self._select = prepare(f"SELECT {', '.join(SELECT_COLUMNS)} FROM reminders {where}")
         self._select_serial = prepare(f"SELECT {', '.join(SELECT_COLUMNS)} FROM reminders {where}")
-        self._select_serial.consistency_level = ConsistencyLevel.SERIAL
+        self._select_serial.consistency_level = serial_read_level(session)
         self._list = prepare(
             f"SELECT {', '.join(SELECT_COLUMNS)} FROM reminders"
             " WHERE user_id = ? AND reminder_id > ? LIMIT ?"

@@ -87,6 +87,14 @@ def execution_profile(settings: CassandraSettings) -> ExecutionProfile:
     )
 
 
+def serial_read_level(session: Session) -> int:
+    """The consistency of a read that settles an LWT: the serial level the LWTs are written
+    at (REMINDERS_CASSANDRA_SERIAL_CONSISTENCY). A SERIAL read after LOCAL_SERIAL writes
+    can miss a proposal accepted in the local data centre only, and the reverse."""
+    level: int = session.cluster.profile_manager.default.serial_consistency_level
+    return level
+
+
 def connect(
     settings: CassandraSettings,
     *,

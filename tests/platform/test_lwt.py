@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
+import pytest
 from cassandra import ConsistencyLevel
 from cassandra.query import SimpleStatement
 
-from reminders_svc.storage.session import CassandraConnection
+from reminders_svc.config import CassandraSettings, SerialConsistencyName
+from reminders_svc.storage.session import CassandraConnection, connect, serial_read_level
 
 
 def test_insert_if_not_exists_applies_once_and_reports_the_existing_row(
@@ -67,3 +70,11 @@ def test_the_default_profile_uses_the_configured_consistency(
     profile = cassandra.cluster.profile_manager.default
     assert profile.consistency_level == ConsistencyLevel.LOCAL_QUORUM
     assert profile.serial_consistency_level == ConsistencyLevel.SERIAL
+
+
+@pytest.mark.parametrize("level", ["SERIAL", "LOCAL_SERIAL"])
+def test_reads_that_settle_lwts_use_the_serial_level_the_lwts_are_written_at(
+    migrated_settings: CassandraSettings, level: SerialConsistencyName
+) -> None:
+    with connect(dataclasses.replace(migrated_settings, serial_consistency=level)) as connection:
+        assert serial_read_level(connection.session) == ConsistencyLevel.name_to_value[level]
