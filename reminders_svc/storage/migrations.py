@@ -221,14 +221,21 @@ def migrate(
                     )
                 already.append(migration.label)
                 continue
-            lock.renew()
             for number, statement in enumerate(migration.statements, start=1):
+                where = f"{migration.label}.cql, statement {number} ({statement[:60]}...)"
+                # Per statement: a file of slow statements must not outlast the lock's TTL.
+                lock.renew()
                 try:
-                    session.execute(statement, timeout=120)
+                    result = session.execute(statement, timeout=120)
                 except (DriverException, ErrorMessage) as error:
+                    raise MigrationError(f"{where}: {error}") from error
+                if not result.response_future.is_schema_agreed:
+                    # The next statement or a process could see a table not everywhere yet.
                     raise MigrationError(
-                        f"{migration.label}.cql, statement {number} ({statement[:60]}...): {error}"
-                    ) from error
+                        f"{where}: the nodes did not agree on the schema in time; check "
+                        "the cluster (nodetool describecluster), then run migrate again "
+                        "(statements are safe to re-apply; a file is recorded once all ran)"
+                    )
             session.execute(
                 "INSERT INTO schema_migrations (version, name, checksum, applied_at, applied_by)"
                 " VALUES (%s, %s, %s, toTimestamp(now()), %s) IF NOT EXISTS",

@@ -169,3 +169,18 @@ def test_schema_file_names_are_checked(tmp_path: Path) -> None:
     (tmp_path / "1_Initial.cql").write_text("SELECT 1;")
     with pytest.raises(MigrationError, match=r"NNNN_lowercase_name\.cql"):
         load_migrations(tmp_path)
+
+
+def test_tables_written_only_with_ttls_keep_expired_cells_hours_not_days(
+    migrated_settings: CassandraSettings,
+) -> None:
+    """Their expired cells are tombstones every read scans until gc_grace: the heartbeats of
+    every dispatcher that ever restarted would pile up in the one partition all read."""
+    with connect(migrated_settings, keyspace="") as connection:
+        rows = connection.session.execute(
+            "SELECT table_name, gc_grace_seconds FROM system_schema.tables"
+            " WHERE keyspace_name = %s",
+            (migrated_settings.keyspace,),
+        )
+        gc_grace = {row.table_name: row.gc_grace_seconds for row in rows}
+    assert gc_grace["dispatcher_members"] == gc_grace["due_buckets"] == 3 * 3600
