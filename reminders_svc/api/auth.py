@@ -9,6 +9,11 @@ mint an admin token:
 With neither configured, development secrets are used, and only when REMINDERS_ENV=dev:
 anywhere else the service refuses to start rather than accept forgeable tokens, and
 refuses a development secret set explicitly as well (it is published in this file).
+
+Every token needs `exp`, `iat`, `sub` and `aud`, and may live (exp - iat) at most
+`REMINDERS_JWT_MAX_LIFETIME_S` (a day) or `REMINDERS_ADMIN_JWT_MAX_LIFETIME_S` (an hour):
+there is no revocation, so a leaked token is good until it expires. Clocks may differ by
+`REMINDERS_JWT_LEEWAY_S` (30 s, at most 300).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Literal
 
 import jwt
 
-from reminders_svc.config import ConfigError, Secret
+from reminders_svc.config import ConfigError, Env, Secret
 from reminders_svc.domain.errors import PermissionDenied, Unauthenticated
 
 Algorithm = Literal["HS256", "RS256"]
@@ -37,6 +42,10 @@ DEV_ADMIN_SECRET = "dev-only-reminders-admin-secret-not-for-production"  # noqa:
 _DEVELOPMENT_SECRETS = frozenset({DEV_USER_SECRET, DEV_ADMIN_SECRET})
 # Tolerated clock difference between the token's issuer and this server.
 DEFAULT_LEEWAY_S = 30.0
+# The longest a token may be valid (exp - iat): without revocation, a leaked token is good
+# until it expires. An operator's credential wipes accounts: shorter.
+DEFAULT_USER_MAX_LIFETIME_S = 24 * 3600.0
+DEFAULT_ADMIN_MAX_LIFETIME_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,7 @@ class TokenKey:
     key: Secret
     audience: str
     is_development: bool = False
+    max_lifetime_s: float = DEFAULT_USER_MAX_LIFETIME_S
 
     def can_sign(self) -> bool:
         # Only a shared secret signs; an RS256 public key verifies tokens minted elsewhere.
@@ -71,11 +81,7 @@ class AuthSettings:
             )
         if user.audience == admin.audience:
             raise ConfigError(f"REMINDERS_JWT_AUDIENCE must not be {ADMIN_AUDIENCE!r}")
-        leeway_raw = env.get("REMINDERS_JWT_LEEWAY_S") or str(DEFAULT_LEEWAY_S)
-        try:
-            leeway_s = float(leeway_raw)
-        except ValueError:
-            raise ConfigError(f"REMINDERS_JWT_LEEWAY_S={leeway_raw!r}: expected a number") from None
+        leeway_s = Env(env).number("REMINDERS_JWT_LEEWAY_S", DEFAULT_LEEWAY_S, low=0, high=300)
         return cls(user=user, admin=admin, leeway_s=leeway_s)
 
 
@@ -86,6 +92,9 @@ def user_key_from_env(env: Mapping[str, str]) -> TokenKey:
         prefix="REMINDERS_JWT_",
         audience=env.get("REMINDERS_JWT_AUDIENCE") or USER_AUDIENCE,
         dev_secret=DEV_USER_SECRET,
+        max_lifetime_s=Env(env).number(
+            "REMINDERS_JWT_MAX_LIFETIME_S", DEFAULT_USER_MAX_LIFETIME_S, low=60, high=30 * 86400
+        ),
     )
 
 
@@ -95,6 +104,9 @@ def admin_key_from_env(env: Mapping[str, str]) -> TokenKey:
         prefix="REMINDERS_ADMIN_JWT_",
         audience=ADMIN_AUDIENCE,
         dev_secret=DEV_ADMIN_SECRET,
+        max_lifetime_s=Env(env).number(
+            "REMINDERS_ADMIN_JWT_MAX_LIFETIME_S", DEFAULT_ADMIN_MAX_LIFETIME_S, low=60, high=86400
+        ),
     )
 
 
@@ -102,7 +114,9 @@ def _is_dev(env: Mapping[str, str]) -> bool:
     return env.get("REMINDERS_ENV", "") == "dev"
 
 
-def _token_key(env: Mapping[str, str], *, prefix: str, audience: str, dev_secret: str) -> TokenKey:
+def _token_key(
+    env: Mapping[str, str], *, prefix: str, audience: str, dev_secret: str, max_lifetime_s: float
+) -> TokenKey:
     secret = env.get(prefix + "SECRET") or None
     key_file = env.get(prefix + "PUBLIC_KEY_FILE") or None
     if secret is not None and key_file is not None:
@@ -117,7 +131,7 @@ def _token_key(env: Mapping[str, str], *, prefix: str, audience: str, dev_secret
         if len(secret) < 32:
             # HS256 with a short secret is brute-forceable offline from any one token.
             raise ConfigError(f"{prefix}SECRET: expected at least 32 characters")
-        return TokenKey("HS256", Secret(secret), audience, is_development=published)
+        return TokenKey("HS256", Secret(secret), audience, published, max_lifetime_s)
     if key_file is not None:
         try:
             pem = Path(key_file).read_text()
@@ -125,9 +139,9 @@ def _token_key(env: Mapping[str, str], *, prefix: str, audience: str, dev_secret
             raise ConfigError(f"{prefix}PUBLIC_KEY_FILE={key_file!r}: {error.strerror}") from None
         if "PUBLIC KEY" not in pem:
             raise ConfigError(f"{prefix}PUBLIC_KEY_FILE={key_file!r}: expected a PEM public key")
-        return TokenKey("RS256", Secret(pem), audience)
+        return TokenKey("RS256", Secret(pem), audience, max_lifetime_s=max_lifetime_s)
     if _is_dev(env):
-        return TokenKey("HS256", Secret(dev_secret), audience, is_development=True)
+        return TokenKey("HS256", Secret(dev_secret), audience, True, max_lifetime_s)
     raise ConfigError(
         f"no token key: set {prefix}SECRET or {prefix}PUBLIC_KEY_FILE "
         "(development secrets are used only with REMINDERS_ENV=dev)"
@@ -138,6 +152,11 @@ def mint_token(key: TokenKey, subject: str, ttl_s: float, *, now: float | None =
     """A token for `subject` valid for `ttl_s` seconds, signed with an HS256 `key`."""
     if not key.can_sign():
         raise ConfigError("an RS256 public key cannot sign: tokens come from your issuer")
+    if not 0 < ttl_s <= key.max_lifetime_s:
+        raise ConfigError(
+            f"a token's lifetime must be above 0 and at most {key.max_lifetime_s:g} s "
+            "(the server refuses longer ones)"
+        )
     issued = time.time() if now is None else now
     claims = {"sub": subject, "aud": key.audience, "iat": int(issued), "exp": int(issued + ttl_s)}
     return jwt.encode(claims, key.key.value, algorithm=key.algorithm)
@@ -208,7 +227,7 @@ class Authenticator:
                 algorithms=[key.algorithm],
                 audience=key.audience,
                 leeway=self._settings.leeway_s,
-                options={"require": ["exp", "sub", "aud"]},
+                options={"require": ["exp", "iat", "sub", "aud"]},
             )
         except jwt.ExpiredSignatureError:
             raise Unauthenticated("token expired") from None
@@ -223,4 +242,9 @@ class Authenticator:
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject:
             raise Unauthenticated("token subject invalid")
-        return subject, float(claims["exp"])
+        expires = float(claims["exp"])
+        if expires - float(claims["iat"]) > key.max_lifetime_s:
+            raise Unauthenticated(
+                f"token lifetime (exp - iat) above the {key.max_lifetime_s:g} s accepted"
+            )
+        return subject, expires

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from reminders_svc.schedule.zones import load_zone, to_utc
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.reminders_store import ReminderStore
 from reminders_svc.storage.session import CassandraConnection
+
+audit = logging.getLogger("reminders.audit")
 
 Context = grpc.aio.ServicerContext[Any, Any]
 _UPDATABLE = frozenset({"text", "schedule"})
@@ -239,11 +242,22 @@ class AdminServicer(pb_grpc.RemindersAdminServiceServicer):
     async def DeleteUserData(
         self, request: pb.DeleteUserDataRequest, context: Context
     ) -> pb.DeleteUserDataResponse:
-        self._auth.require_admin(metadata_of(context))
+        operator = self._auth.require_admin(metadata_of(context))
         if not request.user_id:
             raise InvalidArgument("user_id", "required")
+        # An audit trail of who wiped whose account, asked and done (ids only, no texts).
+        audit.info("operator %r deletes all data of user %r", operator, request.user_id)
         reminders, requests = await self._store.purge_user(request.user_id)
         deliveries = await self._history.purge_user(request.user_id)
+        audit.info(
+            "operator %r deleted all data of user %r: %d reminders, %d create records, "
+            "%d deliveries",
+            operator,
+            request.user_id,
+            reminders,
+            requests,
+            deliveries,
+        )
         return pb.DeleteUserDataResponse(
             reminders_deleted=reminders, deliveries_deleted=deliveries, requests_deleted=requests
         )

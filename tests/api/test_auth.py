@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import jwt
@@ -69,22 +70,73 @@ def test_missing_or_malformed_credentials(metadata: Metadata, message: str) -> N
         authenticator().user_id(metadata)
 
 
+def _without(claim: str) -> dict[str, object]:
+    return {k: v for k, v in claims().items() if k != claim}
+
+
+# Built when each test runs, not at import: a token minted at collection could expire
+# before a long suite reaches it, and fail for the wrong reason.
 @pytest.mark.parametrize(
     ("token", "message"),
     [
-        (signed(claims(), key="x" * 40), "signature"),
-        (signed(claims(exp=int(time.time()) - 120)), "expired"),
-        (signed(claims(aud="someone-else")), "audience"),
-        (signed({k: v for k, v in claims().items() if k != "exp"}), "'exp'"),
-        (signed({k: v for k, v in claims().items() if k != "sub"}), "'sub'"),
-        (signed(claims(), key="u" * 64, algorithm="HS512"), "invalid"),
-        (jwt.encode(claims(), "", algorithm="none"), "invalid"),
+        (lambda: signed(claims(), key="x" * 40), "signature"),
+        (lambda: signed(claims(exp=int(time.time()) - 120)), "expired"),
+        (lambda: signed(claims(aud="someone-else")), "audience"),
+        (lambda: signed(_without("exp")), "'exp'"),
+        (lambda: signed(_without("sub")), "'sub'"),
+        (lambda: signed(_without("iat")), "'iat'"),
+        (lambda: signed(claims(exp=int(time.time()) + 25 * 3600)), "lifetime"),
+        (lambda: signed(claims(), key="u" * 64, algorithm="HS512"), "invalid"),
+        (lambda: jwt.encode(claims(), "", algorithm="none"), "invalid"),
     ],
-    ids=["bad-signature", "expired", "wrong-audience", "no-exp", "no-sub", "other-alg", "alg-none"],
+    ids=[
+        "bad-signature",
+        "expired",
+        "wrong-audience",
+        "no-exp",
+        "no-sub",
+        "no-iat",
+        "lives-over-a-day",
+        "other-alg",
+        "alg-none",
+    ],
 )
-def test_rejected_tokens(token: str, message: str) -> None:
+def test_rejected_tokens(token: Callable[[], str], message: str) -> None:
     with pytest.raises(Unauthenticated, match=message):
-        authenticator().user_id(bearer(token))
+        authenticator().user_id(bearer(token()))
+
+
+def test_an_admin_token_may_live_an_hour_at_most_unless_configured() -> None:
+    two_hours = claims(sub="ops", aud="reminders-admin", exp=int(time.time()) + 7200)
+    with pytest.raises(Unauthenticated, match="invalid admin credential"):
+        authenticator().require_admin(bearer(signed(two_hours, key=ADMIN_SECRET)))
+    longer = authenticator({**CONFIGURED, "REMINDERS_ADMIN_JWT_MAX_LIFETIME_S": "7200"})
+    assert longer.require_admin(bearer(signed(two_hours, key=ADMIN_SECRET))) == "ops"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("REMINDERS_JWT_LEEWAY_S", "inf", "expected a number"),
+        ("REMINDERS_JWT_LEEWAY_S", "nan", "expected a number"),
+        ("REMINDERS_JWT_LEEWAY_S", "-100", "expected 0 to 300"),
+        ("REMINDERS_JWT_LEEWAY_S", "1e9", "expected 0 to 300"),
+        ("REMINDERS_JWT_MAX_LIFETIME_S", "0", "expected 60 to"),
+        ("REMINDERS_ADMIN_JWT_MAX_LIFETIME_S", "1e12", "expected 60 to 86400"),
+    ],
+)
+def test_token_checks_that_would_accept_any_token_are_refused_at_startup(
+    name: str, value: str, message: str
+) -> None:
+    """A leeway of inf or nan accepted a token expired ten years ago."""
+    with pytest.raises(ConfigError, match=f"^{name}.*{message}"):
+        AuthSettings.from_env({**CONFIGURED, name: value})
+
+
+@pytest.mark.parametrize("ttl_s", [0, -60, 25 * 3600, math.inf, math.nan])
+def test_mint_refuses_a_lifetime_the_server_would_refuse(ttl_s: float) -> None:
+    with pytest.raises(ConfigError, match="lifetime"):
+        mint_token(AuthSettings.from_env(CONFIGURED).user, "alice", ttl_s)
 
 
 def test_a_configured_audience_replaces_the_default() -> None:

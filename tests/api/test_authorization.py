@@ -82,14 +82,14 @@ def _credentials(key: TokenKey, subject: str) -> dict[str, Metadata]:
         "no token": (),
         "bad signature": _bearer(
             jwt.encode(
-                {"sub": subject, "aud": key.audience, "exp": now + 600},
+                {"sub": subject, "aud": key.audience, "iat": now, "exp": now + 600},
                 "an-attacker-secret-that-is-long-enough-0000",
                 algorithm=key.algorithm,
             )
         ),
         "expired": _bearer(
             jwt.encode(
-                {"sub": subject, "aud": key.audience, "exp": now - 3600},
+                {"sub": subject, "aud": key.audience, "iat": now - 4200, "exp": now - 3600},
                 key.key.value,
                 algorithm=key.algorithm,
             )

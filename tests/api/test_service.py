@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -331,7 +332,7 @@ def rows_per_table(cassandra: CassandraConnection, user: str) -> dict[str, int]:
 
 
 def test_admin_deletes_all_of_one_users_data(
-    api: Api, user: str, cassandra: CassandraConnection
+    api: Api, user: str, cassandra: CassandraConnection, caplog: pytest.LogCaptureFixture
 ) -> None:
     keeper = f"{user}-keep"
     first_request = pb.CreateReminderRequest(
@@ -357,9 +358,10 @@ def test_admin_deletes_all_of_one_users_data(
             pb.DeleteUserDataRequest(user_id=user), metadata=api.as_user(user)
         )
     )
-    answer = api.admin.DeleteUserData(
-        pb.DeleteUserDataRequest(user_id=user), metadata=api.as_admin()
-    )
+    with caplog.at_level(logging.INFO, logger="reminders.audit"):
+        answer = api.admin.DeleteUserData(
+            pb.DeleteUserDataRequest(user_id=user), metadata=api.as_admin()
+        )
 
     # A valid user token is a known caller without the right: PERMISSION_DENIED.
     assert user_token == grpc.StatusCode.PERMISSION_DENIED
@@ -370,6 +372,12 @@ def test_admin_deletes_all_of_one_users_data(
     }
     assert answered == seeded == {"reminders": 3, "deliveries": 4, "create_requests": 3}
     assert rows_per_table(cassandra, user) == dict.fromkeys(USER_TABLES, 0)
+    # Who wiped whose account stays on record: asked, then done with the counts.
+    assert [r.getMessage() for r in caplog.records if r.name == "reminders.audit"] == [
+        f"operator 'ops' deletes all data of user {user!r}",
+        f"operator 'ops' deleted all data of user {user!r}: 3 reminders, 3 create records, "
+        "4 deliveries",
+    ]
     kept = {"reminders": 1, "deliveries": 2, "create_requests": 1}
     assert kept_before == kept
     assert rows_per_table(cassandra, keeper) == kept
