@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, NoReturn
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -17,7 +17,7 @@ from notifier.intake import Intake
 from notifier.rpc import convert
 from notifier.settings import Faults
 from notifier.storage.devices import DeviceStore
-from reminders_svc.storage.errors import STORAGE_ERRORS
+from reminders_svc.api.errors import translated
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +33,12 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
         self._adapter = adapter
         self._replies_to_drop = faults.drop_reply
 
+    @translated
     async def Send(self, request: pb.SendRequest, context: Context) -> pb.SendResponse:
         [result] = await self._intake.accept_batch([convert.notification(request.notification)])
         return pb.SendResponse(result=convert.send_result(result))
 
+    @translated
     async def SendBatch(
         self, request: pb.SendBatchRequest, context: Context
     ) -> pb.SendBatchResponse:
@@ -55,6 +57,7 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "fault injected: reply dropped")
         return pb.SendBatchResponse(results=[convert.send_result(r) for r in results])
 
+    @translated
     async def RegisterDevice(
         self, request: pb.RegisterDeviceRequest, context: Context
     ) -> pb.RegisterDeviceResponse:
@@ -62,23 +65,19 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
         problem = device_problem(request.user_id, device)
         if problem is not None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
-        try:
-            registered = await self._devices.register(request.user_id, device)
-        except STORAGE_ERRORS as error:
-            await _storage_unavailable(context, error)
+        registered = await self._devices.register(request.user_id, device)
         return pb.RegisterDeviceResponse(device=convert.device_message(registered))
 
+    @translated
     async def ListDevices(
         self, request: pb.ListDevicesRequest, context: Context
     ) -> pb.ListDevicesResponse:
         if not request.user_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "user_id is required")
-        try:
-            devices = await self._devices.list(request.user_id)
-        except STORAGE_ERRORS as error:
-            await _storage_unavailable(context, error)
+        devices = await self._devices.list(request.user_id)
         return pb.ListDevicesResponse(devices=[convert.device_message(d) for d in devices])
 
+    @translated
     async def ListDelivered(
         self, request: pb.ListDeliveredRequest, context: Context
     ) -> pb.ListDeliveredResponse:
@@ -90,9 +89,3 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
             )
         pushed = self._adapter.delivered(request.user_id, request.idempotency_key)
         return pb.ListDeliveredResponse(delivered=[convert.delivered_message(p) for p in pushed])
-
-
-async def _storage_unavailable(context: Context, error: Exception) -> NoReturn:
-    await context.abort(
-        grpc.StatusCode.UNAVAILABLE, f"storage unavailable ({type(error).__name__}); retry"
-    )

@@ -285,3 +285,21 @@ def test_dropped_reply_then_retry_answers_duplicate_and_pushes_once(
         time.sleep(0.3)
         assert len(notifier.delivered(user)) == 2
         assert sorted(p.idempotency_key for p in pushed) == sorted(m.idempotency_key for m in batch)
+
+
+def test_an_rpc_failing_unexpectedly_answers_internal_without_details(
+    notifier: Client, notifier_settings: NotifierSettings, user: str
+) -> None:
+    """A device row this notifier cannot read (a platform a newer version wrote): the
+    caller gets INTERNAL, not UNKNOWN with the exception's text."""
+    cassandra = notifier_settings.cassandra
+    with connect(cassandra) as connection:
+        connection.session.execute(
+            f"INSERT INTO {cassandra.keyspace}.devices (user_id, device_token, platform)"
+            " VALUES (%s, 'token-1', 'from-a-newer-version')",
+            (user,),
+        )
+    with pytest.raises(grpc.RpcError) as raised:
+        notifier.stub.ListDevices(pb.ListDevicesRequest(user_id=user), timeout=10)
+    assert raised.value.code() == grpc.StatusCode.INTERNAL
+    assert raised.value.details() == "internal error"
