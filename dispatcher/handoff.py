@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -13,6 +14,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
 from reminders_svc.connections import CLIENT_OPTIONS
+from reminders_svc.tls import ClientTls
+
+log = logging.getLogger(__name__)
 
 
 class Outcome(StrEnum):
@@ -52,8 +56,26 @@ def _stamp(instant: datetime) -> Timestamp:
 
 
 class NotifierClient:
-    def __init__(self, target: str, timeout_s: float = 10.0) -> None:
-        self._channel = grpc.aio.insecure_channel(target, options=CLIENT_OPTIONS)
+    """One channel to the notifier: plaintext, or TLS (mutual when `tls` holds a client
+    certificate). A call the notifier refuses (a handshake failing, no client certificate)
+    fails like any other: every ring of it is answered RETRYABLE."""
+
+    def __init__(
+        self, target: str, timeout_s: float = 10.0, *, tls: ClientTls | None = None
+    ) -> None:
+        if tls is None:
+            self._channel = grpc.aio.insecure_channel(target, options=CLIENT_OPTIONS)
+        else:
+            self._channel = grpc.aio.secure_channel(
+                target, tls.credentials(), options=(*CLIENT_OPTIONS, *tls.channel_options())
+            )
+        log.info(
+            "notifier at %s (tls=%s, mtls=%s, server_name=%s)",
+            target,
+            tls is not None,
+            tls is not None and tls.mutual,
+            tls.server_name if tls is not None else None,
+        )
         self._stub = npb_grpc.NotificationServiceStub(self._channel)
         self._timeout_s = timeout_s
 

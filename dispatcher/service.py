@@ -97,7 +97,9 @@ class Dispatcher:
         self.clock = DbClock(session, self.settings.max_clock_offset)
         store, history, self._leases, self._reader = stores
         self._parts = PartCounts(session)
-        self._notifier = NotifierClient(self.settings.notifier_target)
+        self._notifier = NotifierClient(
+            self.settings.notifier_target, tls=self.settings.notifier_tls
+        )
         batcher = HandoffBatcher(self._notifier, self.settings.batch_size)
         self._ringer = Ringer(store, history, batcher, self.clock, self.settings, self.metrics)
         self._catch_up = RateLimiter(self.settings.catch_up_minutes_per_s)

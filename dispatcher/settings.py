@@ -10,6 +10,7 @@ from datetime import timedelta
 from enum import StrEnum
 
 from reminders_svc.config import ConfigError, Env, MinuteTiming, Retention
+from reminders_svc.tls import NOTIFIER_CLIENT_PREFIX, ClientTls
 
 
 class MisfirePolicy(StrEnum):
@@ -23,6 +24,9 @@ class MisfirePolicy(StrEnum):
 class DispatcherSettings:
     dispatcher_id: str
     notifier_target: str = "127.0.0.1:50061"
+    # TLS of the channel to the notifier, from REMINDERS_NOTIFIER_TLS_* (the CA file turns
+    # it on; a client certificate for mTLS). None: plaintext (local development, a mesh).
+    notifier_tls: ClientTls | None = None
     host: str = "127.0.0.1"
     port: int = 50071  # gRPC health
     metrics_port: int = 9466
@@ -81,6 +85,7 @@ class DispatcherSettings:
         settings = cls(
             dispatcher_id=env.text("ID", f"{socket.gethostname()}-{os.getpid()}"),
             notifier_target=values.get("REMINDERS_NOTIFIER_TARGET") or cls.notifier_target,
+            notifier_tls=ClientTls.from_env(values, NOTIFIER_CLIENT_PREFIX),
             host=env.text("HOST", cls.host),
             port=env.port("PORT", cls.port),
             metrics_port=env.port("METRICS_PORT", cls.metrics_port),

@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Literal
 
 from reminders_svc.config import CassandraSettings, ConfigError, Env
+from reminders_svc.tls import NOTIFIER_SERVER_PREFIX, ServerTls
 
 AdapterName = Literal["recording", "logging"]
 PREFIX = "REMINDERS_NOTIFIER_"
@@ -72,6 +73,10 @@ class NotifierSettings:
     shutdown_grace: timedelta = timedelta(seconds=20)
     health_probe_interval: timedelta = timedelta(seconds=3)
     faults: Faults = Faults()
+    # TLS of the gRPC port, from REMINDERS_NOTIFIER_SERVER_TLS_* (SERVER_: the
+    # dispatchers' REMINDERS_NOTIFIER_TLS_* are the client side of the same link, and
+    # the processes share one ConfigMap). None: plaintext (local development, or a mesh).
+    tls: ServerTls | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> NotifierSettings:
@@ -109,4 +114,5 @@ class NotifierSettings:
                 "HEALTH_PROBE_INTERVAL_S", cls.health_probe_interval, low=0.1
             ),
             faults=Faults.parse(env.text("FAULTS", "")),
+            tls=ServerTls.from_env(values, NOTIFIER_SERVER_PREFIX),
         )

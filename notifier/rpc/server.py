@@ -30,6 +30,7 @@ from reminders_svc.health import ProcessHealth
 from reminders_svc.runtime import MetricsEndpoint, run_until_signal
 from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
 from reminders_svc.storage.session import CassandraConnection
+from reminders_svc.tls import add_port
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class NotifierServer:
         notification_pb2_grpc.add_NotificationServiceServicer_to_server(servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health.servicer, server)
         await self._health.start()
-        self.port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+        self.port = add_port(server, f"{settings.host}:{settings.port}", settings.tls)
         self._metrics_endpoint = MetricsEndpoint(
             self.registry, settings.host, settings.metrics_port
         )
@@ -132,9 +133,12 @@ class NotifierServer:
             name="storage-health",
         )
         log.info(
-            "notifier listening on %s:%d (adapter=%s, auto_device=%s, keyspace=%s), metrics on :%d",
+            "notifier listening on %s:%d (tls=%s, mtls=%s, adapter=%s, auto_device=%s,"
+            " keyspace=%s), metrics on :%d",
             settings.host,
             self.port,
+            settings.tls is not None,
+            settings.tls is not None and settings.tls.mutual,
             self.adapter.name,
             settings.auto_device,
             keyspace,

@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager, suppress
-from pathlib import Path
 from typing import Any, Protocol, cast
 
 import grpc
@@ -25,13 +24,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from genproto.reminders.v1 import reminders_pb2, reminders_pb2_grpc
 from reminders_svc.api.auth import Authenticator
-from reminders_svc.api.settings import ApiSettings, ServerTls
+from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import CassandraSettings
 from reminders_svc.connections import SERVER_OPTIONS
 from reminders_svc.health import ProcessHealth
 from reminders_svc.runtime import MetricsEndpoint, run_until_signal
 from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
 from reminders_svc.storage.session import CassandraConnection
+from reminders_svc.tls import add_port
 
 log = logging.getLogger(__name__)
 
@@ -226,15 +226,6 @@ class StorageBoundHandlers(grpc.GenericRpcHandler):
         return None
 
 
-def _server_credentials(tls: ServerTls) -> grpc.ServerCredentials:
-    client_ca = Path(tls.client_ca_file).read_bytes() if tls.client_ca_file else None
-    return grpc.ssl_server_credentials(
-        [(Path(tls.key_file).read_bytes(), Path(tls.cert_file).read_bytes())],
-        root_certificates=client_ca,
-        require_client_auth=client_ca is not None,
-    )
-
-
 class ApiServer:
     """One API process: `await start()`, later `await stop()` (graceful)."""
 
@@ -275,10 +266,7 @@ class ApiServer:
             names = (*HEALTH_SERVICES[1:], health.SERVICE_NAME, reflection.SERVICE_NAME)
             reflection.enable_server_reflection(names, server)
         address = f"{self._settings.host}:{self._settings.port}"
-        if self._settings.tls is None:
-            self.port = server.add_insecure_port(address)
-        else:
-            self.port = server.add_secure_port(address, _server_credentials(self._settings.tls))
+        self.port = add_port(server, address, self._settings.tls)
         self._metrics_endpoint = MetricsEndpoint(
             self._registry, self._settings.host, self._settings.metrics_port
         )
@@ -291,7 +279,7 @@ class ApiServer:
             self._settings.host,
             self.port,
             self._settings.tls is not None,
-            self._settings.tls is not None and self._settings.tls.client_ca_file is not None,
+            self._settings.tls is not None and self._settings.tls.mutual,
             self._settings.reflection,
             self.metrics_port,
         )

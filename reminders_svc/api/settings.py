@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from reminders_svc.config import ConfigError, Env, MinuteTiming, Retention
 from reminders_svc.storage.reminders_store import LIST_SCAN_ROWS
+from reminders_svc.tls import API_PREFIX, ServerTls
 
 
 @dataclass(frozen=True)
@@ -23,29 +24,6 @@ class Limits:
     # The most rows of a user's partition one List call reads (a short page with a token
     # when it comes first).
     list_scan_rows: int = LIST_SCAN_ROWS
-
-
-@dataclass(frozen=True)
-class ServerTls:
-    """TLS of the API port; with `client_ca_file`, mutual TLS (clients must present a cert)."""
-
-    cert_file: str
-    key_file: str
-    client_ca_file: str | None = None
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> ServerTls | None:
-        prefix = "REMINDERS_API_TLS_"
-        cert, key, client_ca = (
-            env.get(prefix + name) or None for name in ("CERT_FILE", "KEY_FILE", "CLIENT_CA_FILE")
-        )
-        if cert is None and key is None:
-            if client_ca is not None:
-                raise ConfigError(f"{prefix}CLIENT_CA_FILE needs {prefix}CERT_FILE and _KEY_FILE")
-            return None
-        if cert is None or key is None:
-            raise ConfigError(f"set both {prefix}CERT_FILE and {prefix}KEY_FILE, or neither")
-        return cls(cert_file=cert, key_file=key, client_ca_file=client_ca)
 
 
 @dataclass(frozen=True)
@@ -89,7 +67,7 @@ class ApiSettings:
                 ),
             ),
             retention=Retention.from_env(values),
-            tls=ServerTls.from_env(values),
+            tls=ServerTls.from_env(values, API_PREFIX),
             health_probe_interval=env.seconds(
                 "REMINDERS_API_HEALTH_PROBE_INTERVAL_S",
                 cls.health_probe_interval,

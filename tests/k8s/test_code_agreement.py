@@ -245,3 +245,65 @@ def test_dispatchers_reach_the_notifier_service(
     (grpc,) = [p for p in service["spec"]["ports"] if p["port"] == int(port)]
     assert grpc["targetPort"] == "grpc"
     assert {"name": "grpc", "containerPort": notifier_port} in notifier["ports"]
+
+
+def _labels(objects: list[Obj], kind: str, name: str) -> dict[str, str]:
+    labels: dict[str, str] = one(objects, kind, name)["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def _container_port(container: Obj, port: int | str) -> int:
+    """A NetworkPolicy's port (a number, or the name of one of the container's ports) as
+    the number the container listens on."""
+    if isinstance(port, int):
+        return port
+    (number,) = [p["containerPort"] for p in container["ports"] if p["name"] == port]
+    return int(number)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_only_dispatchers_reach_the_notifiers_grpc_port(
+    overlays: dict[str, list[Obj]], monitoring: list[Obj], overlay: str
+) -> None:
+    """The notifier's NetworkPolicy selects the notifier's pods; its gRPC port (the one
+    the settings bind, and the one the dispatchers' target reaches through the Service) is
+    open to the dispatchers' pods of the namespace only; its metrics port (the one the
+    PodMonitor scrapes) to Prometheus; no other port to anyone."""
+    objects = overlays[overlay]
+    policy = one(objects, "NetworkPolicy", "reminders-notifier")["spec"]
+    selected_deployment(objects, "reminders-notifier", policy["podSelector"]["matchLabels"])
+    assert policy["policyTypes"] == ["Ingress"]
+    _, notifier, served = _served(objects, "notifier")
+    others = [
+        _labels(objects, *DEPLOYABLES[name].workload) for name in ("api", "notifier", "migrate")
+    ]
+    allowed: dict[int, list[Obj]] = {}
+    for rule in policy["ingress"]:
+        assert rule.get("from"), f"{overlay}: a rule open to every source"
+        assert rule.get("ports"), f"{overlay}: a rule open on every port"
+        for port in rule["ports"]:
+            assert port.get("protocol", "TCP") == "TCP"
+            assert "endPort" not in port
+            allowed.setdefault(_container_port(notifier, port["port"]), []).extend(rule["from"])
+    assert set(allowed) == {served.port, served.metrics_port}, f"{overlay}: {allowed}"
+
+    # gRPC: one peer, pods of this namespace that are the dispatchers and nothing else.
+    (peer,) = allowed[served.port]
+    assert set(peer) == {"podSelector"}, f"{overlay}: {peer}"
+    selector = peer["podSelector"]["matchLabels"]
+    assert set(peer["podSelector"]) == {"matchLabels"}
+    selected_deployment(objects, "reminders-dispatcher", selector)
+    assert not any(selector.items() <= labels.items() for labels in others), selector
+    _, dispatcher = _pod(objects, DEPLOYABLES["dispatcher"])
+    target = DispatcherSettings.from_env(container_env(objects, dispatcher)).notifier_target
+    host, _, port = target.rpartition(":")
+    (service_port,) = [
+        p for p in one(objects, "Service", host)["spec"]["ports"] if p["port"] == int(port)
+    ]
+    assert _container_port(notifier, service_port["targetPort"]) == served.port
+
+    # Metrics: Prometheus, as the Prometheus Operator labels its pods, on the port scraped.
+    (scraper,) = allowed[served.metrics_port]
+    assert scraper["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "prometheus"
+    for endpoint in one(monitoring, "PodMonitor")["spec"]["podMetricsEndpoints"]:
+        assert _container_port(notifier, endpoint["port"]) == served.metrics_port

@@ -33,6 +33,7 @@ def test_overlay_holds_every_deployable(overlays: dict[str, list[Obj]], overlay:
     one(objects, "HorizontalPodAutoscaler", "reminders-dispatcher")
     one(objects, "PodDisruptionBudget", "reminders-dispatcher")
     one(objects, "Job", "reminders-migrate")
+    one(objects, "NetworkPolicy", "reminders-notifier")
     (config,) = [
         c
         for c in find(objects, "ConfigMap")

@@ -1,0 +1,197 @@
+"""TLS of the project's gRPC links, configured from the environment at startup.
+
+One set of rules for every link, each under its own variable prefix:
+- `ServerTls`: a port served with TLS (`<prefix>CERT_FILE` + `<prefix>KEY_FILE`), and
+  mutual TLS with `<prefix>CLIENT_CA_FILE` (callers must present a certificate that CA
+  signed). The API reads REMINDERS_API_TLS_*, the reference notifier
+  REMINDERS_NOTIFIER_SERVER_TLS_*.
+- `ClientTls`: a channel opened with TLS. `<prefix>CA_FILE` (the trust roots) turns it
+  on; `<prefix>CERT_FILE` + `<prefix>KEY_FILE` present a client certificate (mTLS);
+  `<prefix>SERVER_NAME` overrides the name checked in the server's certificate (default:
+  the target's host). The dispatcher reads REMINDERS_NOTIFIER_TLS_* for its channel to the
+  notifier.
+
+Every file is read once, when the settings are read: a missing, unreadable or malformed
+file, or a key that is not the certificate's, stops the process at startup with a
+ConfigError naming the variable and the path, never the file's contents.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from reminders_svc.config import ConfigError, Env
+
+API_PREFIX = "REMINDERS_API_TLS_"
+NOTIFIER_SERVER_PREFIX = "REMINDERS_NOTIFIER_SERVER_TLS_"
+NOTIFIER_CLIENT_PREFIX = "REMINDERS_NOTIFIER_TLS_"
+
+# A DNS name (wildcards aside, as certificates hold them) or an IP address.
+_SERVER_NAME = re.compile(r"[A-Za-z0-9._:-]{1,253}")
+
+
+@dataclass(frozen=True)
+class PemFile:
+    """A PEM file as read at startup. Its repr names the variable and the path, never the
+    contents (a private key)."""
+
+    variable: str
+    path: str
+    data: bytes = field(repr=False)
+
+    @classmethod
+    def read(cls, env: Env, name: str) -> PemFile | None:
+        """The file `<prefix><name>` names, or None when the variable is unset."""
+        path = env.raw(name)
+        return None if path is None else cls.load(env.prefix + name, path)
+
+    @classmethod
+    def load(cls, variable: str, path: str) -> PemFile:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as error:
+            reason = error.strerror or type(error).__name__
+            raise ConfigError(f"{variable}={path!r}: cannot read it ({reason})") from None
+        if b"-----BEGIN " not in data:
+            raise ConfigError(f"{variable}={path!r}: not a PEM file")
+        return cls(variable, path, data)
+
+
+def _certificates(pem: PemFile) -> list[x509.Certificate]:
+    try:
+        return x509.load_pem_x509_certificates(pem.data)
+    except ValueError:
+        raise ConfigError(f"{pem.variable}={pem.path!r}: holds no PEM certificate") from None
+
+
+def _check_pair(cert: PemFile, key: PemFile) -> None:
+    """The key is a PEM private key, and the first certificate of the chain is its."""
+    leaf = _certificates(cert)[0]
+    try:
+        private = serialization.load_pem_private_key(key.data, password=None)
+    except (ValueError, TypeError):
+        # TypeError: an encrypted key, which gRPC cannot use either. The library's message
+        # is not shown: it is about the key's contents.
+        raise ConfigError(
+            f"{key.variable}={key.path!r}: not an unencrypted PEM private key"
+        ) from None
+    if private.public_key() != leaf.public_key():
+        raise ConfigError(
+            f"{key.variable}={key.path!r} is not the key of {cert.variable}={cert.path!r}"
+        )
+
+
+def _reject_unused(env: Env, names: tuple[str, ...], needs: str) -> None:
+    given = [env.prefix + name for name in names if env.raw(name) is not None]
+    if given:
+        verb = "needs" if len(given) == 1 else "need"
+        raise ConfigError(f"{', '.join(given)} {verb} {env.prefix}{needs}")
+
+
+def _pair(env: Env) -> tuple[PemFile, PemFile] | None:
+    """`CERT_FILE` and `KEY_FILE`: both, read and checked, or neither."""
+    cert_path, key_path = env.raw("CERT_FILE"), env.raw("KEY_FILE")
+    if cert_path is None and key_path is None:
+        return None
+    if cert_path is None or key_path is None:
+        raise ConfigError(f"set both {env.prefix}CERT_FILE and {env.prefix}KEY_FILE, or neither")
+    cert = PemFile.load(env.prefix + "CERT_FILE", cert_path)
+    key = PemFile.load(env.prefix + "KEY_FILE", key_path)
+    _check_pair(cert, key)
+    return cert, key
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """TLS of a gRPC port; with `client_ca`, mutual TLS (clients must present a
+    certificate it signed). None in the settings: plaintext (local development, or TLS
+    terminated by a mesh sidecar)."""
+
+    cert: PemFile
+    key: PemFile
+    client_ca: PemFile | None = None
+
+    @property
+    def mutual(self) -> bool:
+        return self.client_ca is not None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], prefix: str) -> ServerTls | None:
+        env = Env(environ, prefix)
+        pair = _pair(env)
+        if pair is None:
+            if env.raw("CLIENT_CA_FILE") is not None:
+                raise ConfigError(f"{prefix}CLIENT_CA_FILE needs {prefix}CERT_FILE and _KEY_FILE")
+            return None
+        client_ca = PemFile.read(env, "CLIENT_CA_FILE")
+        if client_ca is not None:
+            _certificates(client_ca)
+        return cls(cert=pair[0], key=pair[1], client_ca=client_ca)
+
+    def credentials(self) -> grpc.ServerCredentials:
+        return grpc.ssl_server_credentials(
+            [(self.key.data, self.cert.data)],
+            root_certificates=self.client_ca.data if self.client_ca else None,
+            require_client_auth=self.client_ca is not None,
+        )
+
+
+def add_port(server: grpc.aio.Server, address: str, tls: ServerTls | None) -> int:
+    """Listen on `address`, with TLS when `tls` is set; the port bound (0: any free one)."""
+    if tls is None:
+        return server.add_insecure_port(address)
+    return server.add_secure_port(address, tls.credentials())
+
+
+@dataclass(frozen=True)
+class ClientTls:
+    """TLS of a channel this process opens: the server must present a certificate `ca`
+    signed, for the target's host or `server_name`; with `cert` and `key`, this process
+    presents its own (mutual TLS)."""
+
+    ca: PemFile
+    cert: PemFile | None = None
+    key: PemFile | None = None
+    server_name: str | None = None
+
+    @property
+    def mutual(self) -> bool:
+        return self.cert is not None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], prefix: str) -> ClientTls | None:
+        env = Env(environ, prefix)
+        ca = PemFile.read(env, "CA_FILE")
+        if ca is None:
+            # Half a configuration would silently run in plaintext: refuse it.
+            _reject_unused(
+                env, ("CERT_FILE", "KEY_FILE", "SERVER_NAME"), "CA_FILE (it turns TLS on)"
+            )
+            return None
+        _certificates(ca)
+        pair = _pair(env)
+        server_name = env.raw("SERVER_NAME")
+        if server_name is not None and not _SERVER_NAME.fullmatch(server_name):
+            raise ConfigError(f"{prefix}SERVER_NAME={server_name!r}: expected a host name")
+        cert, key = pair if pair is not None else (None, None)
+        return cls(ca=ca, cert=cert, key=key, server_name=server_name)
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca.data,
+            private_key=self.key.data if self.key else None,
+            certificate_chain=self.cert.data if self.cert else None,
+        )
+
+    def channel_options(self) -> tuple[tuple[str, str], ...]:
+        """Added to the channel's own options (reminders_svc/connections.py)."""
+        if self.server_name is None:
+            return ()
+        return (("grpc.ssl_target_name_override", self.server_name),)
