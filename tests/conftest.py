@@ -6,7 +6,7 @@ Where the node comes from:
 - REMINDERS_CASSANDRA=docker: testcontainers' CassandraContainer, for machines with a
   Docker engine.
 A test that needs Cassandra skips with a hint when none answers, except in CI
-(CI=true), where it fails: CI must never pass by skipping.
+(CI=true), where it fails: CI must never pass by skipping (tests/ci.py).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from reminders_svc.config import CassandraSettings
 from reminders_svc.storage.errors import StorageUnavailable
 from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
 from reminders_svc.storage.session import CassandraConnection, connect
+from tests.ci import unavailable
 
 DOCKER_IMAGE = "cassandra:5.0.9"
 
@@ -48,10 +49,7 @@ def cassandra_settings() -> Iterator[CassandraSettings]:
     try:
         connect(settings, keyspace="").close()
     except StorageUnavailable as error:
-        message = f"{error}\n(`make test` starts the local node; or `reminders cassandra start`)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        unavailable(f"{error}\n(`make test` starts the local node; or `reminders cassandra start`)")
     yield settings  # noqa: PT022  (a generator: the docker branch above has a teardown)
 
 

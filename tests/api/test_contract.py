@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.ci import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 BUF = ROOT / ".cache" / "buf" / "node_modules" / ".bin" / "buf"
@@ -35,9 +34,6 @@ def test_generated_code_matches_the_proto_files(tmp_path: Path) -> None:
 def test_buf_lint_is_clean() -> None:
     buf = str(BUF) if BUF.exists() else shutil.which("buf")
     if buf is None:
-        message = "buf is not installed (`make buf` installs it from npm)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("buf is not installed (`make buf` installs it from npm)")
     result = subprocess.run([buf, "lint"], cwd=ROOT / "proto", capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -3,7 +3,7 @@ k8ssandra-operator and prometheus-operator Go modules (for their CRDs), and the 
 overlays and k8s/monitoring as plain objects.
 
 A missing tool skips a test with the command that provides it, except in CI
-(CI=true), where it fails: CI must never pass by skipping.
+(CI=true), where it fails: CI must never pass by skipping (tests/ci.py).
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import jsonschema
 import pytest
 import yaml
+
+from tests.ci import unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "k8s"
@@ -36,12 +38,6 @@ PROMETHEUS_OPERATOR_VERSION = "v0.85.0"
 Obj = dict[str, Any]
 
 
-def missing_tool(message: str) -> NoReturn:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
-
-
 def kustomize_version() -> str:
     """The version the Makefile pins (KUSTOMIZE_VERSION), the one source of truth."""
     match = re.search(r"^KUSTOMIZE_VERSION\s*:=\s*(\S+)", (REPO / "Makefile").read_text(), re.M)
@@ -54,7 +50,7 @@ def kustomize() -> Path:
     version = kustomize_version()
     binary = REPO / ".cache" / "go" / f"kustomize-{version}" / "kustomize"
     if not binary.is_file():
-        missing_tool(f"kustomize {version} is not built: run `make kustomize` ({binary})")
+        unavailable(f"kustomize {version} is not built: run `make kustomize` ({binary})")
     printed = _run([str(binary), "version"]).strip()
     assert printed == version, f"{binary} says {printed!r}, the Makefile pins {version}"
     return binary
@@ -84,7 +80,7 @@ def operator_module_dir(
     proxy; later runs read the cache, offline)."""
     go = shutil.which("go")
     if go is None:
-        missing_tool(f"the Go toolchain (`go`) is needed to fetch the CRDs of {path}")
+        unavailable(f"the Go toolchain (`go`) is needed to fetch the CRDs of {path}")
     module = f"{path}@{version}"
     # From the file system's root: outside any module, no go.mod is read or written.
     env = {**os.environ, "GO111MODULE": "on"}
