@@ -19,13 +19,16 @@ PREFIX = "REMINDERS_NOTIFIER_"
 @dataclass(frozen=True)
 class Faults:
     """Fault injection for the dispatcher's tests; all off unless REMINDERS_NOTIFIER_FAULTS
-    names them, e.g. `drop_reply:2` or `crash_before_push`."""
+    names them, e.g. `drop_reply:2`, `crash_before_push` or `reject`."""
 
     # The first N SendBatch calls are processed in full but answered UNAVAILABLE.
     drop_reply: int = 0
     # SIGKILL this process when its first push is about to go out (keys recorded, nothing
     # pushed, nothing answered): what a notifier killed mid-delivery leaves behind.
     crash_before_push: bool = False
+    # Every SendBatch item is answered REJECTED ("fault injected"), nothing recorded or
+    # pushed: an answer the notifier gives for good (an expired item, say) on demand.
+    reject: bool = False
 
     @classmethod
     def parse(cls, text: str) -> Faults:
@@ -36,6 +39,8 @@ class Faults:
                 faults = dataclasses.replace(faults, drop_reply=int(count))
             elif name == "crash_before_push" and not count:
                 faults = dataclasses.replace(faults, crash_before_push=True)
+            elif name == "reject" and not count:
+                faults = dataclasses.replace(faults, reject=True)
             else:
                 raise ConfigError(f"{PREFIX}FAULTS={text!r}: unknown fault {spec!r}")
         return faults

@@ -11,7 +11,7 @@ import grpc.aio
 from genproto.notification.v1 import notification_pb2 as pb
 from genproto.notification.v1 import notification_pb2_grpc as pb_grpc
 from notifier.delivery.adapters import RecordingPushAdapter
-from notifier.domain.model import MAX_BATCH_ITEMS, device_problem
+from notifier.domain.model import MAX_BATCH_ITEMS, ItemResult, Outcome, device_problem
 from notifier.domain.push import PushAdapter
 from notifier.intake import Intake
 from notifier.rpc import convert
@@ -32,6 +32,7 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
         self._devices = devices
         self._adapter = adapter
         self._replies_to_drop = faults.drop_reply
+        self._reject_all = faults.reject
 
     @translated
     async def Send(self, request: pb.SendRequest, context: Context) -> pb.SendResponse:
@@ -49,7 +50,14 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
                 f"notifications: {count} items, expected 1 to {MAX_BATCH_ITEMS}",
             )
         items = [convert.notification(message) for message in request.notifications]
-        results = await self._intake.accept_batch(items)
+        if self._reject_all:
+            log.warning("fault reject: rejecting a SendBatch of %d", count)
+            results = [
+                ItemResult(item.idempotency_key, Outcome.REJECTED, "fault injected")
+                for item in items
+            ]
+        else:
+            results = await self._intake.accept_batch(items)
         if self._replies_to_drop > 0:
             # Fault injection: everything above happened; only the answer is lost.
             self._replies_to_drop -= 1

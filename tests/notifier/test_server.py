@@ -138,10 +138,10 @@ def test_process_migrates_serves_and_stops_on_sigterm(
 def test_faults_are_off_unless_named_and_unknown_ones_refused() -> None:
     assert Faults.parse("") == Faults()
     assert not Faults.parse(" ").any
-    assert Faults.parse("drop_reply:2, crash_before_push") == Faults(
-        drop_reply=2, crash_before_push=True
+    assert Faults.parse("drop_reply:2, crash_before_push, reject") == Faults(
+        drop_reply=2, crash_before_push=True, reject=True
     )
-    for text in ("crash_after_push", "crash_before_push:1", "drop_reply:x"):
+    for text in ("crash_after_push", "crash_before_push:1", "drop_reply:x", "reject:2"):
         with pytest.raises(ConfigError):
             Faults.parse(text)
 
