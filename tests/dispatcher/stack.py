@@ -2,6 +2,8 @@
 
 Each stack has keyspaces of its own, few parts (P = 4) and short timings (grace 3 s,
 claim lease 5 s, part lease 6 s), so rings a few seconds ahead finish within seconds.
+Its processes' logs go to a /tmp/reminders-e2e-* folder, removed when the stack closes
+after a passing test and kept (its path printed) after a failing one.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
+import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -59,11 +63,12 @@ def free_port() -> int:
 
 
 def scrape(metrics_port: int) -> dict[str, float]:
-    """The unlabelled samples a process exports on /metrics, by name."""
+    """The samples a process exports on /metrics, by name as exported: `name` when
+    unlabelled, `name{label="value"}` when labelled."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read().decode()
     samples = {}
     for line in text.splitlines():
-        if line and not line.startswith("#") and "{" not in line:
+        if line and not line.startswith("#"):
             name, value = line.rsplit(" ", 1)
             samples[name] = float(value)
     return samples
@@ -94,6 +99,8 @@ class Stack:
         suffix = uuid.uuid4().hex[:8]
         self.settings = dataclasses.replace(cassandra, keyspace=f"e2e_{suffix}")
         self.api_port, self.notifier_port = free_port(), free_port()
+        # Known, so tests can read the notifier's answers by outcome (notifier_answers).
+        self.notifier_metrics_port = free_port()
         self.env = {
             **os.environ,
             **FAST,
@@ -103,7 +110,7 @@ class Stack:
             "REMINDERS_API_PORT": str(self.api_port),
             "REMINDERS_API_METRICS_PORT": "0",
             "REMINDERS_NOTIFIER_PORT": str(self.notifier_port),
-            "REMINDERS_NOTIFIER_METRICS_PORT": "0",
+            "REMINDERS_NOTIFIER_METRICS_PORT": str(self.notifier_metrics_port),
             "REMINDERS_NOTIFIER_TARGET": f"127.0.0.1:{self.notifier_port}",
             "REMINDERS_DISPATCH_PORT": "0",
             "REMINDERS_DISPATCH_METRICS_PORT": "0",
@@ -112,6 +119,7 @@ class Stack:
         self.processes: list[subprocess.Popen[bytes]] = []
         self.logs = Path(f"/tmp/reminders-e2e-{suffix}")
         self.logs.mkdir()
+        print(f"process logs of this stack: {self.logs}")  # in a failing test's output
         with connect(self.settings, keyspace="") as connection:
             migrate(connection.session, self.settings, load_migrations(default_cql_dir()))
         self.db: CassandraConnection = connect(self.settings)
@@ -155,7 +163,12 @@ class Stack:
                 process.wait()
         return process.returncode
 
-    def close(self) -> None:
+    def close(self, keep_logs: bool | None = None) -> None:
+        """Stop every process, drop the keyspaces, and remove the process logs unless
+        `keep_logs` (None: keep them when an exception is on its way out, as in a test's
+        `finally`)."""
+        if keep_logs is None:
+            keep_logs = sys.exc_info()[0] is not None
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGCONT)  # a test may have left one frozen
@@ -167,6 +180,10 @@ class Stack:
         for keyspace in (self.settings.keyspace, self.env["REMINDERS_NOTIFIER_KEYSPACE"]):
             self.db.session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
         self.db.close()
+        if keep_logs:
+            print(f"process logs kept in {self.logs}")
+        else:
+            shutil.rmtree(self.logs, ignore_errors=True)
 
     # -- the API and the notifier as a client sees them ----------------------------------
 
@@ -203,6 +220,18 @@ class Stack:
             metadata=self.md(user),
         )
 
+    def notifier_answers(self) -> dict[str, float]:
+        """The running notifier's answers since it started, by outcome (accepted, duplicate,
+        rejected, retryable): a second hand-off of a key shows as a duplicate here, never as
+        a second push."""
+        samples = scrape(self.notifier_metrics_port)
+        prefix = 'notifier_items_total{outcome="'
+        return {
+            name.removeprefix(prefix).removesuffix('"}'): value
+            for name, value in samples.items()
+            if name.startswith(prefix)
+        }
+
     def pushes(self, user: str = "", key_prefix: str = "") -> list[npb.Delivered]:
         answer = self.notifier.ListDelivered(npb.ListDeliveredRequest(user_id=user))
         return [d for d in answer.delivered if d.idempotency_key.startswith(key_prefix)]
@@ -236,18 +265,35 @@ class Stack:
         ).one()
 
 
+def _failures(request: pytest.FixtureRequest | None) -> int:
+    return request.session.testsfailed if request is not None else 0
+
+
 @contextlib.contextmanager
-def running_stack(cassandra: CassandraSettings, *dispatchers: str) -> Iterator[Stack]:
-    """API, notifier and the named dispatchers, all up; everything stopped afterwards."""
-    stack = Stack(cassandra)
+def closing(stack: Stack, request: pytest.FixtureRequest | None = None) -> Iterator[Stack]:
+    """`stack`, closed afterwards; its process logs kept when what ran inside failed: an
+    exception out of the block, or (given a fixture's `request`) the test it served."""
+    failures_before = _failures(request)
+    failed = True
     try:
+        yield stack
+        failed = _failures(request) > failures_before
+    finally:
+        stack.close(keep_logs=failed)
+
+
+@contextlib.contextmanager
+def running_stack(
+    cassandra: CassandraSettings, *dispatchers: str, request: pytest.FixtureRequest | None = None
+) -> Iterator[Stack]:
+    """API, notifier and the named dispatchers, all up; everything stopped afterwards (see
+    `closing` for the logs)."""
+    with closing(Stack(cassandra), request) as stack:
         stack.start_api()
         stack.start_notifier()
         for name in dispatchers:
             stack.start_dispatcher(name)
         yield stack
-    finally:
-        stack.close()
 
 
 def soon(seconds: float) -> datetime:

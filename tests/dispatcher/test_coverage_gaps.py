@@ -1,7 +1,6 @@
 """Behaviour the dispatcher had without an end-to-end test: real processes, real gRPC, the
 real node, a stack of their own per test (see stack.py), each within seconds.
 
-- a ring the notifier rejects is recorded and finalized, not retried;
 - the skip_missed misfire policy re-arms a ring older than the grace without sending it;
 - a repeat re-arms at its next occurrence's DST-correct instant;
 - an edit into the current minute, already read, rings at its new time;
@@ -23,25 +22,31 @@ from google.protobuf.field_mask_pb2 import FieldMask
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage.parts import floor_minute, part_of
-from tests.dispatcher.stack import PARTS, Stack, move_due, new_user, soon, stamp, wait_owning
+from tests.dispatcher.stack import (
+    PARTS,
+    Stack,
+    closing,
+    move_due,
+    new_user,
+    soon,
+    stamp,
+    wait_owning,
+)
 
 FAULT_VARIABLES = ("REMINDERS_DISPATCH_FAULTS", "REMINDERS_NOTIFIER_FAULTS")
 NEW_YORK = "America/New_York"
 
 
 @pytest.fixture
-def stack(cassandra_settings: CassandraSettings) -> Iterator[Stack]:
+def stack(cassandra_settings: CassandraSettings, request: pytest.FixtureRequest) -> Iterator[Stack]:
     """API and notifier up, fault hooks unset whatever the runner's environment holds;
     each test starts the dispatcher it needs."""
-    running = Stack(cassandra_settings)
-    for name in FAULT_VARIABLES:
-        running.env.pop(name, None)
-    try:
+    with closing(Stack(cassandra_settings), request) as running:
+        for name in FAULT_VARIABLES:
+            running.env.pop(name, None)
         running.start_api()
         running.start_notifier()
         yield running
-    finally:
-        running.close()
 
 
 def _deliveries(stack: Stack, user: str, reminder_id: str) -> list[pb.Delivery]:
@@ -61,20 +66,6 @@ def _wait_re_armed(
         time.sleep(0.25)
         row = stack.row(user, reminder_id)
     return row
-
-
-def test_a_ring_the_notifier_rejects_is_recorded_and_finalized(stack: Stack) -> None:
-    # Every ring is handed off already expired: the notifier refuses it for good.
-    stack.start_dispatcher("d", REMINDERS_DISPATCH_RING_EXPIRY_S="-60")
-    user = new_user()
-    created = stack.create_at(user, soon(3))
-
-    assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
-    time.sleep(2)  # would it be tried again?
-
-    deliveries = _deliveries(stack, user, created.id)
-    assert [(d.answer, d.reason) for d in deliveries] == [(pb.Delivery.ANSWER_REJECTED, "expired")]
-    assert stack.pushes(user, created.id) == []
 
 
 def test_skip_missed_re_arms_a_ring_older_than_the_grace_without_sending_it(
@@ -221,3 +212,52 @@ def test_the_fault_hooks_are_inert_while_their_variables_are_unset(stack: Stack)
     # "duplicate".
     assert [d.answer for d in _deliveries(stack, user, created.id)] == [pb.Delivery.ANSWER_ACCEPTED]
     assert len(stack.pushes(user, created.id)) == 1
+
+
+def _sleep_into_seconds(first: float, last: float) -> None:
+    """Return between `first` and `last` seconds into a minute (this one or the next)."""
+    now = datetime.now(UTC)
+    second = now.second + now.microsecond / 1e6
+    if not first <= second <= last:
+        time.sleep((first - second) % 60)
+
+
+def test_a_snooze_into_a_minute_already_read_rings_at_the_snooze_time(stack: Stack) -> None:
+    """A snooze is at least a minute ahead, so the minute it lands in has been read already
+    when it is written within that minute's prefetch window (DESIGN.md invariant 3). With
+    a 40 s prefetch here, a snooze sent in the second half of a minute lands, 62 s ahead,
+    in the next minute, read since that minute's second 20."""
+    prefetch = timedelta(seconds=40)
+    stack.start_dispatcher("d", REMINDERS_DISPATCH_PREFETCH_S=str(prefetch.seconds))
+    wait_owning(stack, {"d"})
+    time.sleep(2)  # its workers have opened the minutes ahead
+    user = new_user()
+    first_due = soon(600)
+    created = stack.create_at(user, first_due)
+    _sleep_into_seconds(60 - prefetch.seconds + 2, 55)
+
+    snooze_at = soon(62)
+    # Its minute was read (prefetched) more than a second before the snooze is written.
+    assert floor_minute(snooze_at) - prefetch + timedelta(seconds=1) < datetime.now(UTC)
+    answer = stack.api.SnoozeReminder(
+        pb.SnoozeReminderRequest(id=created.id, snooze_until_time=stamp(snooze_at)),
+        metadata=stack.md(user),
+    )
+    assert answer.snooze_until_time.ToDatetime(tzinfo=UTC) == snooze_at
+
+    pushes = stack.wait_for_pushes(1, user, created.id, timeout_s=90)
+    row = _wait_re_armed(stack, user, created.id, snooze_at)
+    time.sleep(1)
+
+    # Once, at the snooze time: not early, within a few seconds, under the snooze's key.
+    assert len(stack.pushes(user, created.id)) == 1
+    assert pushes[0].due_time.ToDatetime(tzinfo=UTC) == snooze_at
+    pushed = pushes[0].push_time.ToDatetime(tzinfo=UTC)
+    assert snooze_at <= pushed < snooze_at + timedelta(seconds=5)
+    answers = stack.notifier_answers()  # a second hand-off would be answered duplicate
+    assert (answers["accepted"], answers["duplicate"]) == (1, 0), answers
+    deliveries = _deliveries(stack, user, created.id)
+    assert [d.due_time.ToDatetime(tzinfo=UTC) for d in deliveries] == [snooze_at]
+    # The snooze rang; the reminder still rings at its own time.
+    assert row.snooze_until is None  # type: ignore[attr-defined]
+    assert row.due.replace(tzinfo=UTC) == first_due  # type: ignore[attr-defined]

@@ -189,7 +189,6 @@ def test_the_key_names_the_reminder_and_the_due() -> None:
     assert dispatch.idempotency_key(row) == f"{row.reminder_id}/2026-10-26T13:00:00.000000Z"
 
 
-@pytest.mark.cassandra
 def test_a_re_claim_is_refused_when_the_holder_renewed_after_the_read(
     own_keyspace: CassandraConnection,
 ) -> None:

@@ -9,9 +9,11 @@ happened.
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import grpc
 import pytest
@@ -25,6 +27,7 @@ from reminders_svc.storage.parts import floor_minute, part_of
 from tests.dispatcher.stack import (
     PARTS,
     Stack,
+    closing,
     free_port,
     move_due,
     new_user,
@@ -39,13 +42,10 @@ from tests.tcp_proxy import TcpProxy
 
 
 @pytest.fixture
-def stack(cassandra_settings: CassandraSettings) -> Iterator[Stack]:
-    running = Stack(cassandra_settings)
-    try:
+def stack(cassandra_settings: CassandraSettings, request: pytest.FixtureRequest) -> Iterator[Stack]:
+    with closing(Stack(cassandra_settings), request) as running:
         running.start_api()
         yield running
-    finally:
-        running.close()
 
 
 # Part and claim leases far longer than these tests: a part or a ring another dispatcher
@@ -209,41 +209,129 @@ def test_a_dropped_reply_is_retried_and_answered_duplicate(stack: Stack) -> None
     assert [d.answer for d in history.deliveries] == [pb.Delivery.ANSWER_DUPLICATE]
 
 
+def test_a_ring_the_notifier_rejects_is_recorded_and_finalized_not_retried(
+    stack: Stack,
+) -> None:
+    # The notifier answers every item REJECTED, an answer for good (as for an expired one).
+    stack.start_notifier(REMINDERS_NOTIFIER_FAULTS="reject")
+    stack.start_dispatcher("d")
+    user = new_user()
+    created = stack.create_at(user, soon(3))
+
+    assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
+    time.sleep(3)  # would it be handed off again?
+
+    history = stack.api.ListDeliveries(
+        pb.ListDeliveriesRequest(reminder_id=created.id), metadata=stack.md(user)
+    )
+    assert [(d.answer, d.reason) for d in history.deliveries] == [
+        (pb.Delivery.ANSWER_REJECTED, "fault injected")
+    ]
+    assert stack.pushes(user, created.id) == []
+
+
+def _wait_frozen(process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    """Until `process` is stopped (state T), as its freeze_after_claim hook leaves it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        stat = Path(f"/proc/{process.pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "T":
+            return
+        time.sleep(0.1)
+    raise AssertionError("the dispatcher did not freeze")
+
+
+def _checkpoints(stack: Stack) -> dict[int, datetime | None]:
+    rows = stack.db.session.execute("SELECT part, checkpoint FROM dispatch_parts")
+    return {r.part: r.checkpoint.replace(tzinfo=UTC) if r.checkpoint else None for r in rows}
+
+
+def _wait_checkpointed(
+    stack: Stack, minute: datetime, timeout_s: float = 30
+) -> dict[int, datetime]:
+    """Every part's checkpoint once all are at `minute` or later."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = _checkpoints(stack)
+        if len(found) == PARTS and all(c is not None and c >= minute for c in found.values()):
+            return {part: c for part, c in found.items() if c is not None}
+        time.sleep(0.5)
+    raise AssertionError(f"not every part checkpointed at {minute} or later: {_checkpoints(stack)}")
+
+
 def test_a_frozen_dispatcher_past_its_lease_writes_nothing_when_it_wakes(stack: Stack) -> None:
+    """Frozen (SIGSTOP, by its freeze_after_claim hook) while it holds a claim and, in every
+    part, minutes still to read and checkpoint; another dispatcher takes its parts and the
+    ring over and checkpoints past those minutes. Continued, the frozen one hands nothing
+    off and moves no checkpoint back: its leases, and so its epochs, are dead."""
     stack.start_notifier()
-    frozen = stack.start_dispatcher("frozen")
-    wait_owning(stack, {"frozen"})
-    frozen.send_signal(signal.SIGSTOP)
+    # An outage to catch up on: every part checkpointed 12 minutes ago, a ring of part 0
+    # missed 8 minutes ago; the frozen dispatcher catches up slowly (one minute a second
+    # over all parts), so it checkpoints part 0's first minutes, claims the ring and
+    # freezes with minutes of every part open behind it.
+    rewound = floor_minute(datetime.now(UTC)) - timedelta(minutes=12)
+    for part in range(PARTS):
+        stack.db.session.execute(
+            "INSERT INTO dispatch_parts (part, epoch, checkpoint) VALUES (%s, 1, %s)",
+            (part, rewound),
+        )
+    user = user_in(0)
+    created = stack.create_at(user, soon(3600))
+    move_due(stack, user, created.id, rewound + timedelta(minutes=3, seconds=30))
+    frozen = stack.start_dispatcher(
+        "frozen",
+        REMINDERS_DISPATCH_FAULTS="freeze_after_claim",
+        REMINDERS_DISPATCH_CATCH_UP_MINUTES_PER_S="1",
+    )
     try:
-        user = new_user()
-        created = stack.create_at(user, soon(3))
+        assert stack.wait_status(user, created.id, "sending").status == "sending"  # type: ignore[attr-defined]
+        _wait_frozen(frozen)
+        # Its checkpoint loop ran under the leases it is about to lose.
+        assert any(c is not None and c > rewound for c in _checkpoints(stack).values())
+
         stack.start_dispatcher("awake")
-        stack.wait_for_pushes(1, user, created.id, timeout_s=40)
+        assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=40)) == 1
+        assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
         wait_owning(stack, {"awake"})
         taken = owners(stack)
-        checkpoints = dict(stack.db.session.execute("SELECT part, checkpoint FROM dispatch_parts"))
+        # Past every minute the frozen one had open (at most 4 past its checkpoint a part).
+        checkpoints = _wait_checkpointed(
+            stack, floor_minute(datetime.now(UTC)) - timedelta(minutes=2)
+        )
+        assert min(checkpoints.values()) > rewound + timedelta(minutes=7)
     finally:
         frozen.send_signal(signal.SIGCONT)
-    time.sleep(8)  # the woken dispatcher runs its loops: renew, checkpoint, hand off
+    time.sleep(8)  # the woken dispatcher runs its loops: renew, read, checkpoint, hand off
 
+    assert frozen.poll() is None
     # Its old leases are dead: it may only come back through new ones (a higher epoch,
     # after rebalancing), never by renewing or checkpointing under its stale epoch.
     for part, (owner, epoch) in owners(stack).items():
         assert epoch >= taken[part][1]
         if owner == "frozen":
             assert epoch > taken[part][1]
-    later = dict(stack.db.session.execute("SELECT part, checkpoint FROM dispatch_parts"))
+    later = _checkpoints(stack)
     for part, checkpoint in checkpoints.items():
-        assert later[part] is None or checkpoint is None or later[part] >= checkpoint
-    assert len(stack.pushes(user, created.id)) == 1  # it handed nothing off again
+        moved = later[part]
+        assert moved is not None
+        assert moved >= checkpoint, (
+            f"part {part}: checkpoint moved back from {checkpoint} to {moved}"
+        )
+    # It handed the ring it had claimed off no second time: that would be answered
+    # duplicate (the heir's hand-off holds the key), not pushed again.
+    assert len(stack.pushes(user, created.id)) == 1
+    answers = stack.notifier_answers()
+    assert (answers["accepted"], answers["duplicate"]) == (1, 0), answers
 
 
 def test_two_dispatchers_share_the_parts_and_hand_each_ring_off_once(stack: Stack) -> None:
     stack.start_notifier()
-    stack.start_dispatcher("a")
-    stack.start_dispatcher("b")
+    metrics_ports = {name: free_port() for name in ("a", "b")}
+    for name, port in metrics_ports.items():
+        stack.start_dispatcher(name, REMINDERS_DISPATCH_METRICS_PORT=str(port))
     wait_owning(stack, {"a", "b"})
     users = [new_user() for _ in range(40)]
+    assert {part_of(user, PARTS) for user in users} == set(range(PARTS))  # rings in every part
     due = soon(6)
     created = {stack.create_at(user, due).id for user in users}
 
@@ -253,7 +341,17 @@ def test_two_dispatchers_share_the_parts_and_hand_each_ring_off_once(stack: Stac
     keys = [p.idempotency_key for p in stack.pushes()]
     assert len(keys) == len(set(keys)) == 40
     assert {key.split("/")[0] for key in keys} == created
-    assert {part_of(user, PARTS) for user in users} == set(range(PARTS))  # both worked
+    # Each key handed off once: a second hand-off would be answered duplicate, not pushed.
+    answers = stack.notifier_answers()
+    assert (answers["accepted"], answers["duplicate"]) == (40, 0), answers
+    # Both worked: each handed off some of the rings, together all of them, each once.
+    rung = {}
+    for name, port in metrics_ports.items():
+        samples = scrape(port)
+        rung[name] = samples.get('reminders_dispatch_rings_total{outcome="accepted"}', 0)
+        assert samples.get('reminders_dispatch_rings_total{outcome="duplicate"}', 0) == 0
+    assert sum(rung.values()) == 40, rung
+    assert all(rung.values()), rung
 
 
 def test_after_an_outage_missed_rings_go_out_per_the_misfire_policy(stack: Stack) -> None:

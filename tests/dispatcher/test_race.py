@@ -27,21 +27,33 @@ from tests.dispatcher.stack import Stack, running_stack
 USERS, PER_USER = 100, 10
 
 
+# Creating the 1,000 reminders takes about 6 s on a development machine: their minute is
+# the first one starting at least this far ahead, so a machine several times slower still
+# creates them all before it (and the test waits 30 to 90 s for it).
+CREATE_ROOM = timedelta(seconds=30)
+
+
 @dataclass
 class Tracked:
     user: str
     reminder_id: str
     dues: set[datetime]
     texts: dict[str, float] = field(default_factory=dict)  # text -> when it was answered
+    edit_sent_at: float | None = None  # when the edit to "v2" was sent
     deleted_quietly_at: float | None = None  # a delete that answered "not in flight"
     deleted_in_flight: bool = False
     paused: bool = False
     snoozed_to: datetime | None = None
 
+    @property
+    def untouched(self) -> bool:
+        """Neither deleted nor paused: it must ring once per due it held."""
+        return self.deleted_quietly_at is None and not self.deleted_in_flight and not self.paused
+
 
 @pytest.fixture
-def stack(cassandra_settings: CassandraSettings) -> Iterator[Stack]:
-    with running_stack(cassandra_settings, "a", "b") as running:
+def stack(cassandra_settings: CassandraSettings, request: pytest.FixtureRequest) -> Iterator[Stack]:
+    with running_stack(cassandra_settings, "a", "b", request=request) as running:
         yield running
 
 
@@ -49,9 +61,33 @@ def _due_of(key: str) -> datetime:
     return datetime.strptime(key.split("/")[1], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
 
+def _first_minute_after(instant: datetime) -> datetime:
+    floor = instant.replace(second=0, microsecond=0)
+    return floor if floor == instant else floor + timedelta(minutes=1)
+
+
+def _wait_for_rings(
+    stack: Stack, expected: set[tuple[str, datetime]], timeout_s: float
+) -> set[tuple[str, datetime]]:
+    """Until every expected ring (reminder id, due) was pushed and its delivery recorded
+    with the notifier's answer, or the timeout; what is still missing then."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pushed = {
+            (p.idempotency_key.split("/")[0], _due_of(p.idempotency_key)) for p in stack.pushes()
+        }
+        rows = stack.db.session.execute("SELECT reminder_id, claim_due, answer FROM deliveries")
+        answered = {(str(r.reminder_id), r.claim_due.replace(tzinfo=UTC)) for r in rows if r.answer}
+        missing = expected - (pushed & answered)
+        if not missing or time.monotonic() > deadline:
+            return missing
+        time.sleep(1)
+
+
 def test_a_busy_minute_under_concurrent_user_changes(stack: Stack) -> None:
     rng = random.Random(7)
-    minute = (datetime.now(UTC) + timedelta(seconds=75)).replace(second=0, microsecond=0)
+    started = datetime.now(UTC)
+    minute = _first_minute_after(started + CREATE_ROOM)
     plan = [
         (f"race-{u}-{uuid.uuid4().hex[:6]}", minute + timedelta(seconds=rng.uniform(1, 55)))
         for u in range(USERS)
@@ -66,7 +102,8 @@ def test_a_busy_minute_under_concurrent_user_changes(stack: Stack) -> None:
 
     with ThreadPoolExecutor(max_workers=16) as pool:
         tracked = list(pool.map(create, plan))
-    assert datetime.now(UTC) < minute, "creating took too long for this machine"
+    created_in = datetime.now(UTC) - started
+    assert datetime.now(UTC) < minute, f"creating took {created_in}: too long for this machine"
 
     def act(item: Tracked) -> None:
         md = stack.md(item.user)
@@ -92,6 +129,7 @@ def test_a_busy_minute_under_concurrent_user_changes(stack: Stack) -> None:
                 current = stack.api.GetReminder(
                     pb.GetReminderRequest(id=item.reminder_id), metadata=md
                 )
+                item.edit_sent_at = time.time()
                 stack.api.UpdateReminder(
                     pb.UpdateReminderRequest(
                         reminder=pb.Reminder(
@@ -115,9 +153,14 @@ def test_a_busy_minute_under_concurrent_user_changes(stack: Stack) -> None:
     allowed = {grpc.StatusCode.ABORTED, grpc.StatusCode.FAILED_PRECONDITION}
     assert set(refusals) <= allowed, refusals
 
-    # Every due has passed (snoozes ring a minute later); let the last rings finish.
+    # Every ring a reminder neither deleted nor paused must make (snoozes ring a minute
+    # later), pushed and recorded; then a little longer for any that must not come.
     last_due = max(max(t.dues) for t in tracked)
-    time.sleep(max(0.0, (last_due - datetime.now(UTC)).total_seconds()) + 10)
+    expected = {(t.reminder_id, due) for t in tracked if t.untouched for due in t.dues}
+    wait_s = max(0.0, (last_due - datetime.now(UTC)).total_seconds()) + 60
+    missing = _wait_for_rings(stack, expected, timeout_s=wait_s)
+    assert not missing, f"{len(missing)} rings never came, e.g. {sorted(missing)[:3]}"
+    time.sleep(2)
 
     pushes = stack.pushes()
     by_reminder: dict[str, list[tuple[datetime, datetime, str]]] = defaultdict(list)
@@ -129,6 +172,7 @@ def test_a_busy_minute_under_concurrent_user_changes(stack: Stack) -> None:
     keys = Counter(p.idempotency_key for p in pushes)
     assert all(count == 1 for count in keys.values()), "one delivery per key"
 
+    checked: Counter[str] = Counter()  # each check below ran on some rings, not on none
     for item in tracked:
         rings = by_reminder.get(item.reminder_id, [])
         history = (
@@ -149,19 +193,28 @@ def test_a_busy_minute_under_concurrent_user_changes(stack: Stack) -> None:
             )
             for claim in claims:
                 assert claim.claimed_at.replace(tzinfo=UTC).timestamp() < item.deleted_quietly_at, (
+                    "claimed after a delete that answered 'not in flight'"
+                )
+            for _due, pushed, _body in rings:
+                assert pushed.timestamp() < item.deleted_quietly_at, (
                     "rang after a delete that answered 'not in flight'"
                 )
+                checked["a ring before a quiet delete"] += 1
         if item.deleted_in_flight:
             assert len(rings) <= 1
-        untouched = (
-            item.deleted_quietly_at is None and not item.deleted_in_flight and not item.paused
-        )
-        if untouched:
+        if item.untouched:
             assert sorted(d for d, _, _ in rings) == sorted(item.dues), (
                 f"{item.reminder_id}: rang {len(rings)} times for dues {sorted(item.dues)}"
             )
             assert history is not None
             assert len(history.deliveries) == len(item.dues)
+        # The text rung is the claimed version's. Pushed before the edit was sent: claimed
+        # before it, so the old text. Claimed after the edit answered: the new text.
+        if item.edit_sent_at is not None:
+            for _due, pushed, body in rings:
+                if pushed.timestamp() < item.edit_sent_at:
+                    assert body == "v1", "a ring claimed before the edit carried the edit's text"
+                    checked["the old text"] += 1
         if "v2" in item.texts:
             for due, _pushed, body in rings:
                 claimed = [
@@ -175,3 +228,5 @@ def test_a_busy_minute_under_concurrent_user_changes(stack: Stack) -> None:
                     > (item.texts["v2"])
                 ):
                     assert body == "v2", "the ring carried a text older than its claim"
+                    checked["the new text"] += 1
+    assert set(checked) == {"a ring before a quiet delete", "the old text", "the new text"}, checked
