@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import grpc
@@ -24,9 +26,11 @@ from reminders_svc.api.settings import Limits
 from reminders_svc.app import RemindersApp
 from reminders_svc.config import CassandraSettings, Retention
 from reminders_svc.domain import dispatch
-from reminders_svc.domain.reminder import Status
+from reminders_svc.domain.errors import QuotaExceeded
+from reminders_svc.domain.reminder import Reminder, Status
 from reminders_svc.schedule import parse_repeat
 from reminders_svc.storage.reminders_store import ReminderStore
+from reminders_svc.storage.rows import utc
 from reminders_svc.storage.session import CassandraConnection
 from tests.api.conftest import (
     SEED_NOW,
@@ -128,63 +132,209 @@ def second_api(migrated_settings: CassandraSettings) -> Iterator[Api]:
     thread.stop()
 
 
+@dataclass(frozen=True)
+class _Answer:
+    """What one task of a race asked for, and what it was answered."""
+
+    task: int
+    kind: str  # "edit" | "snooze" | "delete"
+    code: grpc.StatusCode
+    reminder: pb.Reminder | None  # the reminder as the accepted change left it (OK only)
+    conflicts: int = 0  # an edit's attempts ABORTED for a version moved under it
+
+
+# The one task of a race that deletes the reminder, when the race has a delete.
+_DELETER = 10
+
+
+def _snoozed_until(task: int) -> datetime:
+    """Where task `task`'s snooze (a duration from the server's fixed clock) puts the ring."""
+    return SEED_NOW + timedelta(seconds=60 * (task + 1))
+
+
+def _race(
+    apis: list[Api], md: Any, reminder_id: str, *, delete: bool, edit_attempts: int = 1
+) -> list[_Answer]:
+    """20 tasks on 8 threads change one reminder at once: odd ones snooze it (no version
+    needed), even ones read its version and edit its text with it, and with `delete` task
+    10 deletes it instead. An edit ABORTED for a stale version reads the version again and
+    retries, up to `edit_attempts` attempts in all. Calls alternate between the servers in
+    `apis`."""
+
+    def answer(
+        task: int,
+        kind: str,
+        call: Callable[[], pb.Reminder | pb.DeleteReminderResponse],
+        conflicts: int = 0,
+    ) -> _Answer:
+        try:
+            answered = call()
+        except grpc.RpcError as error:
+            return _Answer(task, kind, error.code(), None, conflicts)
+        if isinstance(answered, pb.DeleteReminderResponse):
+            answered = answered.reminder
+        return _Answer(task, kind, grpc.StatusCode.OK, answered, conflicts)
+
+    def edit(api: Api, i: int) -> _Answer:
+        for conflicts in range(edit_attempts):
+            try:
+                version = api.reminders.GetReminder(
+                    pb.GetReminderRequest(id=reminder_id), metadata=md
+                ).version
+            except grpc.RpcError as error:
+                return _Answer(i, "edit", error.code(), None, conflicts)
+            update = pb.UpdateReminderRequest(
+                reminder=pb.Reminder(id=reminder_id, version=version, text=f"t{i}"),
+                update_mask=FieldMask(paths=["text"]),
+            )
+            edited = answer(
+                i, "edit", partial(api.reminders.UpdateReminder, update, metadata=md), conflicts
+            )
+            if edited.code != grpc.StatusCode.ABORTED:
+                return edited
+        return edited
+
+    def act(i: int) -> _Answer:
+        api = apis[i % len(apis)]
+        if delete and i == _DELETER:
+            return answer(
+                i,
+                "delete",
+                lambda: api.reminders.DeleteReminder(
+                    pb.DeleteReminderRequest(id=reminder_id), metadata=md
+                ),
+            )
+        if i % 2:
+            return answer(
+                i,
+                "snooze",
+                lambda: api.reminders.SnoozeReminder(
+                    pb.SnoozeReminderRequest(
+                        id=reminder_id, duration=Duration(seconds=60 * (i + 1))
+                    ),
+                    metadata=md,
+                ),
+            )
+        return edit(api, i)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(act, range(20)))
+
+
+def _accepted_in_order(answers: list[_Answer]) -> list[_Answer]:
+    """The accepted changes by the version each answer carries, checked to be 2, 3, ...:
+    every accepted change bumped the version once, and no two answered the same version
+    (one would be a lost update)."""
+    accepted = [a for a in answers if a.code == grpc.StatusCode.OK]
+    ordered = sorted(accepted, key=lambda a: a.reminder.version if a.reminder else 0)
+    versions = [a.reminder.version for a in ordered if a.reminder is not None]
+    assert versions == list(range(2, 2 + len(accepted))), answers
+    return ordered
+
+
+def _snooze_of(reminder: pb.Reminder) -> datetime | None:
+    if not reminder.HasField("snooze_until_time"):
+        return None
+    return reminder.snooze_until_time.ToDatetime(tzinfo=UTC)
+
+
+def _race_row(connection: CassandraConnection, user: str, reminder_id: str) -> Any:
+    return connection.session.execute(
+        "SELECT status, version, body, occurrence, snooze_until, due, claim_token,"
+        " claim_due, active_count FROM reminders WHERE user_id = %s AND reminder_id = %s",
+        (user, uuid.UUID(reminder_id)),
+    ).one()
+
+
+def _apis(api: Api, servers: int, request: Any) -> list[Api]:
+    return [api] if servers == 1 else [api, request.getfixturevalue("second_api")]
+
+
 @pytest.mark.parametrize("servers", [1, 2])
 def test_concurrent_edits_snoozes_and_a_delete_end_in_an_allowed_state(
     api: Api, user: str, cassandra: CassandraConnection, servers: int, request: Any
 ) -> None:
-    apis = [api] if servers == 1 else [api, request.getfixturevalue("second_api")]
     md = api.as_user(user)
     created = api.reminders.CreateReminder(_request("race"), metadata=md)
 
-    def act(i: int) -> grpc.StatusCode:
-        api = apis[i % len(apis)]
-        if i == 10:
-            return code_of(
-                lambda: api.reminders.DeleteReminder(
-                    pb.DeleteReminderRequest(id=created.id), metadata=md
-                )
-            )
-        if i % 2:
-            return code_of(
-                lambda: api.reminders.SnoozeReminder(
-                    pb.SnoozeReminderRequest(
-                        id=created.id, duration=Duration(seconds=60 * (i + 1))
-                    ),
-                    metadata=md,
-                )
-            )
-        try:
-            version = api.reminders.GetReminder(
-                pb.GetReminderRequest(id=created.id), metadata=md
-            ).version
-        except grpc.RpcError as error:
-            return error.code()
-        return code_of(
-            lambda: api.reminders.UpdateReminder(
-                pb.UpdateReminderRequest(
-                    reminder=pb.Reminder(id=created.id, version=version, text=f"t{i}"),
-                    update_mask=FieldMask(paths=["text"]),
-                ),
-                metadata=md,
-            )
-        )
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        codes = list(pool.map(act, range(20)))
+    answers = _race(_apis(api, servers, request), md, created.id, delete=True)
 
     allowed = {grpc.StatusCode.OK, grpc.StatusCode.ABORTED, grpc.StatusCode.NOT_FOUND}
-    assert set(codes) <= allowed, codes
-    row = cassandra.session.execute(
-        "SELECT status, version, due, claim_token, active_count FROM reminders"
-        " WHERE user_id = %s AND reminder_id = %s",
-        (user, uuid.UUID(created.id)),
-    ).one()
-    assert row.status == "deleted"  # the delete always lands: it needs no caller version
+    assert {a.code for a in answers} <= allowed, answers
+    # The delete always lands: it needs no caller version. Nothing is accepted after it.
+    accepted = _accepted_in_order(answers)
+    assert accepted[-1].kind == "delete", accepted
+    row = _race_row(cassandra, user, created.id)
+    assert row.status == "deleted"
     assert row.due is None
     assert row.claim_token is None
     assert row.active_count == 0
-    successes = codes.count(grpc.StatusCode.OK)
-    assert row.version == 1 + successes  # every accepted change bumped the version once
+    assert row.version == 1 + len(accepted)  # every accepted change bumped the version once
+
+
+# Enough for every edit to land once the other tasks are done (each round of conflicts
+# lets at least one change through).
+_EDIT_ATTEMPTS = 50
+
+
+@pytest.mark.parametrize("servers", [1, 2])
+def test_concurrent_edits_and_snoozes_end_in_the_state_their_answers_describe(
+    api: Api, user: str, cassandra: CassandraConnection, servers: int, request: Any
+) -> None:
+    md = api.as_user(user)
+    created = api.reminders.CreateReminder(_request("race"), metadata=md)
+    occurrence = created.next_occurrence_time.ToDatetime(tzinfo=UTC)
+
+    answers = _race(
+        _apis(api, servers, request), md, created.id, delete=False, edit_attempts=_EDIT_ATTEMPTS
+    )
+
+    # A snooze needs no version: it lands. An edit is ABORTED while others move the
+    # version it read, and lands once it reads the version that stands.
+    assert all(a.code == grpc.StatusCode.OK for a in answers), answers
+    # Replaying the accepted changes in version order gives every answer: an edit keeps
+    # the snooze before it, a snooze keeps the text before it, neither moves the series.
+    text, snooze_until = "call mom", None
+    accepted = _accepted_in_order(answers)
+    for change in accepted:
+        if change.kind == "edit":
+            text = f"t{change.task}"
+        else:
+            snooze_until = _snoozed_until(change.task)
+        reminder = change.reminder
+        assert reminder is not None
+        assert reminder.text == text, change
+        assert _snooze_of(reminder) == snooze_until, change
+        assert reminder.next_occurrence_time.ToDatetime(tzinfo=UTC) == occurrence, change
+        assert reminder.state == pb.Reminder.STATE_PENDING, change
+    assert snooze_until is not None
+    last = accepted[-1].reminder
+    assert last is not None
+
+    # The row is the state the last accepted change answered, and one the state machine
+    # allows: pending, its series untouched, due at the earlier of occurrence and snooze,
+    # no claim, counted once. No ABORTED attempt wrote anything: 20 changes, 20 versions.
+    row = _race_row(cassandra, user, created.id)
+    assert row.status == "pending"
+    assert row.version == last.version == 1 + len(answers)
+    assert row.body == text
+    assert utc(row.snooze_until) == snooze_until
+    assert utc(row.occurrence) == occurrence
+    assert utc(row.due) == min(occurrence, snooze_until)
+    assert (row.claim_token, row.claim_due) == (None, None)
+    assert row.active_count == 1
+    # Bucket first, row second: an entry points at the row's due (invariant 2).
+    dues = {
+        utc(entry.due)
+        for entry in cassandra.session.execute(
+            "SELECT reminder_id, due FROM due_buckets WHERE user_id = %s ALLOW FILTERING",
+            (user,),
+        )
+        if entry.reminder_id == uuid.UUID(created.id)
+    }
+    assert utc(row.due) in dues
+    # And the API reads back the reminder the last accepted change answered.
+    assert api.reminders.GetReminder(pb.GetReminderRequest(id=created.id), metadata=md) == last
 
 
 def _is_row_lwt(statement: Any) -> bool:
@@ -353,17 +503,37 @@ def _create_records(connection: CassandraConnection, user: str) -> set[str]:
     return {r.request_id for r in rows}
 
 
+def _orphan_bucket_entries(connection: CassandraConnection, user: str) -> list[Any]:
+    """The user's bucket entries pointing at a reminder id that has no row (a deleted
+    reminder's tombstone row counts as a row)."""
+    rows = {r.reminder_id for r in _rows(connection, user)}
+    # Buckets are partitioned by minute: a scan, fine on the test keyspace.
+    entries = connection.session.execute(
+        "SELECT minute, part, reminder_id, due FROM due_buckets WHERE user_id = %s ALLOW FILTERING",
+        (user,),
+    )
+    return [entry for entry in entries if entry.reminder_id not in rows]
+
+
+@pytest.mark.parametrize("servers", [1, 2])
 def test_the_per_user_cap_holds_under_concurrent_creates(
-    migrated_settings: CassandraSettings, cassandra: CassandraConnection, user: str
+    migrated_settings: CassandraSettings, cassandra: CassandraConnection, user: str, servers: int
 ) -> None:
-    thread, api = start_api(migrated_settings, FakeClock(SEED_NOW), Limits(max_active_per_user=3))
+    started = [
+        start_api(migrated_settings, FakeClock(SEED_NOW), Limits(max_active_per_user=3))
+        for _ in range(servers)
+    ]
+    apis = [api for _, api in started]
+    api = apis[0]
     try:
         md = api.as_user(user)
         with ThreadPoolExecutor(max_workers=6) as pool:
             codes = list(
                 pool.map(
                     lambda i: code_of(
-                        lambda: api.reminders.CreateReminder(_request(f"cap-{i}"), metadata=md)
+                        lambda: apis[i % servers].reminders.CreateReminder(
+                            _request(f"cap-{i}"), metadata=md
+                        )
                     ),
                     range(6),
                 )
@@ -375,6 +545,12 @@ def test_the_per_user_cap_holds_under_concurrent_creates(
         # A refused create leaves no record: its request_id is free for another reminder.
         accepted = {f"cap-{i}" for i, code in enumerate(codes) if code == grpc.StatusCode.OK}
         assert _create_records(cassandra, user) == accepted
+        if servers == 1:
+            # One server runs a user's creates one at a time, so each refused create read
+            # the full count and wrote no bucket entry either. (Across servers, one that
+            # loses the last slot after its count read leaves its entry behind, pointing
+            # at no row: docs/architecture.md, "Limits known and left".)
+            assert _orphan_bucket_entries(cassandra, user) == []
         refused = next(f"cap-{i}" for i in range(6) if f"cap-{i}" not in accepted)
 
         api.reminders.DeleteReminder(
@@ -383,5 +559,56 @@ def test_the_per_user_cap_holds_under_concurrent_creates(
         reused = api.reminders.CreateReminder(_request(refused, "call dad"), metadata=md)
         assert reused.text == "call dad"
     finally:
-        api.channel.close()
-        thread.stop()
+        for thread, started_api in started:
+            started_api.channel.close()
+            thread.stop()
+
+
+class _LastSlotTakenAfterTheCountRead(ReminderStore):
+    """The race for the last slot, made deterministic: right after this store's first
+    create has read the user's count (a slot free), before it writes anything, another API
+    server's create (`take_last_slot`) takes that slot."""
+
+    def __init__(self, session: Session, take_last_slot: Callable[[], Awaitable[Any]]) -> None:
+        super().__init__(session, Retention())
+        self._take_last_slot = take_last_slot
+        self.proposed: list[uuid.UUID] = []  # the ids this store's creates tried
+
+    async def create(self, reminder: Reminder, active_count: int | None, max_active: int) -> bool:
+        self.proposed.append(reminder.reminder_id)
+        if len(self.proposed) == 1:
+            assert (active_count or 0) < max_active  # it read a free slot
+            await self._take_last_slot()
+        return await super().create(reminder, active_count, max_active)
+
+
+def _lose_the_last_slot(
+    connection: CassandraConnection, user: str
+) -> _LastSlotTakenAfterTheCountRead:
+    """Two API servers' creates race for a user's only slot; the one through the returned
+    store reads the count first and loses. Returns that store, once its create is refused."""
+    schedule = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19, 10))
+    one_slot = Limits(max_active_per_user=1)
+    other = RemindersApp(
+        ReminderStore(connection.session, Retention()), one_slot, FakeClock(SEED_NOW)
+    )
+    store = _LastSlotTakenAfterTheCountRead(
+        connection.session, lambda: other.create(user, "other", "call dad", schedule, b"other")
+    )
+    losing = RemindersApp(store, one_slot, FakeClock(SEED_NOW))
+    with pytest.raises(QuotaExceeded):
+        asyncio.run(losing.create(user, "mine", "call mom", schedule, b"mine"))
+    return store
+
+
+def test_a_create_that_loses_the_last_slot_is_refused_and_leaves_no_record(
+    cassandra: CassandraConnection, user: str
+) -> None:
+    store = _lose_the_last_slot(cassandra, user)
+
+    assert store.proposed  # it tried, and lost the slot it had read free
+    rows = _rows(cassandra, user)
+    assert len(rows) == 1
+    assert rows[0].reminder_id not in store.proposed  # the other server's reminder
+    assert rows[0].active_count == 1
+    assert _create_records(cassandra, user) == {"other"}
