@@ -7,6 +7,9 @@ Where the node comes from:
   Docker engine.
 A test that needs Cassandra skips with a hint when none answers, except in CI
 (CI=true), where it fails: CI must never pass by skipping (tests/ci.py).
+
+Every test that uses the node (through `cassandra_settings`, directly or not) is marked
+`cassandra`, so `pytest -m "not cassandra"` runs the rest without one.
 """
 
 from __future__ import annotations
@@ -25,6 +28,12 @@ from reminders_svc.storage.session import CassandraConnection, connect
 from tests.ci import unavailable
 
 DOCKER_IMAGE = "cassandra:5.0.9"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "cassandra_settings" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cassandra)
 
 
 def _docker_settings() -> Iterator[CassandraSettings]:

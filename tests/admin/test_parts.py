@@ -12,8 +12,6 @@ from reminders_svc.storage.parts import PartCounts
 from reminders_svc.storage.session import CassandraConnection
 from tests.admin.conftest import AdminRunner, minutes_ago, run
 
-pytestmark = pytest.mark.cassandra
-
 
 def parse(text: str) -> datetime:
     return datetime.fromisoformat(text)

@@ -93,7 +93,6 @@ def create(db: CassandraConnection, user: str, schedule: Schedule, now: datetime
     return run(put(store_of(db), at_instant(user, first, now, schedule)))
 
 
-@pytest.mark.cassandra
 def test_replan_moves_the_future_dues_of_the_zone_and_nothing_else(
     own_keyspace: CassandraConnection, chicago_rules_for_new_york: Path
 ) -> None:

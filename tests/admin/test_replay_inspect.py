@@ -27,8 +27,6 @@ from tests.admin.conftest import (
     whole_minute,
 )
 
-pytestmark = pytest.mark.cassandra
-
 
 def make_minute_of_every_kind(
     db: CassandraConnection, minute: datetime

@@ -16,8 +16,6 @@ from reminders_svc.storage.parts import part_of
 from tests.admin.conftest import admin_runner, at_instant, put, run, store_of, whole_minute
 from tests.dispatcher.stack import Stack, running_stack
 
-pytestmark = pytest.mark.cassandra
-
 
 @pytest.fixture
 def stack(cassandra_settings: CassandraSettings) -> Iterator[Stack]:
