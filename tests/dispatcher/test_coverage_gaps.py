@@ -226,7 +226,10 @@ def test_a_snooze_into_a_minute_already_read_rings_at_the_snooze_time(stack: Sta
     """A snooze is at least a minute ahead, so the minute it lands in has been read already
     when it is written within that minute's prefetch window (DESIGN.md invariant 3). With
     a 40 s prefetch here, a snooze sent in the second half of a minute lands, 62 s ahead,
-    in the next minute, read since that minute's second 20."""
+    in the next minute, read since that minute's second 20.
+
+    It is also the issue's plain snooze: it rings once at its time, and the series goes on
+    (the row pending again, due at its own time)."""
     prefetch = timedelta(seconds=40)
     stack.start_dispatcher("d", REMINDERS_DISPATCH_PREFETCH_S=str(prefetch.seconds))
     wait_owning(stack, {"d"})
@@ -259,5 +262,6 @@ def test_a_snooze_into_a_minute_already_read_rings_at_the_snooze_time(stack: Sta
     deliveries = _deliveries(stack, user, created.id)
     assert [d.due_time.ToDatetime(tzinfo=UTC) for d in deliveries] == [snooze_at]
     # The snooze rang; the reminder still rings at its own time.
+    assert row.status == "pending"  # type: ignore[attr-defined]
     assert row.snooze_until is None  # type: ignore[attr-defined]
     assert row.due.replace(tzinfo=UTC) == first_due  # type: ignore[attr-defined]

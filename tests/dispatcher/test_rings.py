@@ -94,25 +94,6 @@ def test_deleted_before_its_claim_never_rings(stack: Stack, user: str) -> None:
     assert stack.pushes(user, created.id) == []
 
 
-def test_a_snooze_rings_at_its_time_and_the_series_goes_on(stack: Stack, user: str) -> None:
-    created = stack.create_at(user, soon(600))
-    snoozed = stack.api.SnoozeReminder(
-        pb.SnoozeReminderRequest(id=created.id, duration=Duration(seconds=60)),
-        metadata=stack.md(user),
-    )
-    snooze_at = snoozed.snooze_until_time.ToDatetime(tzinfo=UTC)
-
-    pushes = stack.wait_for_pushes(1, user, created.id, timeout_s=90)
-
-    assert len(pushes) == 1
-    assert pushes[0].push_time.ToDatetime(tzinfo=UTC) >= snooze_at
-    time.sleep(1)
-    row = stack.row(user, created.id)
-    assert row.status == "pending"  # type: ignore[attr-defined]
-    assert row.snooze_until is None  # type: ignore[attr-defined]
-    assert row.due.replace(tzinfo=UTC) == created.next_ring_time.ToDatetime(tzinfo=UTC)  # type: ignore[attr-defined]
-
-
 def test_one_user_with_50_reminders_in_one_minute_all_ring_once(stack: Stack, user: str) -> None:
     due = soon(8)
     created = [stack.create_at(user, due + timedelta(milliseconds=10 * i)) for i in range(50)]
