@@ -18,8 +18,8 @@ from tests.dispatcher.stack import Stack, running_stack
 
 
 @pytest.fixture
-def stack(cassandra_settings: CassandraSettings) -> Iterator[Stack]:
-    with running_stack(cassandra_settings, "d") as running:
+def stack(cassandra_settings: CassandraSettings, request: pytest.FixtureRequest) -> Iterator[Stack]:
+    with running_stack(cassandra_settings, "d", request=request) as running:
         yield running
 
 

@@ -238,6 +238,18 @@ def _snooze_of(reminder: pb.Reminder) -> datetime | None:
     return reminder.snooze_until_time.ToDatetime(tzinfo=UTC)
 
 
+def _bucket_entries(connection: CassandraConnection, user: str) -> list[Any]:
+    """Every bucket entry of `user`'s reminders, in any minute and part."""
+    # Buckets are partitioned by minute: a scan, fine on the test keyspace.
+    return list(
+        connection.session.execute(
+            "SELECT minute, part, reminder_id, due FROM due_buckets"
+            " WHERE user_id = %s ALLOW FILTERING",
+            (user,),
+        )
+    )
+
+
 def _race_row(connection: CassandraConnection, user: str, reminder_id: str) -> Any:
     return connection.session.execute(
         "SELECT status, version, body, occurrence, snooze_until, due, claim_token,"
@@ -326,10 +338,7 @@ def test_concurrent_edits_and_snoozes_end_in_the_state_their_answers_describe(
     # Bucket first, row second: an entry points at the row's due (invariant 2).
     dues = {
         utc(entry.due)
-        for entry in cassandra.session.execute(
-            "SELECT reminder_id, due FROM due_buckets WHERE user_id = %s ALLOW FILTERING",
-            (user,),
-        )
+        for entry in _bucket_entries(cassandra, user)
         if entry.reminder_id == uuid.UUID(created.id)
     }
     assert utc(row.due) in dues
@@ -507,12 +516,7 @@ def _orphan_bucket_entries(connection: CassandraConnection, user: str) -> list[A
     """The user's bucket entries pointing at a reminder id that has no row (a deleted
     reminder's tombstone row counts as a row)."""
     rows = {r.reminder_id for r in _rows(connection, user)}
-    # Buckets are partitioned by minute: a scan, fine on the test keyspace.
-    entries = connection.session.execute(
-        "SELECT minute, part, reminder_id, due FROM due_buckets WHERE user_id = %s ALLOW FILTERING",
-        (user,),
-    )
-    return [entry for entry in entries if entry.reminder_id not in rows]
+    return [entry for entry in _bucket_entries(connection, user) if entry.reminder_id not in rows]
 
 
 @pytest.mark.parametrize("servers", [1, 2])

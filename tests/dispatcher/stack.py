@@ -163,12 +163,9 @@ class Stack:
                 process.wait()
         return process.returncode
 
-    def close(self, keep_logs: bool | None = None) -> None:
+    def close(self, keep_logs: bool) -> None:
         """Stop every process, drop the keyspaces, and remove the process logs unless
-        `keep_logs` (None: keep them when an exception is on its way out, as in a test's
-        `finally`)."""
-        if keep_logs is None:
-            keep_logs = sys.exc_info()[0] is not None
+        `keep_logs` (`closing` decides)."""
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGCONT)  # a test may have left one frozen
@@ -232,6 +229,11 @@ class Stack:
             if name.startswith(prefix)
         }
 
+    def deliveries(self, user: str, reminder_id: str) -> list[pb.Delivery]:
+        """The reminder's delivery history as its owner lists it (ListDeliveries)."""
+        request = pb.ListDeliveriesRequest(reminder_id=reminder_id)
+        return list(self.api.ListDeliveries(request, metadata=self.md(user)).deliveries)
+
     def pushes(self, user: str = "", key_prefix: str = "") -> list[npb.Delivered]:
         answer = self.notifier.ListDelivered(npb.ListDeliveredRequest(user_id=user))
         return [d for d in answer.delivered if d.idempotency_key.startswith(key_prefix)]
@@ -284,7 +286,7 @@ def closing(stack: Stack, request: pytest.FixtureRequest | None = None) -> Itera
 
 @contextlib.contextmanager
 def running_stack(
-    cassandra: CassandraSettings, *dispatchers: str, request: pytest.FixtureRequest | None = None
+    cassandra: CassandraSettings, *dispatchers: str, request: pytest.FixtureRequest
 ) -> Iterator[Stack]:
     """API, notifier and the named dispatchers, all up; everything stopped afterwards (see
     `closing` for the logs)."""

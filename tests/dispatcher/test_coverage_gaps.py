@@ -49,11 +49,6 @@ def stack(cassandra_settings: CassandraSettings, request: pytest.FixtureRequest)
         yield running
 
 
-def _deliveries(stack: Stack, user: str, reminder_id: str) -> list[pb.Delivery]:
-    request = pb.ListDeliveriesRequest(reminder_id=reminder_id)
-    return list(stack.api.ListDeliveries(request, metadata=stack.md(user)).deliveries)
-
-
 def _wait_re_armed(
     stack: Stack, user: str, reminder_id: str, rung: datetime, timeout_s: float = 30
 ) -> object:
@@ -88,7 +83,7 @@ def test_skip_missed_re_arms_a_ring_older_than_the_grace_without_sending_it(
 
     assert row.due.replace(tzinfo=UTC) == next_hour  # type: ignore[attr-defined]
     assert stack.pushes(missed_user, hourly.id) == []
-    deliveries = _deliveries(stack, missed_user, hourly.id)
+    deliveries = stack.deliveries(missed_user, hourly.id)
     assert [d.answer for d in deliveries] == [pb.Delivery.ANSWER_REJECTED]
     assert "misfire grace" in deliveries[0].reason
     assert deliveries[0].due_time.ToDatetime(tzinfo=UTC) == missed
@@ -210,7 +205,7 @@ def test_the_fault_hooks_are_inert_while_their_variables_are_unset(stack: Stack)
     assert dispatcher.poll() is None
     # drop_reply would have made the notifier's first answer vanish and the retry's say
     # "duplicate".
-    assert [d.answer for d in _deliveries(stack, user, created.id)] == [pb.Delivery.ANSWER_ACCEPTED]
+    assert [d.answer for d in stack.deliveries(user, created.id)] == [pb.Delivery.ANSWER_ACCEPTED]
     assert len(stack.pushes(user, created.id)) == 1
 
 
@@ -259,7 +254,7 @@ def test_a_snooze_into_a_minute_already_read_rings_at_the_snooze_time(stack: Sta
     assert snooze_at <= pushed < snooze_at + timedelta(seconds=5)
     answers = stack.notifier_answers()  # a second hand-off would be answered duplicate
     assert (answers["accepted"], answers["duplicate"]) == (1, 0), answers
-    deliveries = _deliveries(stack, user, created.id)
+    deliveries = stack.deliveries(user, created.id)
     assert [d.due_time.ToDatetime(tzinfo=UTC) for d in deliveries] == [snooze_at]
     # The snooze rang; the reminder still rings at its own time.
     assert row.status == "pending"  # type: ignore[attr-defined]

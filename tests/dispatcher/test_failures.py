@@ -75,15 +75,13 @@ def test_a_crashed_dispatchers_ring_is_re_sent_by_the_next_owner_and_delivered_o
     assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
     assert len(stack.pushes(user, created.id)) == 1
     assert pushes[0].idempotency_key.startswith(created.id)
-    history = stack.api.ListDeliveries(
-        pb.ListDeliveriesRequest(reminder_id=created.id), metadata=stack.md(user)
-    )
+    history = stack.deliveries(user, created.id)
     expected = (
         pb.Delivery.ANSWER_DUPLICATE
         if hook == "crash_after_send"
         else (pb.Delivery.ANSWER_ACCEPTED)
     )
-    assert [d.answer for d in history.deliveries] == [expected]  # one key, one row
+    assert [d.answer for d in history] == [expected]  # one key, one row
 
 
 def test_a_notifier_killed_before_its_push_answered_nothing_and_its_successor_pushes_once(
@@ -107,10 +105,8 @@ def test_a_notifier_killed_before_its_push_answered_nothing_and_its_successor_pu
     pushes = stack.wait_for_pushes(1, user, created.id, timeout_s=40)
     assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
     assert len(pushes) == 1
-    history = stack.api.ListDeliveries(
-        pb.ListDeliveriesRequest(reminder_id=created.id), metadata=stack.md(user)
-    )
-    assert [d.answer for d in history.deliveries] == [pb.Delivery.ANSWER_ACCEPTED]
+    history = stack.deliveries(user, created.id)
+    assert [d.answer for d in history] == [pb.Delivery.ANSWER_ACCEPTED]
 
 
 def test_sigterm_lets_go_of_unsent_claims_and_leases_at_once(stack: Stack) -> None:
@@ -186,11 +182,9 @@ def test_a_dispatcher_frozen_right_after_its_claim_hands_nothing_off_when_it_wak
 
     assert frozen.poll() is None
     assert len(stack.pushes(user, created.id)) == 1
-    history = stack.api.ListDeliveries(
-        pb.ListDeliveriesRequest(reminder_id=created.id), metadata=stack.md(user)
-    )
+    history = stack.deliveries(user, created.id)
     # A late hand-off would be answered duplicate and recorded over the heir's answer.
-    assert [d.answer for d in history.deliveries] == [pb.Delivery.ANSWER_ACCEPTED]
+    assert [d.answer for d in history] == [pb.Delivery.ANSWER_ACCEPTED]
 
 
 def test_a_dropped_reply_is_retried_and_answered_duplicate(stack: Stack) -> None:
@@ -203,10 +197,8 @@ def test_a_dropped_reply_is_retried_and_answered_duplicate(stack: Stack) -> None
     time.sleep(3)
 
     assert len(stack.pushes(user, created.id)) == 1
-    history = stack.api.ListDeliveries(
-        pb.ListDeliveriesRequest(reminder_id=created.id), metadata=stack.md(user)
-    )
-    assert [d.answer for d in history.deliveries] == [pb.Delivery.ANSWER_DUPLICATE]
+    history = stack.deliveries(user, created.id)
+    assert [d.answer for d in history] == [pb.Delivery.ANSWER_DUPLICATE]
 
 
 def test_a_ring_the_notifier_rejects_is_recorded_and_finalized_not_retried(
@@ -221,10 +213,8 @@ def test_a_ring_the_notifier_rejects_is_recorded_and_finalized_not_retried(
     assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
     time.sleep(3)  # would it be handed off again?
 
-    history = stack.api.ListDeliveries(
-        pb.ListDeliveriesRequest(reminder_id=created.id), metadata=stack.md(user)
-    )
-    assert [(d.answer, d.reason) for d in history.deliveries] == [
+    history = stack.deliveries(user, created.id)
+    assert [(d.answer, d.reason) for d in history] == [
         (pb.Delivery.ANSWER_REJECTED, "fault injected")
     ]
     assert stack.pushes(user, created.id) == []
@@ -378,10 +368,8 @@ def test_after_an_outage_missed_rings_go_out_per_the_misfire_policy(stack: Stack
     time.sleep(2)
     for user, created in ((one_off_user, one_off), (repeat_user, hourly)):
         assert len(stack.pushes(user, created.id)) == 1  # a repeat rings once, not per miss
-        history = stack.api.ListDeliveries(
-            pb.ListDeliveriesRequest(reminder_id=created.id), metadata=stack.md(user)
-        )
-        assert [d.late for d in history.deliveries] == [True]
+        history = stack.deliveries(user, created.id)
+        assert [d.late for d in history] == [True]
     assert stack.row(one_off_user, one_off.id).status == "done"  # type: ignore[attr-defined]
     repeat_row = stack.row(repeat_user, hourly.id)
     assert repeat_row.status == "pending"  # type: ignore[attr-defined]

@@ -15,7 +15,6 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage.parts import floor_minute, part_of
 from tests.dispatcher.stack import PARTS, Stack, move_due, new_user, running_stack
@@ -25,8 +24,9 @@ HOUR = timedelta(hours=1)
 
 
 @pytest.fixture
-def stack(cassandra_settings: CassandraSettings) -> Iterator[Stack]:
-    with running_stack(cassandra_settings) as running:  # the dispatcher starts after the outage
+def stack(cassandra_settings: CassandraSettings, request: pytest.FixtureRequest) -> Iterator[Stack]:
+    # No dispatcher: each test starts it after its outage.
+    with running_stack(cassandra_settings, request=request) as running:
         yield running
 
 
@@ -54,9 +54,7 @@ def test_after_an_outage_a_repeat_rings_once_for_its_latest_missed_occurrence(
     time.sleep(2)  # would another missed occurrence ring?
     assert len(stack.pushes(user, created.id)) == 1
     assert pushes[0].idempotency_key == f"{created.id}/{latest:%Y-%m-%dT%H:%M:%S.%fZ}"
-    history = stack.api.ListDeliveries(
-        pb.ListDeliveriesRequest(reminder_id=created.id), metadata=stack.md(user)
-    ).deliveries
+    history = stack.deliveries(user, created.id)
     assert [(d.due_time.ToDatetime(tzinfo=UTC), d.late) for d in history] == [(latest, True)]
     # The lateness recorded is the latest occurrence's (minutes), not the oldest's (hours).
     assert timedelta(minutes=2) <= history[0].lateness.ToTimedelta() < timedelta(minutes=10)

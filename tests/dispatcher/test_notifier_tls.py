@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
 from reminders_svc.config import CassandraSettings
-from tests.dispatcher.stack import Stack, free_port, new_user, scrape, soon
+from tests.dispatcher.stack import Stack, closing, free_port, new_user, scrape, soon
 from tests.pki import Pki, issue_pki
 from tests.platform.helpers import run_cli
 
@@ -73,8 +73,7 @@ def test_over_mtls_a_ring_goes_out_once_and_without_the_client_cert_nothing_is_l
     cassandra_settings: CassandraSettings, tmp_path: Path
 ) -> None:
     pki = issue_pki(tmp_path)
-    stack = Stack(cassandra_settings)
-    try:
+    with closing(Stack(cassandra_settings)) as stack:
         stack.start_api()
         stack.spawn("notifier", "notifier", **tls_env(pki))
         target = f"127.0.0.1:{stack.notifier_port}"
@@ -114,8 +113,6 @@ def test_over_mtls_a_ring_goes_out_once_and_without_the_client_cert_nothing_is_l
             [push] = pushed(notifier, user)
             assert push.idempotency_key.startswith(created.id)
             assert push.push_time.ToDatetime() >= push.due_time.ToDatetime()
-    finally:
-        stack.close()
 
 
 def test_commands_refuse_to_start_on_a_tls_file_they_cannot_use(tmp_path: Path) -> None:

@@ -9,14 +9,13 @@ import uuid
 from datetime import timedelta
 
 from reminders_svc.config import CassandraSettings
-from tests.dispatcher.stack import REMINDERS, Stack, free_port, soon, wait_serving
+from tests.dispatcher.stack import REMINDERS, Stack, closing, free_port, soon, wait_serving
 
 DEFAULT_PARTS = 64
 
 
 def test_health_metrics_demo_and_a_clean_sigterm(cassandra_settings: CassandraSettings) -> None:
-    stack = Stack(cassandra_settings)
-    try:
+    with closing(Stack(cassandra_settings)) as stack:
         stack.start_api()
         stack.start_notifier()
         health_port, metrics_port = free_port(), free_port()
@@ -72,8 +71,6 @@ def test_health_metrics_demo_and_a_clean_sigterm(cassandra_settings: CassandraSe
         )
         assert members == []
         assert "secret text" not in "".join(p.read_text() for p in stack.logs.iterdir())
-    finally:
-        stack.close()
 
 
 def test_a_dispatcher_new_to_its_keyspace_is_current_in_seconds(
@@ -81,8 +78,7 @@ def test_a_dispatcher_new_to_its_keyspace_is_current_in_seconds(
 ) -> None:
     """As on a first `make run`: no part was ever checkpointed, so each starts an hour
     back, and 64 parts x 60 empty minutes are read before any part reaches the live one."""
-    stack = Stack(cassandra_settings)
-    try:
+    with closing(Stack(cassandra_settings)) as stack:
         stack.db.session.execute(
             "INSERT INTO part_counts (scope, from_minute, parts) VALUES ('dispatch', 0, %s)",
             (DEFAULT_PARTS,),
@@ -97,5 +93,3 @@ def test_a_dispatcher_new_to_its_keyspace_is_current_in_seconds(
 
         lateness = push.push_time.ToDatetime() - push.due_time.ToDatetime()
         assert timedelta(0) <= lateness < timedelta(seconds=5)
-    finally:
-        stack.close()

@@ -176,9 +176,7 @@ def test_a_busy_minute_under_concurrent_user_changes(stack: Stack) -> None:
     for item in tracked:
         rings = by_reminder.get(item.reminder_id, [])
         history = (
-            stack.api.ListDeliveries(
-                pb.ListDeliveriesRequest(reminder_id=item.reminder_id), metadata=stack.md(item.user)
-            )
+            stack.deliveries(item.user, item.reminder_id)
             if (item.deleted_quietly_at is None and not item.deleted_in_flight)
             else None
         )
@@ -207,7 +205,7 @@ def test_a_busy_minute_under_concurrent_user_changes(stack: Stack) -> None:
                 f"{item.reminder_id}: rang {len(rings)} times for dues {sorted(item.dues)}"
             )
             assert history is not None
-            assert len(history.deliveries) == len(item.dues)
+            assert len(history) == len(item.dues)
         # The text rung is the claimed version's. Pushed before the edit was sent: claimed
         # before it, so the old text. Claimed after the edit answered: the new text.
         if item.edit_sent_at is not None:
@@ -217,11 +215,7 @@ def test_a_busy_minute_under_concurrent_user_changes(stack: Stack) -> None:
                     checked["the old text"] += 1
         if "v2" in item.texts:
             for due, _pushed, body in rings:
-                claimed = [
-                    d
-                    for d in (history.deliveries if history else [])
-                    if d.due_time.ToDatetime(tzinfo=UTC) == due
-                ]
+                claimed = [d for d in (history or []) if d.due_time.ToDatetime(tzinfo=UTC) == due]
                 if (
                     claimed
                     and claimed[0].claim_time.ToDatetime(tzinfo=UTC).timestamp()

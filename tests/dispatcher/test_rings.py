@@ -17,8 +17,8 @@ from tests.tracing import scanned
 
 
 @pytest.fixture(scope="module")
-def stack(cassandra_settings: CassandraSettings) -> Iterator[Stack]:
-    with running_stack(cassandra_settings, "d1") as running:
+def stack(cassandra_settings: CassandraSettings, request: pytest.FixtureRequest) -> Iterator[Stack]:
+    with running_stack(cassandra_settings, "d1", request=request) as running:
         yield running
 
 
@@ -42,12 +42,10 @@ def test_a_one_off_created_3_s_ahead_rings_once_not_early(stack: Stack, user: st
     pushed = pushes[0].push_time.ToDatetime(tzinfo=UTC)
     assert due <= pushed < due + timedelta(seconds=5)
     assert stack.row(user, created.id).status == "done"  # type: ignore[attr-defined]
-    history = stack.api.ListDeliveries(
-        pb.ListDeliveriesRequest(reminder_id=created.id), metadata=stack.md(user)
-    )
-    assert [d.answer for d in history.deliveries] == [pb.Delivery.ANSWER_ACCEPTED]
-    assert history.deliveries[0].reason == ""
-    assert history.deliveries[0].lateness.ToMilliseconds() >= 0
+    history = stack.deliveries(user, created.id)
+    assert [d.answer for d in history] == [pb.Delivery.ANSWER_ACCEPTED]
+    assert history[0].reason == ""
+    assert history[0].lateness.ToMilliseconds() >= 0
     # The history row holds no null (a tombstone cell every ListDeliveries would scan).
     query = "SELECT * FROM deliveries WHERE user_id = %s"
     assert scanned(stack.db.session, query, (user,)) == ["Read 1 live rows and 0 tombstone cells"]
