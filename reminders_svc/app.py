@@ -195,7 +195,7 @@ class RemindersApp:
             at = now + until if isinstance(until, timedelta) else until
             ahead = at - now
             if not self._limits.min_snooze <= ahead <= self._limits.max_snooze:
-                raise InvalidArgument(field, "must be 1 minute to 7 days from now")
+                raise InvalidArgument(field, f"must be {self._limits.snooze_range} from now")
             return steps.snooze(current, at.replace(microsecond=0), now)
 
         return await self._apply(user_id, reminder_id, None, step)

@@ -18,12 +18,28 @@ class Limits:
     max_active_per_user: int = 5000
     max_page_size: int = 500
     default_page_size: int = 50
+    # The shortest snooze (the contract's minute); end-to-end tests lower it so a snooze
+    # rings within seconds instead of a minute.
     min_snooze: timedelta = timedelta(minutes=1)
     max_snooze: timedelta = timedelta(days=7)
     max_message_bytes: int = 64 * 1024
     # The most rows of a user's partition one List call reads (a short page with a token
     # when it comes first).
     list_scan_rows: int = LIST_SCAN_ROWS
+
+    @property
+    def snooze_range(self) -> str:
+        """The snoozes allowed, as a refusal says them: "1 minute to 7 days"."""
+        return f"{_spoken(self.min_snooze)} to {_spoken(self.max_snooze)}"
+
+
+def _spoken(span: timedelta) -> str:
+    seconds = span.total_seconds()
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        if seconds >= size and seconds % size == 0:
+            count = int(seconds // size)
+            return f"{count} {unit}" if count == 1 else f"{count} {unit}s"
+    return f"{seconds:g} seconds"
 
 
 @dataclass(frozen=True)
@@ -64,6 +80,9 @@ class ApiSettings:
             limits=Limits(
                 max_active_per_user=env.integer(
                     "REMINDERS_MAX_ACTIVE_PER_USER", Limits.max_active_per_user, low=1, high=10**9
+                ),
+                min_snooze=env.seconds(
+                    "REMINDERS_API_MIN_SNOOZE_S", Limits.min_snooze, low=1, high=3600
                 ),
             ),
             retention=Retention.from_env(values),

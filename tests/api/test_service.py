@@ -13,12 +13,22 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.field_mask_pb2 import FieldMask
 
 from genproto.reminders.v1 import reminders_pb2 as pb
+from reminders_svc.api.settings import Limits
+from reminders_svc.config import CassandraSettings
 from reminders_svc.domain.delivery import Answer, Delivery
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.parts import PartCounts, floor_minute, part_of
 from reminders_svc.storage.session import CassandraConnection
 from tests.admin.conftest import at_instant, run, store_of
-from tests.api.conftest import Api, code_of, one_off, weekly_monday_nine
+from tests.api.conftest import (
+    SEED_NOW,
+    Api,
+    FakeClock,
+    code_of,
+    one_off,
+    start_api,
+    weekly_monday_nine,
+)
 from tests.tracing import scanned
 
 Z = UTC
@@ -182,6 +192,33 @@ def test_snooze_adds_a_ring_and_leaves_the_series_untouched(api: Api, user: str)
         )
     )
     assert too_long == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_snooze_shorter_than_the_configured_minimum_is_refused_with_the_range(
+    migrated_settings: CassandraSettings, user: str
+) -> None:
+    thread, api = start_api(
+        migrated_settings, FakeClock(SEED_NOW), Limits(min_snooze=timedelta(seconds=5))
+    )
+    try:
+        created = create(api, user, weekly_monday_nine())
+        md = api.as_user(user)
+        with pytest.raises(grpc.RpcError) as refused:
+            api.reminders.SnoozeReminder(
+                pb.SnoozeReminderRequest(id=created.id, duration=Duration(seconds=4)), metadata=md
+            )
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "must be 5 seconds to 7 days from now" in (refused.value.details() or "")
+        unchanged = api.reminders.GetReminder(pb.GetReminderRequest(id=created.id), metadata=md)
+        assert unchanged.version == 1
+
+        snoozed = api.reminders.SnoozeReminder(
+            pb.SnoozeReminderRequest(id=created.id, duration=Duration(seconds=5)), metadata=md
+        )
+        assert snoozed.snooze_until_time.ToDatetime(tzinfo=Z) == SEED_NOW + timedelta(seconds=5)
+    finally:
+        api.channel.close()
+        thread.stop()
 
 
 def test_snooze_to_a_local_time_follows_the_zone_rules(api: Api, user: str) -> None:

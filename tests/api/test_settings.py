@@ -81,3 +81,17 @@ def test_an_idempotency_retention_up_to_a_deleted_rows_lifetime_is_accepted(days
     settings = ApiSettings.from_env({"REMINDERS_IDEMPOTENCY_RETENTION_DAYS": days})
     assert settings.retention.idempotency == timedelta(days=int(days))
     assert settings.retention.idempotency <= settings.retention.tombstone
+
+
+def test_the_shortest_snooze_is_a_minute_unless_configured() -> None:
+    assert ApiSettings.from_env({}).limits.min_snooze == timedelta(minutes=1)
+    assert ApiSettings.from_env({}).limits.snooze_range == "1 minute to 7 days"
+    lowered = ApiSettings.from_env({"REMINDERS_API_MIN_SNOOZE_S": "5"}).limits
+    assert lowered.min_snooze == timedelta(seconds=5)
+    assert lowered.snooze_range == "5 seconds to 7 days"
+
+
+@pytest.mark.parametrize("seconds", ["0", "-5", "3601", "inf", "soon"])
+def test_a_shortest_snooze_outside_1_s_to_an_hour_is_refused(seconds: str) -> None:
+    with pytest.raises(ConfigError, match="REMINDERS_API_MIN_SNOOZE_S"):
+        ApiSettings.from_env({"REMINDERS_API_MIN_SNOOZE_S": seconds})
