@@ -52,6 +52,9 @@ FAST = {
     "REMINDERS_DISPATCH_INITIAL_LOOKBACK_S": "120",
     "REMINDERS_DISPATCH_SHUTDOWN_GRACE_S": "5",
     "REMINDERS_API_WRITE_DEADLINE_S": "2",
+    # Snoozes ring within seconds (the contract's shortest is a minute; its refusal is
+    # tested against the default in tests/api).
+    "REMINDERS_API_MIN_SNOOZE_S": "5",
 }
 
 

@@ -429,7 +429,7 @@ def test_while_ringing_a_snooze_rings_later_and_a_delete_stops_the_series(stack:
 
     snooze_user, snoozed = reminders["snooze"]
     answer = stack.api.SnoozeReminder(
-        pb.SnoozeReminderRequest(id=snoozed.id, duration=Duration(seconds=60)),
+        pb.SnoozeReminderRequest(id=snoozed.id, duration=Duration(seconds=10)),
         metadata=stack.md(snooze_user),
     )
     snooze_at = answer.snooze_until_time.ToDatetime(tzinfo=UTC)
