@@ -37,10 +37,8 @@ class Faults:
             name, _, count = spec.partition(":")
             if name == "drop_reply" and count.isdecimal() and int(count) > 0:
                 faults = dataclasses.replace(faults, drop_reply=int(count))
-            elif name == "crash_before_push" and not count:
-                faults = dataclasses.replace(faults, crash_before_push=True)
-            elif name == "reject" and not count:
-                faults = dataclasses.replace(faults, reject=True)
+            elif name in _SWITCHES and not count:
+                faults = dataclasses.replace(faults, **{name: True})
             else:
                 raise ConfigError(f"{PREFIX}FAULTS={text!r}: unknown fault {spec!r}")
         return faults
@@ -48,6 +46,10 @@ class Faults:
     @property
     def any(self) -> bool:
         return self != Faults()
+
+
+# The faults named without a count: on or off.
+_SWITCHES = frozenset(f.name for f in dataclasses.fields(Faults) if f.type in (bool, "bool"))
 
 
 @dataclass(frozen=True)

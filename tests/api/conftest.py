@@ -6,6 +6,7 @@ deterministic; Cassandra, gRPC, auth and the wire are all real.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 import uuid
@@ -77,12 +78,14 @@ def _wait_serving(channel: grpc.Channel, timeout_s: float = 60) -> None:
 BuildServicers = Callable[[CassandraConnection, Authenticator, ApiSettings, FakeClock], Any]
 
 
-def start_api(
+@contextlib.contextmanager
+def running_api(
     cassandra: CassandraSettings,
     clock: FakeClock,
     limits: Limits | None = None,
     build: BuildServicers = build_servicers,
-) -> tuple[ServerThread, Api]:
+) -> Iterator[Api]:
+    """An API server in a thread on `cassandra`, and a client of it; both stopped after."""
     settings = dataclasses.replace(
         ApiSettings.from_env(DEV_ENV), port=0, metrics_port=0, limits=limits or Limits()
     )
@@ -97,15 +100,18 @@ def start_api(
     target = f"127.0.0.1:{server.port}"
     channel = grpc.insecure_channel(target)
     _wait_serving(channel)
-    api = Api(
-        target=target,
-        channel=channel,
-        reminders=pb_grpc.RemindersServiceStub(channel),
-        admin=pb_grpc.RemindersAdminServiceStub(channel),
-        auth=auth_settings,
-        clock=clock,
-    )
-    return thread, api
+    try:
+        yield Api(
+            target=target,
+            channel=channel,
+            reminders=pb_grpc.RemindersServiceStub(channel),
+            admin=pb_grpc.RemindersAdminServiceStub(channel),
+            auth=auth_settings,
+            clock=clock,
+        )
+    finally:
+        channel.close()
+        thread.stop()
 
 
 # Monday 2026-10-19 12:00 UTC: before the seed's Oct 26 and the Nov 1 DST change.
@@ -114,10 +120,8 @@ SEED_NOW = datetime(2026, 10, 19, 12, 0, tzinfo=UTC)
 
 @pytest.fixture(scope="session")
 def api_session(migrated_settings: CassandraSettings) -> Iterator[Api]:
-    thread, api = start_api(migrated_settings, FakeClock(SEED_NOW))
-    yield api
-    api.channel.close()
-    thread.stop()
+    with running_api(migrated_settings, FakeClock(SEED_NOW)) as api:
+        yield api
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -38,7 +39,7 @@ from tests.api.conftest import (
     FakeClock,
     code_of,
     one_off,
-    start_api,
+    running_api,
     weekly_monday_nine,
 )
 from tests.unknown_outcome import UnknownOutcome
@@ -126,10 +127,8 @@ def test_a_replay_after_a_crash_between_record_and_row_completes_the_row(
 def second_api(migrated_settings: CassandraSettings) -> Iterator[Api]:
     """Another server on the same keyspace: its calls race the first's only through LWTs
     (a server serializes one user's changes in-process, so one server alone never would)."""
-    thread, api = start_api(migrated_settings, FakeClock(SEED_NOW))
-    yield api
-    api.channel.close()
-    thread.stop()
+    with running_api(migrated_settings, FakeClock(SEED_NOW)) as api:
+        yield api
 
 
 @dataclass(frozen=True)
@@ -147,9 +146,14 @@ class _Answer:
 _DELETER = 10
 
 
+def _snooze_for(task: int) -> timedelta:
+    """How long task `task` of a race snoozes the reminder for."""
+    return timedelta(minutes=task + 1)
+
+
 def _snoozed_until(task: int) -> datetime:
     """Where task `task`'s snooze (a duration from the server's fixed clock) puts the ring."""
-    return SEED_NOW + timedelta(seconds=60 * (task + 1))
+    return SEED_NOW + _snooze_for(task)
 
 
 def _race(
@@ -210,7 +214,8 @@ def _race(
                 "snooze",
                 lambda: api.reminders.SnoozeReminder(
                     pb.SnoozeReminderRequest(
-                        id=reminder_id, duration=Duration(seconds=60 * (i + 1))
+                        id=reminder_id,
+                        duration=Duration(seconds=int(_snooze_for(i).total_seconds())),
                     ),
                     metadata=md,
                 ),
@@ -523,13 +528,14 @@ def _orphan_bucket_entries(connection: CassandraConnection, user: str) -> list[A
 def test_the_per_user_cap_holds_under_concurrent_creates(
     migrated_settings: CassandraSettings, cassandra: CassandraConnection, user: str, servers: int
 ) -> None:
-    started = [
-        start_api(migrated_settings, FakeClock(SEED_NOW), Limits(max_active_per_user=3))
-        for _ in range(servers)
-    ]
-    apis = [api for _, api in started]
-    api = apis[0]
-    try:
+    with contextlib.ExitStack() as servers_running:
+        apis = [
+            servers_running.enter_context(
+                running_api(migrated_settings, FakeClock(SEED_NOW), Limits(max_active_per_user=3))
+            )
+            for _ in range(servers)
+        ]
+        api = apis[0]
         md = api.as_user(user)
         with ThreadPoolExecutor(max_workers=6) as pool:
             codes = list(
@@ -562,10 +568,6 @@ def test_the_per_user_cap_holds_under_concurrent_creates(
         )
         reused = api.reminders.CreateReminder(_request(refused, "call dad"), metadata=md)
         assert reused.text == "call dad"
-    finally:
-        for thread, started_api in started:
-            started_api.channel.close()
-            thread.stop()
 
 
 class _LastSlotTakenAfterTheCountRead(ReminderStore):

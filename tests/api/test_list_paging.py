@@ -21,7 +21,7 @@ from reminders_svc.api.service import ApiServicers, build_servicers
 from reminders_svc.api.settings import ApiSettings, Limits
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage.session import CassandraConnection
-from tests.api.conftest import SEED_NOW, Api, FakeClock, code_of, start_api, weekly_monday_nine
+from tests.api.conftest import SEED_NOW, Api, FakeClock, code_of, running_api, weekly_monday_nine
 
 SCAN = 25  # rows one List call may read, far below the production bound
 REMINDERS = 120  # several scan bounds' worth
@@ -58,10 +58,8 @@ def scanning(migrated_settings: CassandraSettings) -> Iterator[tuple[Api, ListQu
         return build_servicers(counted, auth, api, clock)
 
     limits = Limits(list_scan_rows=SCAN)
-    thread, api = start_api(migrated_settings, FakeClock(SEED_NOW), limits, build=build)
-    yield api, queries[0]
-    api.channel.close()
-    thread.stop()
+    with running_api(migrated_settings, FakeClock(SEED_NOW), limits, build=build) as api:
+        yield api, queries[0]
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from tests.api.conftest import (
     FakeClock,
     code_of,
     one_off,
-    start_api,
+    running_api,
     weekly_monday_nine,
 )
 from tests.tracing import scanned
@@ -197,10 +197,9 @@ def test_snooze_adds_a_ring_and_leaves_the_series_untouched(api: Api, user: str)
 def test_a_snooze_shorter_than_the_configured_minimum_is_refused_with_the_range(
     migrated_settings: CassandraSettings, user: str
 ) -> None:
-    thread, api = start_api(
+    with running_api(
         migrated_settings, FakeClock(SEED_NOW), Limits(min_snooze=timedelta(seconds=5))
-    )
-    try:
+    ) as api:
         created = create(api, user, weekly_monday_nine())
         md = api.as_user(user)
         with pytest.raises(grpc.RpcError) as refused:
@@ -216,9 +215,6 @@ def test_a_snooze_shorter_than_the_configured_minimum_is_refused_with_the_range(
             pb.SnoozeReminderRequest(id=created.id, duration=Duration(seconds=5)), metadata=md
         )
         assert snoozed.snooze_until_time.ToDatetime(tzinfo=Z) == SEED_NOW + timedelta(seconds=5)
-    finally:
-        api.channel.close()
-        thread.stop()
 
 
 def test_snooze_to_a_local_time_follows_the_zone_rules(api: Api, user: str) -> None:

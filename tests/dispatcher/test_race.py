@@ -21,6 +21,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.field_mask_pb2 import FieldMask
 
 from genproto.reminders.v1 import reminders_pb2 as pb
+from reminders_svc.admin.parts import ceil_minute
 from reminders_svc.config import CassandraSettings
 from tests.dispatcher.stack import Stack, running_stack
 
@@ -64,11 +65,6 @@ def _due_of(key: str) -> datetime:
     return datetime.strptime(key.split("/")[1], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
 
-def _first_minute_after(instant: datetime) -> datetime:
-    floor = instant.replace(second=0, microsecond=0)
-    return floor if floor == instant else floor + timedelta(minutes=1)
-
-
 def _wait_for_rings(
     stack: Stack, expected: set[tuple[str, datetime]], timeout_s: float
 ) -> set[tuple[str, datetime]]:
@@ -90,7 +86,7 @@ def _wait_for_rings(
 def test_a_busy_minute_under_concurrent_user_changes(stack: Stack) -> None:
     rng = random.Random(7)
     started = datetime.now(UTC)
-    minute = _first_minute_after(started + CREATE_ROOM)
+    minute = ceil_minute(started + CREATE_ROOM)
     plan = [
         (f"race-{u}-{uuid.uuid4().hex[:6]}", minute + timedelta(seconds=rng.uniform(1, 55)))
         for u in range(USERS)
