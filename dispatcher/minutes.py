@@ -5,8 +5,14 @@ For each minute M of the part:
   keep reading entries written since the last look (less a skew margin) and start each
   new entry's ring at its due; after M + 60 s + grace, read the whole minute once more;
 - past (catch-up after an outage): read the whole minute once, at a bounded rate.
+A part taken behind (an outage, a part never checkpointed) has a backlog: the minutes
+already past their final read when it was taken. They are read in order, at most
+`_MAX_OPEN_MINUTES` at a time and at the catch-up pace, while the live minutes from then on
+open on time beside them, so rings due now are not held up behind the backlog (and a
+backlog drains at its pace even while more is due each minute than that pace).
 M is checkpointed only when every ring started from it is resolved (finalized, skipped,
-or taken over by a user's change), and only in order, and only while the lease is held.
+or taken over by a user's change), and only in order (no live minute before the backlog
+is done), and only while the lease is held.
 A stop (SIGTERM, a hand-over) ends the reads and waits at once; a minute it cut short is
 not checkpointed, so the part's next owner reads it again.
 """
@@ -15,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -173,8 +178,12 @@ class PartWorker:
             return self.lease.checkpoint + MINUTE
         return floor_minute(self.clock.now() - self.settings.initial_lookback)
 
+    def _first_live_minute(self) -> datetime:
+        """The first minute whose final read (its end plus the grace) is still to come."""
+        return floor_minute(self.clock.now() - MINUTE - self.settings.grace) + MINUTE
+
     async def run(self) -> None:
-        open_jobs: deque[tuple[datetime, asyncio.Task[bool]]] = deque()
+        open_jobs: dict[datetime, asyncio.Task[bool]] = {}
         cancel_open = True
         try:
             await self._work(open_jobs)
@@ -182,35 +191,61 @@ class PartWorker:
             # lost (or a minute left unfinished): they stop now.
             cancel_open = not self.shift.stopping
         finally:
-            for _, task in open_jobs:
+            for task in open_jobs.values():
                 if cancel_open:
                     task.cancel()
-            ended = await asyncio.gather(*(task for _, task in open_jobs), return_exceptions=True)
+            ended = await asyncio.gather(*open_jobs.values(), return_exceptions=True)
             for outcome in ended:
                 if isinstance(outcome, Exception):
                     log.error("part %d: a minute failed", self.lease.part, exc_info=outcome)
 
-    async def _work(self, open_jobs: deque[tuple[datetime, asyncio.Task[bool]]]) -> None:
-        """Open minutes in order, checkpoint each once finished, in order, under the lease."""
-        minute = self._first_minute()
+    async def _work(self, open_jobs: dict[datetime, asyncio.Task[bool]]) -> None:
+        """Open the backlog's minutes and the live ones, each cursor in order; checkpoint
+        each minute once it and every minute before it are finished, under the lease."""
+        backlog = self._first_minute()
+        live_from = max(backlog, self._first_live_minute())
+        live = live_from
         while self.lease.held():
-            self._report(minute, open_jobs)
-            can_open = self.shift.on() and len(open_jobs) < _MAX_OPEN_MINUTES
-            if can_open and self.clock.now() >= minute - self.settings.prefetch - MINUTE:
-                job = MinuteJob(self, minute)
-                open_jobs.append((minute, asyncio.create_task(job.run())))
-                minute += MINUTE
-                continue
+            backlog_done = backlog >= live_from
+            self._report(min([*open_jobs, backlog if not backlog_done else live]))
+            if self.shift.on():
+                opened = False
+                # Open minutes lie below the backlog cursor (its own) or from live_from on.
+                open_backlog = sum(1 for m in open_jobs if m < live_from)
+                if not backlog_done and open_backlog < _MAX_OPEN_MINUTES:
+                    open_jobs[backlog] = asyncio.create_task(MinuteJob(self, backlog).run())
+                    backlog += MINUTE
+                    opened = True
+                # Finished live minutes wait for the backlog to be checkpointed; only the
+                # unfinished ones count.
+                open_live = sum(1 for m, t in open_jobs.items() if m >= live_from and not t.done())
+                time_to_open = self.clock.now() >= live - self.settings.prefetch - MINUTE
+                if open_live < _MAX_OPEN_MINUTES and time_to_open:
+                    open_jobs[live] = asyncio.create_task(MinuteJob(self, live).run())
+                    live += MINUTE
+                    opened = True
+                if opened:
+                    continue
             if not open_jobs:
                 if self.shift.stopping:
                     return
                 await self.shift.sleep(0.5)
                 continue
-            first_minute, first = open_jobs[0]
-            await asyncio.wait({first}, timeout=0.5)
-            if not first.done():
+            first_minute = min(open_jobs)
+            first = open_jobs[first_minute]
+            # The first open minute is the first unfinished one, unless backlog minutes
+            # are still to be opened below it.
+            in_order = first_minute < backlog or backlog >= live_from
+            if not (first.done() and in_order):
+                pending = [task for task in open_jobs.values() if not task.done()]
+                if pending:
+                    await asyncio.wait(pending, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+                elif not self.shift.on():
+                    return  # backlog minutes not opened: the part's next owner reads them
+                else:
+                    await self.shift.sleep(0.5)
                 continue
-            open_jobs.popleft()
+            del open_jobs[first_minute]
             if not first.result():
                 # Unfinished (the shift ended first): neither it nor any later minute is
                 # checkpointed; whoever works the part next re-reads it from the checkpoint.
@@ -240,7 +275,5 @@ class PartWorker:
         )
         return bool(done)
 
-    def _report(
-        self, next_minute: datetime, open_jobs: deque[tuple[datetime, asyncio.Task[bool]]]
-    ) -> None:
-        self.oldest_unfinished = open_jobs[0][0] if open_jobs else next_minute
+    def _report(self, oldest_unfinished: datetime) -> None:
+        self.oldest_unfinished = oldest_unfinished
