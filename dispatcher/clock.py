@@ -64,7 +64,9 @@ class DbClock:
             await asyncio.sleep(delay)
 
     def now(self) -> datetime:
-        """The database's time as best known, rounded down (never ahead of it)."""
+        """The database's time as best known, rounded down by the whole error of the last
+        measurement (never ahead of it); before one, rounded down by the bound (and not
+        ready anyway)."""
         elapsed = time.monotonic() - self._base_mono
-        corrected = self._base_s + elapsed - min(self.uncertainty_s, 1.0)
+        corrected = self._base_s + elapsed - min(self.uncertainty_s, self._max_offset_s)
         return datetime.fromtimestamp(corrected, UTC)

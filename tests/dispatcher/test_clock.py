@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from cassandra.cluster import ResponseFuture, Session
 
 from dispatcher.clock import DbClock
 from reminders_svc.config import CassandraSettings
@@ -42,3 +45,38 @@ def test_a_wall_clock_step_between_measurements_moves_the_clock_neither_ahead_no
     assert still_ready
     assert abs(offset_s + 30) < 1
     assert not ready_after
+
+
+class SlowToSend:
+    """A session whose requests leave `delay_s` late: the database reads its clock at the
+    end of the probe's round trip, not in its middle."""
+
+    def __init__(self, session: Session, delay_s: float) -> None:
+        self._session = session
+        self._delay_s = delay_s
+
+    def execute_async(self, *args: Any, **kwargs: Any) -> ResponseFuture:
+        time.sleep(self._delay_s)
+        return self._session.execute_async(*args, **kwargs)
+
+
+def test_a_slow_probe_within_a_wide_bound_leaves_the_clock_ready_and_not_ahead(
+    migrated_settings: CassandraSettings,
+) -> None:
+    async def observe() -> tuple[bool, float, float]:
+        async with connected_on_loop(migrated_settings) as connection:
+            slow = cast(Session, SlowToSend(connection.session, 3.0))
+            # A bound of 4 s accepts the 1.5 s error of a 3 s round trip.
+            clock = DbClock(slow, timedelta(seconds=4))
+            await clock.measure()
+            return (
+                clock.ready(),
+                clock.uncertainty_s,
+                (clock.now() - datetime.now(UTC)).total_seconds(),
+            )
+
+    ready, uncertainty_s, ahead_s = asyncio.run(observe())
+    assert ready
+    assert uncertainty_s > 1.4
+    # The whole error is taken off, not just a second of it (that left it 0.5 s ahead).
+    assert ahead_s <= 0.01
