@@ -91,6 +91,12 @@ class DispatcherMetrics:
             "Minutes behind the current one, summed over the parts held.",
             registry=r,
         )
+        self.rings_set_aside = Counter(
+            "reminders_dispatch_rings_set_aside_total",
+            "Entries set aside after an unexpected error handling their row (logged with the"
+            " reminder id); `reminders admin replay` rings them once the cause is fixed.",
+            registry=r,
+        )
         self.minutes_done = Counter(
             "reminders_dispatch_minutes_checkpointed_total", "Minutes checkpointed.", registry=r
         )

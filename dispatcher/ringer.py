@@ -147,7 +147,15 @@ class HandoffBatcher:
             task.add_done_callback(self._sending.discard)
 
     async def _send(self, batch: list[_Pending]) -> None:
-        answers = await self._client.send([p.ring for p in batch])
+        rings = [p.ring for p in batch]
+        try:
+            answers = await self._client.send(rings)
+        except Exception as error:
+            # Whatever failed, no ring of the batch waits for an answer that never comes:
+            # each is retried (same key) with backoff, like a failed call.
+            log.exception("a hand-off batch failed")
+            reason = f"hand-off failed: {type(error).__name__}"
+            answers = {ring.key: Answer(Outcome.RETRYABLE, reason) for ring in rings}
         _crash_if("crash_after_send")
         for pending in batch:
             if not pending.answer.done():
@@ -190,6 +198,17 @@ class Ringer:
                 # look again shortly (the row decides), as long as the part is ours.
                 log.warning("ring of an entry failed (%s); retrying", type(error).__name__)
                 await shift.sleep(random.uniform(0.5, 2.0))
+            except Exception:
+                # A row this dispatcher cannot handle (a zone its tz database lacks, a value
+                # a newer release wrote): set aside, so that one row does not stop its whole
+                # part minute after minute. Its claim, if taken, was let go; the row is left
+                # as it is, counted and logged by id (never its text), and
+                # `reminders admin replay` rings it once the cause is fixed.
+                self._metrics.rings_set_aside.inc()
+                log.exception(
+                    "reminder %s: set aside, its row could not be handled", entry.reminder_id
+                )
+                return True
         return False
 
     @contextlib.asynccontextmanager
