@@ -51,7 +51,8 @@ _ATTEMPTS = 3
 
 def replanned(reminder: Reminder, now: datetime) -> Reminder | None:
     """The row with its regular occurrence (and due) under the rules now loaded, or None
-    when nothing moves. Not a user change: version and update time stay."""
+    when nothing moves. Not a user change: version, update time and op_id stay (the op_id
+    names the last user change, which settles its own unknown outcome by it)."""
     if reminder.status not in _REPLANNABLE or reminder.occurrence is None:
         return None
     if reminder.occurrence <= now:
@@ -62,9 +63,7 @@ def replanned(reminder: Reminder, now: datetime) -> Reminder | None:
     paused = reminder.status is Status.PAUSED
     due = None if paused else earliest(occurrence, reminder.snooze_until)
     status = reminder.status if paused or due is not None else Status.DONE
-    return dataclasses.replace(
-        reminder, occurrence=occurrence, due=due, status=status, op_id=uuid.uuid4()
-    )
+    return dataclasses.replace(reminder, occurrence=occurrence, due=due, status=status)
 
 
 def same_occurrence(reminder: Reminder, stored: datetime, now: datetime) -> datetime | None:

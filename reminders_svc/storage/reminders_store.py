@@ -7,7 +7,8 @@ Rules (DESIGN.md invariants 2 and 4):
 - An LWT whose outcome is unknown (a timeout) is settled by a SERIAL read: a write with
   its own `op_id` (a create, a user change) landed if and only if the row carries it; a
   dispatcher's claim or re-claim, if the row holds its claim token; a finalize, if the
-  claim it cleared is gone and no user change came after it (`_landed`).
+  claim it cleared is gone and no user change came after it; a replan (a row at rest
+  moved under new tz rules), if the row holds what it wrote (`_landed`).
 - Rows are created with `UPDATE ... IF status = null` (not INSERT), so no row marker
   outlives the cells: a deleted row's cells carry the tombstone TTL and the whole row
   disappears past the retry horizon.
@@ -97,8 +98,13 @@ def _landed(settled: Reminder, before: Reminder | None, written: Reminder) -> bo
         # A claim or re-claim: tokens are never reused, and a user change that left the
         # claim standing (a snooze) does not hide it.
         return settled.claim is not None and settled.claim.token == written.claim.token
+    if before.claim is None:
+        # A replan: no op id or token of its own, and nobody else writes a row at rest
+        # without one; it landed if the row holds what it wrote.
+        moved = ("op_id", "version", "status", "occurrence", "due", "claim")
+        return all(getattr(settled, name) == getattr(written, name) for name in moved)
     # A finalize: the claim it cleared is gone, and not by a user change (a new op id).
-    cleared = before.claim.token if before.claim else None
+    cleared = before.claim.token
     still = settled.claim.token if settled.claim else None
     return settled.op_id == written.op_id and still != cleared
 

@@ -21,7 +21,8 @@ import pytest
 
 from dispatcher.buckets import BucketReader
 from reminders_svc.admin.replan import replanned, token_ranges
-from reminders_svc.domain.reminder import Reminder, Status, pause, snooze
+from reminders_svc.config import Retention
+from reminders_svc.domain.reminder import Reminder, Status, edit_text, pause, snooze
 from reminders_svc.schedule import (
     Schedule,
     one_off_instant,
@@ -30,10 +31,11 @@ from reminders_svc.schedule import (
     validate_new,
 )
 from reminders_svc.storage.parts import DEFAULT_PARTS, floor_minute, part_of
-from reminders_svc.storage.reminders_store import StoredReminder
+from reminders_svc.storage.reminders_store import ReminderStore, StoredReminder
 from reminders_svc.storage.session import CassandraConnection
 from tests.admin.conftest import SECRET_TEXT, at_instant, cassandra_env, change, put, run, store_of
 from tests.dispatcher.stack import REMINDERS
+from tests.unknown_outcome import UnknownOutcome
 
 ZONE = "America/New_York"
 HOUR = timedelta(hours=1)
@@ -142,7 +144,8 @@ def test_replan_moves_the_future_dues_of_the_zone_and_nothing_else(
             before.version,
             before.updated_at,
         )
-        assert after.op_id != before.op_id  # written, by the LWT every writer uses
+        # Not a user change: the op_id still names the last one (which settles by it).
+        assert after.op_id == before.op_id
     for name in ("daily", "local_once"):
         before, after = rows[name].reminder, now_stored(name)
         assert before.due is not None
@@ -158,6 +161,59 @@ def test_replan_moves_the_future_dues_of_the_zone_and_nothing_else(
     dry = reminders(["admin", "replan", "--zone", ZONE, "--splits", "4", "--dry-run"], env)
     assert dry.returncode == 0, dry.stderr
     assert "dry run" in dry.stdout
+
+
+def left_by_old_rules(db: CassandraConnection, user: str, now: datetime) -> StoredReminder:
+    """A daily reminder whose stored occurrence (and due) the rules in force now put an
+    hour earlier: one that `replanned` moves (an hour later stays in the future at any
+    time of day)."""
+    stored = create(db, user, daily_at_nine(ZONE), now)
+    assert stored.reminder.occurrence is not None
+    return run(
+        change(store_of(db), stored, as_of(stored.reminder, stored.reminder.occurrence + HOUR))
+    )
+
+
+def replan_of(stored: StoredReminder, now: datetime) -> Reminder:
+    after = replanned(stored.reminder, now)
+    assert after is not None
+    return after
+
+
+@pytest.mark.parametrize("lands", [True, False], ids=["landed", "lost"])
+def test_a_replan_write_of_unknown_outcome_is_settled_by_what_it_wrote(
+    own_keyspace: CassandraConnection, lands: bool
+) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    stored = left_by_old_rules(own_keyspace, "ny-settle", now)
+    unsure = unsure_store(own_keyspace, UnknownOutcome(lands=lands))
+    assert run(unsure.replace(stored, replan_of(stored, now), now)) is lands
+
+
+def test_a_users_edit_of_unknown_outcome_is_settled_as_landed_under_a_replan(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """The edit lands unheard, a replan moves the row on top of it, then the edit's SERIAL
+    read settles it: landed (the replan kept the edit's op_id), not refused as stale."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    stored = left_by_old_rules(own_keyspace, "ny-edit", now)
+    store = store_of(own_keyspace)
+
+    async def a_replan_lands() -> None:
+        current = await store.get_serial(stored.reminder.user_id, stored.reminder.reminder_id)
+        assert current is not None
+        assert await store.replace(current, replan_of(current, now), now)
+
+    unsure = unsure_store(own_keyspace, UnknownOutcome(lands=True, then=a_replan_lands))
+    assert run(unsure.replace(stored, edit_text(stored.reminder, "edited", now), now))
+    after = run(store.get(stored.reminder.user_id, stored.reminder.reminder_id))
+    assert after is not None
+    assert after.reminder.version == stored.reminder.version + 1
+    assert after.reminder.occurrence == replan_of(stored, now).occurrence
+
+
+def unsure_store(db: CassandraConnection, executor: UnknownOutcome) -> ReminderStore:
+    return ReminderStore(db.session, Retention(), executor=executor)
 
 
 def entry_for(db: CassandraConnection, row: Reminder) -> bool:
