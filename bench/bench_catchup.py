@@ -1,15 +1,25 @@
 """GetReminder latency while the dispatchers catch up missed minutes, against idle.
 
     .venv/bin/python -m bench.bench_catchup [--reminders 6000] [--seconds 15]
-        [--outage-minutes 30] [--parts 16]
+        [--outage-minutes 30] [--parts 16] [--live 20]
 
 Seeds reminders whose dues fell in the last `--outage-minutes`, with their bucket entries
 in those minutes and every part checkpointed before them (an outage), then measures
-GetReminder through the API with the dispatchers stopped (idle), while one dispatcher
-catches up, and idle again once it has handed every ring off and stopped. Target: p99
-during catch-up at most 2x idle, idle being both idle windows pooled: a shared machine
+GetReminder through the API in four windows:
+
+- idle, before: the API and the notifier up, no dispatcher yet;
+- catch-up: one dispatcher ringing what the outage left (paced, as configured), while
+  `--live` reminders are created through the API, due halfway through the window: their
+  hand-off lateness shows whether rings due now wait behind the backlog;
+- at rest: the same dispatcher and notifier, still running, once every ring is handed
+  off: the stack as it idles in production, polling its parts' live minutes;
+- idle, after: the dispatcher and notifier stopped.
+
+Target: p99 during catch-up at most 2x idle. The ratio is printed against the stack at
+rest (what the catch-up itself costs the API) and against the two windows without a
+dispatcher, pooled (what a dispatcher costs at all, catching up or not): a shared machine
 drifts over the minutes of a run, and one baseline taken before would carry that drift
-into the ratio.
+into the ratio. Each window also prints the CPU each process spent in it.
 """
 
 from __future__ import annotations
@@ -20,14 +30,18 @@ import os
 import signal
 import subprocess
 import time
+import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
 from cassandra.cluster import Session
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from bench.bench_api import DEV, Run, _drive, _metadata, _start_server
 from bench.bench_dispatch import _bounded, _spawn, store_new
+from bench.cpu import CpuMeter, cassandra_pid
 from bench.keyspaces import drop_keyspaces, fresh_keyspace
 from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
@@ -61,8 +75,13 @@ async def seed_missed(
 
 
 async def get_latency(
-    target: str, reminders: list[tuple[str, str]], seconds: float, name: str
+    target: str,
+    reminders: list[tuple[str, str]],
+    seconds: float,
+    name: str,
+    pids: Mapping[str, int] | None = None,
 ) -> Run:
+    """GetReminder at concurrency 4 for `seconds`, with the CPU of the processes in `pids`."""
     async with grpc.aio.insecure_channel(target) as channel:
         stub = pb_grpc.RemindersServiceStub(channel)
         tokens = {user: _metadata(user) for user, _ in reminders[:200]}
@@ -72,7 +91,45 @@ async def get_latency(
             user, reminder_id = picks[i % len(picks)]
             await stub.GetReminder(pb.GetReminderRequest(id=reminder_id), metadata=tokens[user])
 
-        return await _drive(name, get, seconds, 4)
+        meter = CpuMeter({**(pids or {}), "client": os.getpid(), "Cassandra": cassandra_pid()})
+        meter.start()
+        run = await _drive(name, get, seconds, 4)
+        run.cpu_s = meter.stop()
+        return run
+
+
+async def create_live(target: str, users: list[str], lead_s: float) -> list[tuple[str, str]]:
+    """One reminder per user due `lead_s` from now, created through the API: rings due
+    while the backlog drains, which must not wait for it."""
+    due = Timestamp()
+    due.FromDatetime(datetime.now(UTC) + timedelta(seconds=lead_s))
+    schedule = pb.Schedule(time_zone="UTC", once=pb.OneOff(instant=due))
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = pb_grpc.RemindersServiceStub(channel)
+        made = []
+        for user in users:
+            created = await stub.CreateReminder(
+                pb.CreateReminderRequest(
+                    reminder=pb.Reminder(text="live", schedule=schedule),
+                    request_id=uuid.uuid4().hex,
+                ),
+                metadata=_metadata(user),
+            )
+            made.append((user, created.id))
+        return made
+
+
+def lateness_s(session: Session, rings: list[tuple[str, str]]) -> list[float]:
+    """Hand-off lateness of each ring handed off (from the delivery history)."""
+    found = []
+    for user, reminder_id in rings:
+        row = session.execute(
+            "SELECT lateness_ms FROM deliveries WHERE user_id = %s AND reminder_id = %s",
+            (user, uuid.UUID(reminder_id)),
+        ).one()
+        if row is not None and row.lateness_ms is not None:
+            found.append(row.lateness_ms / 1000)
+    return sorted(found)
 
 
 def handed_off(session: Session) -> int:
@@ -106,6 +163,9 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--outage-minutes", type=int, default=30)
     parser.add_argument("--parts", type=int, default=16)
+    parser.add_argument(
+        "--live", type=int, default=20, help="reminders due mid-catch-up, created then"
+    )
     parser.add_argument(
         "--drain-timeout", type=float, default=600, help="seconds to wait for the catch-up"
     )
@@ -141,35 +201,54 @@ async def main() -> None:
             "REMINDERS_DISPATCH_PORT": "0",
             "REMINDERS_DISPATCH_METRICS_PORT": "0",
         }
-        processes = [_spawn(["notifier"], env, logs / "notifier.log")]
+        notifier = _spawn(["notifier"], env, logs / "notifier.log")
+        processes = [notifier]
         try:
             await asyncio.sleep(5)
             target = "127.0.0.1:50351"
+            pids = {"API": server.pid, "notifier": notifier.pid}
             await get_latency(target, made, 3, "warm-up")
-            idle = await get_latency(target, made, args.seconds, "GetReminder idle")
-            processes.append(
-                _spawn(["dispatch"], {**env, "REMINDERS_DISPATCH_ID": "c"}, logs / "dispatch.log")
+            idle = await get_latency(target, made, args.seconds, "GetReminder idle", pids)
+            dispatcher = _spawn(
+                ["dispatch"], {**env, "REMINDERS_DISPATCH_ID": "c"}, logs / "dispatch.log"
             )
+            processes.append(dispatcher)
+            pids["dispatcher"] = dispatcher.pid
             await asyncio.sleep(3)  # the dispatcher connects and takes the parts
-            busy = await get_latency(target, made, args.seconds, "GetReminder in catch-up")
+            live_users = [f"live{suffix}-{i}" for i in range(args.live)]
+            live_made, busy = await asyncio.gather(
+                create_live(target, live_users, args.seconds / 2),
+                get_latency(target, made, args.seconds, "GetReminder in catch-up", pids),
+            )
             done = handed_off(session)
-            drained_in = await drain(session, args.reminders, args.drain_timeout)
+            drained_in = await drain(session, args.reminders + args.live, args.drain_timeout)
+            await asyncio.sleep(5)  # the last finalizes and checkpoints
+            at_rest = await get_latency(target, made, args.seconds, "GetReminder at rest", pids)
             stop(processes)
-            after = await get_latency(target, made, args.seconds, "GetReminder idle, after")
+            del pids["dispatcher"], pids["notifier"]
+            after = await get_latency(target, made, args.seconds, "GetReminder idle, after", pids)
         finally:
             stop([server, *processes])
-        idle_pooled = idle + after
-        print(idle.line())
-        print(busy.line())
-        print(after.line())
+        no_dispatcher = idle + after
+        for run in (idle, busy, at_rest, after):
+            print(run.line())
         print(f"rings handed off by the end of the busy window: {done} of {args.reminders}")
         print(f"all handed off {drained_in:.0f} s after the busy window ended")
-        for name, baseline in (("before", idle), ("after", after), ("both pooled", idle_pooled)):
-            ratio = busy.pct(0.99) / baseline.pct(0.99)
-            print(f"ratio p99 catch-up / idle {name}: {ratio:.2f}")
-        print(
-            f"ratio p99 catch-up / idle: {busy.pct(0.99) / idle_pooled.pct(0.99):.2f} (target <= 2)"
+        live_late = lateness_s(session, live_made)
+        if live_late:
+            print(
+                f"{len(live_late)} rings due during the catch-up, hand-off lateness:"
+                f" p50 {live_late[len(live_late) // 2]:.2f} s, max {live_late[-1]:.2f} s"
+            )
+        baselines = (
+            ("idle before", idle),
+            ("idle after", after),
+            ("no dispatcher, both pooled", no_dispatcher),
+            ("the stack at rest", at_rest),
         )
+        for name, baseline in baselines:
+            ratio = busy.pct(0.99) / baseline.pct(0.99)
+            print(f"ratio p99 catch-up / {name}: {ratio:.2f} (target <= 2)")
         drop_keyspaces(session, settings.keyspace, f"benchcn_{suffix}")
 
 
