@@ -28,6 +28,7 @@ RUNBOOK_ANCHORS = frozenset(
         "parts-without-owner",
         "oldest-unresolved-claim",
         "clock-offset",
+        "rings-set-aside",
         "notifier-errors",
         "api-errors",
     }
