@@ -207,7 +207,7 @@ class PartWorker:
         live = live_from
         while self.lease.held():
             backlog_done = backlog >= live_from
-            self._report(min([*open_jobs, backlog if not backlog_done else live]))
+            self.oldest_unfinished = min([*open_jobs, live if backlog_done else backlog])
             if self.shift.on():
                 opened = False
                 # Open minutes lie below the backlog cursor (its own) or from live_from on.
@@ -235,7 +235,7 @@ class PartWorker:
             first = open_jobs[first_minute]
             # The first open minute is the first unfinished one, unless backlog minutes
             # are still to be opened below it.
-            in_order = first_minute < backlog or backlog >= live_from
+            in_order = backlog_done or first_minute < backlog
             if not (first.done() and in_order):
                 pending = [task for task in open_jobs.values() if not task.done()]
                 if pending:
@@ -274,6 +274,3 @@ class PartWorker:
             lease_lasts,
         )
         return bool(done)
-
-    def _report(self, oldest_unfinished: datetime) -> None:
-        self.oldest_unfinished = oldest_unfinished

@@ -18,7 +18,8 @@ from reminders_svc.cli import main
 from reminders_svc.config import CassandraSettings, Retention
 from reminders_svc.domain.reminder import Reminder, new_reminder
 from reminders_svc.schedule import Schedule, one_off_instant
-from reminders_svc.storage.reminders_store import ReminderStore, StoredReminder
+from reminders_svc.storage import aio
+from reminders_svc.storage.reminders_store import Executor, ReminderStore, StoredReminder
 from reminders_svc.storage.session import CassandraConnection
 from tests.dispatcher.conftest import own_keyspace
 
@@ -83,8 +84,9 @@ def admin_runner(
     return invoke
 
 
-def store_of(connection: CassandraConnection) -> ReminderStore:
-    return ReminderStore(connection.session, Retention())
+def store_of(connection: CassandraConnection, executor: Executor = aio.execute) -> ReminderStore:
+    """The store on `connection`, its statements run by `executor` (an injected fault)."""
+    return ReminderStore(connection.session, Retention(), executor=executor)
 
 
 def at_instant(

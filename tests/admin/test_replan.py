@@ -21,7 +21,6 @@ import pytest
 
 from dispatcher.buckets import BucketReader
 from reminders_svc.admin.replan import replanned, token_ranges
-from reminders_svc.config import Retention
 from reminders_svc.domain.reminder import Reminder, Status, edit_text, pause, snooze
 from reminders_svc.schedule import (
     Schedule,
@@ -31,7 +30,7 @@ from reminders_svc.schedule import (
     validate_new,
 )
 from reminders_svc.storage.parts import DEFAULT_PARTS, floor_minute, part_of
-from reminders_svc.storage.reminders_store import ReminderStore, StoredReminder
+from reminders_svc.storage.reminders_store import StoredReminder
 from reminders_svc.storage.session import CassandraConnection
 from tests.admin.conftest import SECRET_TEXT, at_instant, cassandra_env, change, put, run, store_of
 from tests.dispatcher.stack import REMINDERS
@@ -186,7 +185,7 @@ def test_a_replan_write_of_unknown_outcome_is_settled_by_what_it_wrote(
 ) -> None:
     now = datetime.now(UTC).replace(microsecond=0)
     stored = left_by_old_rules(own_keyspace, "ny-settle", now)
-    unsure = unsure_store(own_keyspace, UnknownOutcome(lands=lands))
+    unsure = store_of(own_keyspace, UnknownOutcome(lands=lands))
     assert run(unsure.replace(stored, replan_of(stored, now), now)) is lands
 
 
@@ -204,16 +203,12 @@ def test_a_users_edit_of_unknown_outcome_is_settled_as_landed_under_a_replan(
         assert current is not None
         assert await store.replace(current, replan_of(current, now), now)
 
-    unsure = unsure_store(own_keyspace, UnknownOutcome(lands=True, then=a_replan_lands))
+    unsure = store_of(own_keyspace, UnknownOutcome(lands=True, then=a_replan_lands))
     assert run(unsure.replace(stored, edit_text(stored.reminder, "edited", now), now))
     after = run(store.get(stored.reminder.user_id, stored.reminder.reminder_id))
     assert after is not None
     assert after.reminder.version == stored.reminder.version + 1
     assert after.reminder.occurrence == replan_of(stored, now).occurrence
-
-
-def unsure_store(db: CassandraConnection, executor: UnknownOutcome) -> ReminderStore:
-    return ReminderStore(db.session, Retention(), executor=executor)
 
 
 def entry_for(db: CassandraConnection, row: Reminder) -> bool:

@@ -410,12 +410,13 @@ def test_a_backlog_drains_at_its_pace_without_holding_up_what_is_due_now(stack: 
 
     # Checkpoints read before the pushes: a missed ring not pushed by then was not resolved
     # when they were read, so its part must not have been checkpointed past its minute.
-    rows = stack.db.session.execute("SELECT part, checkpoint FROM dispatch_parts")
-    checkpoints = {row.part: row.checkpoint.replace(tzinfo=UTC) for row in rows}
+    checkpoints = _checkpoints(stack)
     unrung = [key for key in missed if not stack.pushes(*key)]
     assert unrung, "the backlog was done before the live rings: the test proves nothing"
     for user, reminder_id in unrung:
-        assert checkpoints[part_of(user, PARTS)] < floor_minute(missed[user, reminder_id])
+        checkpoint = checkpoints[part_of(user, PARTS)]
+        assert checkpoint is not None
+        assert checkpoint < floor_minute(missed[user, reminder_id])
 
     for user, reminder_id in missed:
         assert len(stack.wait_for_pushes(1, user, reminder_id, timeout_s=40)) == 1
@@ -455,10 +456,8 @@ def test_a_row_the_dispatcher_cannot_handle_is_set_aside_and_its_part_goes_on(
     stack.start_dispatcher("d", REMINDERS_DISPATCH_METRICS_PORT=str(metrics_port))
 
     assert len(stack.wait_for_pushes(1, user, plain.id, timeout_s=30)) == 1
-    deadline = time.monotonic() + 30
-    while (checkpoint := _checkpoint(stack, part)) < minute and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert checkpoint >= minute  # the part went on past the minute, not stuck on the row
+    # The part went on past the minute, not stuck on the row.
+    assert _wait_checkpointed(stack, minute)[part] >= minute
     assert stack.pushes(odd_user, odd.id) == []
     assert scrape(metrics_port)["reminders_dispatch_rings_set_aside_total"] == 1
     row = stack.row(odd_user, odd.id)
@@ -466,14 +465,6 @@ def test_a_row_the_dispatcher_cannot_handle_is_set_aside_and_its_part_goes_on(
     log = "".join(path.read_text() for path in stack.logs.glob("dispatch-d-*.log"))
     assert f"reminder {odd.id}: set aside" in log
     assert "words never logged" not in log
-
-
-def _checkpoint(stack: Stack, part: int) -> datetime:
-    row = stack.db.session.execute(
-        "SELECT checkpoint FROM dispatch_parts WHERE part = %s", (part,)
-    ).one()
-    checkpoint: datetime = row.checkpoint.replace(tzinfo=UTC)
-    return checkpoint
 
 
 def test_nothing_is_lost_while_the_notifier_is_down(stack: Stack) -> None:
