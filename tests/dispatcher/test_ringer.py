@@ -23,7 +23,7 @@ from cassandra.cluster import Session
 
 from dispatcher.buckets import BucketReader, Entry
 from dispatcher.clock import DbClock
-from dispatcher.handoff import NotifierClient
+from dispatcher.handoff import NotifierClient, Outcome, Ring
 from dispatcher.leases import PartLeases
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.minutes import PartWorker
@@ -495,5 +495,26 @@ def test_a_ring_taken_over_leaves_the_earlier_attempts_delivery_record_as_it_was
             assert len(part.notifier.accepted) == 1
             recorded, _ = await history.list_page(reminder.user_id, reminder.reminder_id, None, 5)
             assert recorded == [earlier]
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_whose_call_fails_unexpectedly_answers_each_ring_retryable() -> None:
+    """A closed channel raises UsageError, not an RPC error: its rings must still be answered
+    (retryable, same keys next time), not left waiting for an answer that never comes."""
+
+    async def scenario() -> None:
+        client = NotifierClient("127.0.0.1:9")  # never reached: the channel is closed first
+        await client.close()
+        batcher = HandoffBatcher(client, batch_size=2)
+        due = _just_due()
+        rings = [
+            Ring(f"r{n}:{due.isoformat()}", "u-closed", "text", due, due + timedelta(hours=1))
+            for n in range(3)
+        ]
+        async with asyncio.timeout(5):
+            answers = await asyncio.gather(*(batcher.send(ring) for ring in rings))
+        assert [answer.outcome for answer in answers] == [Outcome.RETRYABLE] * 3
+        assert all("UsageError" in answer.reason for answer in answers)
 
     asyncio.run(scenario())
