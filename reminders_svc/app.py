@@ -97,14 +97,7 @@ class RemindersApp:
         try:
             first = first_ring(schedule, now)
         except ScheduleError:
-            # Its time may have passed since an identical request made it: a read, no write.
-            earlier = await self._store.create_record(user_id, request_id)
-            made = (
-                None
-                if earlier is None
-                else await self._made_by(user_id, request_id, earlier, payload_hash)
-            )
-            if made is not None:
+            if (made := await self.replayed(user_id, request_id, payload)) is not None:
                 return made
             raise
         proposed = steps.new_reminder(user_id, text, schedule, first, now)
@@ -127,6 +120,21 @@ class RemindersApp:
                 # replay leaves it to the request that wrote it.)
                 await self._store.forget_create_request(user_id, request_id, record)
             raise
+
+    async def replayed(self, user_id: str, request_id: str, payload: bytes) -> Reminder | None:
+        """The reminder an earlier request with this request_id and payload made, found by
+        a read (no write); None if there is none.
+
+        For a create whose schedule fails validation now but did not when an identical
+        request made it (its time, or its repeat's end, has passed since). A reused
+        request_id with another payload is refused.
+        """
+        if not 1 <= len(request_id) <= 128:
+            return None
+        earlier = await self._store.create_record(user_id, request_id)
+        if earlier is None:
+            return None
+        return await self._made_by(user_id, request_id, earlier, hashlib.sha256(payload).digest())
 
     async def _made_by(
         self, user_id: str, request_id: str, record: CreateRecord, payload_hash: bytes

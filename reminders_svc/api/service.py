@@ -67,19 +67,24 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         self, request: pb.CreateReminderRequest, context: Context
     ) -> pb.Reminder:
         user = self._user(context)
-        schedule = convert.schedule_from_proto(
-            request.reminder.schedule, self._clock(), "reminder.schedule"
-        )
         # The payload that a replay must repeat: what the caller asked for, not when.
-        payload = pb.Reminder(text=request.reminder.text, schedule=request.reminder.schedule)
+        payload = pb.Reminder(
+            text=request.reminder.text, schedule=request.reminder.schedule
+        ).SerializeToString(deterministic=True)
+        try:
+            schedule = convert.schedule_from_proto(
+                request.reminder.schedule, self._clock(), "reminder.schedule"
+            )
+        except InvalidArgument:
+            # A repeat without a start begins now, so a replay can fail where its original
+            # passed (its end now behind it): answer with what the original made.
+            if (made := await self._app.replayed(user, request.request_id, payload)) is not None:
+                return convert.reminder_to_proto(made)
+            raise
         with convert.schedule_errors(request.reminder.schedule, "reminder.schedule"):
             async with asyncio.timeout(self._write_deadline):
                 created = await self._app.create(
-                    user,
-                    request.request_id,
-                    request.reminder.text,
-                    schedule,
-                    payload.SerializeToString(deterministic=True),
+                    user, request.request_id, request.reminder.text, schedule, payload
                 )
         return convert.reminder_to_proto(created)
 

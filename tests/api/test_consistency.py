@@ -464,6 +464,33 @@ def test_a_replay_answers_with_its_reminder_after_the_reminder_s_time_has_passed
     assert len(_rows(cassandra, user)) == 1
 
 
+def test_a_replay_of_a_repeat_without_a_start_answers_with_its_reminder_once_its_end_passed(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    """A repeat without a start begins when it is created, so the replay's own parse (from
+    the replay's now) finds the end before the start: still the original's answer."""
+    md = api.as_user(user)
+    schedule = pb.Schedule(
+        time_zone="America/New_York",
+        repeat=pb.Repeat(expression="every day 18:00 until 2026-10-19"),
+    )
+    request = pb.CreateReminderRequest(
+        reminder=pb.Reminder(text="call mom", schedule=schedule), request_id="until-today"
+    )
+    first = api.reminders.CreateReminder(request, metadata=md)
+    api.clock.advance(timedelta(days=1))
+
+    again = api.reminders.CreateReminder(request, metadata=md)
+
+    assert again == first
+    assert len(_rows(cassandra, user)) == 1
+    # Not a way around validation: another payload under that request_id is still refused.
+    request.reminder.text = "call dad"
+    with pytest.raises(grpc.RpcError) as refused:
+        api.reminders.CreateReminder(request, metadata=md)
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
 class _OriginalLandsWhileTheReplayLooks(ReminderStore):
     """The first time a replay finds no row behind the record, the original request's row
     lands right after (its create was still running), taking the user's last slot."""
