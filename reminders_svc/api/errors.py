@@ -36,6 +36,7 @@ _CODES: dict[type[errors.ReminderError], grpc.StatusCode] = {
     errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     errors.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
+    errors.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
 

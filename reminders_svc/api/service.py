@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,7 +20,7 @@ from reminders_svc.api.auth import Authenticator
 from reminders_svc.api.errors import translated
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.app import Clock, RemindersApp, utc_now
-from reminders_svc.domain.errors import InvalidArgument
+from reminders_svc.domain.errors import DeadlineExceeded, InvalidArgument
 from reminders_svc.domain.reminder import Reminder
 from reminders_svc.schedule import occurrences, tzdata_version
 from reminders_svc.schedule.zones import load_zone, to_utc
@@ -54,6 +55,22 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         self._limits = settings.limits
         self._write_deadline = settings.write_deadline.total_seconds()
 
+    @contextlib.asynccontextmanager
+    async def _within_write_deadline(self) -> AsyncIterator[None]:
+        """Bounds a change in time (DESIGN.md invariant 3). A statement already sent may
+        still land, so running out is not "unavailable, retry" but "may have been applied"."""
+        deadline = asyncio.timeout(self._write_deadline)
+        try:
+            async with deadline:
+                yield
+        except TimeoutError as error:
+            if not deadline.expired():
+                raise  # the driver's own timeout: a storage error, answered as such
+            raise DeadlineExceeded(
+                "the change did not finish in time and may have been applied: read the"
+                " reminder before retrying (a create: repeat it with its request_id)"
+            ) from error
+
     def _page_size(self, requested: int) -> int:
         return convert.page_size(
             requested, self._limits.default_page_size, self._limits.max_page_size
@@ -82,7 +99,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
                 return convert.reminder_to_proto(made)
             raise
         with convert.schedule_errors(request.reminder.schedule, "reminder.schedule"):
-            async with asyncio.timeout(self._write_deadline):
+            async with self._within_write_deadline():
                 created = await self._app.create(
                     user, request.request_id, request.reminder.text, schedule, payload
                 )
@@ -129,7 +146,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
             )
         text = request.reminder.text if "text" in paths else None
         with convert.schedule_errors(request.reminder.schedule, "reminder.schedule"):
-            async with asyncio.timeout(self._write_deadline):
+            async with self._within_write_deadline():
                 updated = await self._app.update(user, target, version, text, schedule)
         return convert.reminder_to_proto(updated)
 
@@ -139,7 +156,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
     ) -> pb.DeleteReminderResponse:
         user = self._user(context)
         target = convert.reminder_id(request.id)
-        async with asyncio.timeout(self._write_deadline):
+        async with self._within_write_deadline():
             deleted = await self._app.delete(user, target, convert.version_seen(request.version))
         return pb.DeleteReminderResponse(
             reminder=convert.reminder_to_proto(deleted.reminder), was_sending=deleted.was_sending
@@ -164,7 +181,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
             local = convert.local_time(request.snooze_until_local_time, which)
             current = await self._app.get(user, target)
             until = to_utc(local, current.schedule.zone)  # the gap and fold rules apply
-        async with asyncio.timeout(self._write_deadline):
+        async with self._within_write_deadline():
             snoozed = await self._app.snooze(user, target, until, which)
         return convert.reminder_to_proto(snoozed)
 
@@ -189,7 +206,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         """Pause and resume: an id and an optional version the change must find."""
         user = self._user(context)
         target = convert.reminder_id(request.id)
-        async with asyncio.timeout(self._write_deadline):
+        async with self._within_write_deadline():
             changed = await change(user, target, convert.version_seen(request.version))
         return convert.reminder_to_proto(changed)
 

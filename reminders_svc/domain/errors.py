@@ -56,5 +56,10 @@ class PermissionDenied(ReminderError):
     """Authenticated, but not allowed (e.g. a user token on an admin RPC)."""
 
 
+class DeadlineExceeded(ReminderError):
+    """A change outran the API's write deadline: it may or may not have been applied, so
+    the caller reads before retrying (a create is repeated with its request_id)."""
+
+
 class Unavailable(ReminderError):
     """Storage cannot be reached or did not answer in time; safe to retry."""

@@ -7,14 +7,16 @@ from the API process alone, while the test keeps watching through gRPC.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
+from cassandra.cluster import Session
 from google.protobuf import duration_pb2, field_mask_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -22,12 +24,13 @@ from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
 from reminders_svc.api.auth import Authenticator, AuthSettings
 from reminders_svc.api.server import REMINDERS_SERVICE, ApiServer, Servicers
-from reminders_svc.api.service import build_servicers
+from reminders_svc.api.service import ApiServicers, build_servicers
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import CassandraSettings
 from reminders_svc.health import LIVENESS_SERVICE
+from reminders_svc.storage.retry import is_conditional
 from reminders_svc.storage.session import CassandraConnection
-from tests.api.conftest import DEV_ENV, code_of, one_off
+from tests.api.conftest import DEV_ENV, SEED_NOW, FakeClock, code_of, one_off, running_api
 from tests.api.serving import NOT_SERVING, SERVING, ServedApi, serve_api
 from tests.api.test_server import user_metadata
 from tests.servers import ServerThread
@@ -222,3 +225,85 @@ def test_an_outage_that_begins_as_the_api_prepares_its_statements_is_waited_out(
         )
         got = stub.GetReminder(pb.GetReminderRequest(id=made.id), metadata=metadata, timeout=10)
         assert got.text == "after a startup outage"
+
+
+class SlowCasReply:
+    """A session whose next compare-and-set, once `armed`, lands at once but is answered
+    `delay_s` late: a slow coordinator, seen from the API."""
+
+    def __init__(self, session: Session, delay_s: float) -> None:
+        self._session = session
+        self._delay_s = delay_s
+        self.armed = False
+
+    def execute_async(self, statement: Any, params: Any = None, **options: Any) -> Any:
+        response = self._session.execute_async(statement, params, **options)
+        if self.armed and is_conditional(statement):
+            self.armed = False
+            return _AnsweredLate(response, self._delay_s)
+        return response
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+
+class _AnsweredLate:
+    def __init__(self, response: Any, delay_s: float) -> None:
+        self._response = response
+        self._delay_s = delay_s
+
+    def add_callbacks(
+        self,
+        callback: Callable[..., Any],
+        errback: Callable[..., Any],
+        callback_args: tuple[Any, ...] = (),
+        errback_args: tuple[Any, ...] = (),
+    ) -> None:
+        def later(settle: Callable[..., Any], value: Any, *args: Any) -> None:
+            threading.Timer(self._delay_s, settle, (value, *args)).start()
+
+        self._response.add_callbacks(
+            later,
+            later,
+            callback_args=(callback, *callback_args),
+            errback_args=(errback, *errback_args),
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._response, name)
+
+
+def test_an_edit_outrunning_the_write_deadline_is_answered_as_possibly_applied(
+    migrated_settings: CassandraSettings,
+) -> None:
+    """Past the write deadline the edit's LWT may still land (here it does): the answer is
+    DEADLINE_EXCEEDED, "read before retrying", never UNAVAILABLE's "retry", which would
+    turn the caller's retry of its own applied edit into ABORTED."""
+    sessions: list[SlowCasReply] = []
+
+    def build(
+        connection: CassandraConnection, auth: Authenticator, api: ApiSettings, clock: FakeClock
+    ) -> ApiServicers:
+        sessions.append(SlowCasReply(connection.session, delay_s=3))
+        slow = dataclasses.replace(connection, session=cast(Session, sessions[-1]))
+        deadline = dataclasses.replace(api, write_deadline=timedelta(seconds=1))
+        return build_servicers(slow, auth, deadline, clock)
+
+    with running_api(migrated_settings, FakeClock(SEED_NOW), build=build) as api:
+        metadata = api.as_user(f"slow-{uuid.uuid4().hex[:10]}")
+        made = api.reminders.CreateReminder(
+            create_request(f"req-{uuid.uuid4()}", "before"), metadata=metadata, timeout=10
+        )
+        edit = pb.UpdateReminderRequest(
+            reminder=pb.Reminder(id=made.id, version=made.version, text="after"),
+            update_mask=field_mask_pb2.FieldMask(paths=["text"]),
+        )
+        sessions[0].armed = True
+
+        with pytest.raises(grpc.RpcError) as answered:
+            api.reminders.UpdateReminder(edit, metadata=metadata, timeout=10)
+
+        assert answered.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert "may have been applied" in (answered.value.details() or "")
+        got = api.reminders.GetReminder(pb.GetReminderRequest(id=made.id), metadata=metadata)
+        assert (got.text, got.version) == ("after", made.version + 1)

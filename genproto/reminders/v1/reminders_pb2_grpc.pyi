@@ -10,7 +10,10 @@ A reminder the caller does not own answers NOT_FOUND, exactly like a missing one
 Errors: INVALID_ARGUMENT carries a google.rpc.BadRequest naming the field at fault;
 ABORTED means the version the caller sent is stale (re-read and retry);
 FAILED_PRECONDITION means the request is valid but not in this state;
-RESOURCE_EXHAUSTED means the per-user cap of active reminders is reached.
+RESOURCE_EXHAUSTED means the per-user cap of active reminders is reached;
+UNAVAILABLE means storage could not be reached: retry with backoff;
+DEADLINE_EXCEEDED on a change means it may have been applied: read before retrying
+(a create: repeat it with the same request_id).
 """
 
 from collections import abc as _abc
