@@ -13,7 +13,6 @@ import dataclasses
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ from reminders_svc.config import CassandraSettings
 from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
 from reminders_svc.storage.parts import floor_minute, part_of
 from reminders_svc.storage.session import CassandraConnection, connect
+from tests.platform.helpers import free_port
 
 REMINDERS = str(Path(sys.executable).with_name("reminders"))
 PARTS = 4
@@ -56,13 +56,6 @@ FAST = {
     # tested against the default in tests/api).
     "REMINDERS_API_MIN_SNOOZE_S": "5",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def scrape(metrics_port: int) -> dict[str, float]:

@@ -29,7 +29,6 @@ from tests.dispatcher.stack import (
     PARTS,
     Stack,
     closing,
-    free_port,
     move_due,
     new_user,
     owners,
@@ -39,6 +38,7 @@ from tests.dispatcher.stack import (
     wait_owning,
     wait_serving,
 )
+from tests.platform.helpers import free_port
 from tests.tcp_proxy import TcpProxy
 
 

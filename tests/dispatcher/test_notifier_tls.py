@@ -16,9 +16,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
 from reminders_svc.config import CassandraSettings
-from tests.dispatcher.stack import Stack, closing, free_port, new_user, scrape, soon
+from tests.dispatcher.stack import Stack, closing, new_user, scrape, soon
 from tests.pki import Pki, issue_pki
-from tests.platform.helpers import run_cli
+from tests.platform.helpers import free_port, run_cli
 
 CLIENT = "REMINDERS_NOTIFIER_TLS_"
 SERVER = "REMINDERS_NOTIFIER_SERVER_TLS_"

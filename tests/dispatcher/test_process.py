@@ -9,7 +9,8 @@ import uuid
 from datetime import timedelta
 
 from reminders_svc.config import CassandraSettings
-from tests.dispatcher.stack import REMINDERS, Stack, closing, free_port, soon, wait_serving
+from tests.dispatcher.stack import REMINDERS, Stack, closing, soon, wait_serving
+from tests.platform.helpers import free_port
 
 DEFAULT_PARTS = 64
 

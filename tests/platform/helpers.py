@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -25,8 +26,19 @@ def run_cli(
     )
 
 
+# Below Linux's ephemeral range (32768-60999 by default): a port the kernel picks for
+# bind(0) is also one it may give an outgoing connection (a driver's to Cassandra) before
+# the process meant to listen on it has started, which then fails "address in use".
+_LISTEN_PORTS = range(20000, 32768)
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A port free now, for a process about to listen on it."""
+    while True:
+        port = random.choice(_LISTEN_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
