@@ -20,6 +20,8 @@ not checkpointed, so the part's next owner reads it again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import heapq
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -41,6 +43,9 @@ T = TypeVar("T")
 MINUTE = timedelta(minutes=1)
 # Live minutes worked at once: the current one, plus those still in their grace.
 _MAX_OPEN_MINUTES = 4
+# How often a minute waiting for its next due looks at its shift (a lost lease sets no
+# event).
+_LOOK_AT_SHIFT_S = 0.5
 # Between tries of a bucket read or a checkpoint storage did not answer.
 _STORAGE_RETRY_S = 1.0
 
@@ -60,45 +65,95 @@ async def _tried_again(
 
 
 class MinuteJob:
+    """One minute of one part: its reads, and its rings started in due order.
+
+    Entries read wait here as data (in a heap by due), not as a task each, until their due:
+    a busy minute's hundreds of thousands of entries cost a few hundred bytes each, and
+    only the rings under way (bounded by `Ringer.start`) cost a task.
+    """
+
     def __init__(self, worker: PartWorker, minute: datetime) -> None:
         self.minute = minute
         self._worker = worker
         self._seen: set[tuple[object, object]] = set()
-        self._rings: list[asyncio.Task[bool]] = []
+        self._waiting: list[tuple[datetime, int, Entry]] = []  # a heap, by due
+        self._arrived = asyncio.Event()
+        self._reads_over = False
+        self._running: set[asyncio.Task[bool]] = set()
+        self._all_resolved = True
+        self._failure: BaseException | None = None
 
-    def _start(self, entries: list[Entry]) -> None:
-        worker = self._worker
+    def _add(self, entries: list[Entry]) -> None:
         for entry in entries:
             key = (entry.reminder_id, entry.written_at)
             if key in self._seen:
                 continue
             self._seen.add(key)
-            task = asyncio.create_task(
-                worker.ringer.ring(entry, self.minute + MINUTE, worker.shift)
-            )
-            self._rings.append(task)
+            heapq.heappush(self._waiting, (entry.due, len(self._seen), entry))
+        self._arrived.set()
 
     async def run(self) -> bool:
         """True when the minute is finished: read to its end and once more after the grace,
         and every ring started from it resolved. False when the shift ended first."""
+        starting = asyncio.create_task(self._start_rings())
         try:
             read_through = await self._read_through()
+            self._reads_over = True
+            self._arrived.set()
+            all_started = await starting
             # Every ring started is seen to its end, stopping or not: rings already with the
             # notifier finish, the others let their claims go.
-            # return_exceptions: cancelled, this waits for every ring to finish letting its
-            # claim go, instead of returning at the first one cancelled.
-            outcomes = await asyncio.gather(*self._rings, return_exceptions=True)
-            for outcome in outcomes:
-                if isinstance(outcome, BaseException):
-                    raise outcome
-            return read_through and all(outcomes)
+            while self._running:
+                await asyncio.wait(list(self._running))
+            if self._failure is not None:
+                raise self._failure
+            return read_through and all_started and self._all_resolved
         finally:
-            # Cancelled while reading (the part lost, or the shutdown grace over): the rings
-            # let their claims go as they are cancelled, before this returns.
-            for ring in self._rings:
-                if not ring.done():
-                    ring.cancel()
-            await asyncio.gather(*self._rings, return_exceptions=True)
+            # Cancelled (the part lost, or the shutdown grace over): the rings let their
+            # claims go as they are cancelled, before this returns; entries not yet started
+            # hold nothing.
+            starting.cancel()
+            running = list(self._running)
+            for ring in running:
+                ring.cancel()
+            await asyncio.gather(starting, *running, return_exceptions=True)
+
+    async def _start_rings(self) -> bool:
+        """Start each entry's ring at its due, in due order, as the reads bring entries;
+        True once the reads are over and every entry is started, False if the shift ended."""
+        w = self._worker
+        horizon = self.minute + MINUTE
+        while w.shift.on():
+            if self._waiting:
+                wait_s = (self._waiting[0][0] - w.clock.now()).total_seconds()
+                if wait_s <= 0:
+                    entry = heapq.heappop(self._waiting)[2]
+                    ring = await w.ringer.start(entry, horizon, w.shift)
+                    if ring is None:
+                        return False
+                    self._running.add(ring)
+                    ring.add_done_callback(self._ring_ended)
+                    continue
+            elif self._reads_over:
+                return True
+            else:
+                wait_s = _LOOK_AT_SHIFT_S
+            # Until the next due, an entry read meanwhile (it may be due sooner), or a look
+            # at the shift (a stop or a lost lease ends the minute).
+            self._arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(wait_s, _LOOK_AT_SHIFT_S)):
+                    await self._arrived.wait()
+        return False
+
+    def _ring_ended(self, ring: asyncio.Task[bool]) -> None:
+        self._running.discard(ring)
+        if ring.cancelled():
+            self._all_resolved = False
+        elif (error := ring.exception()) is not None:
+            self._failure = self._failure or error
+        elif not ring.result():
+            self._all_resolved = False
 
     async def _read_through(self) -> bool:
         w = self._worker
@@ -120,7 +175,7 @@ class MinuteJob:
                     return False
             if not await shift.sleep_until(w.clock, final_read_at):
                 return False
-        elif not await shift.sleep(w.catch_up.reserve()):
+        elif not await w.catch_up.take(shift):
             return False
         return await self._read_and_start()
 
@@ -137,7 +192,7 @@ class MinuteJob:
         )
         if entries is None:
             return False
-        self._start(entries)
+        self._add(entries)
         return True
 
 

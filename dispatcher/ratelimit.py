@@ -1,27 +1,42 @@
-"""A token bucket for catch-up work, shared by all parts of one dispatcher."""
+"""A pace for catch-up work, shared by all parts of one dispatcher."""
 
 from __future__ import annotations
 
 import asyncio
 
+from dispatcher.shift import Shift
+
+# A waiter whose slot is further off looks at its shift at least this often, so a lease
+# lost (which sets no event) does not keep the line waiting behind it.
+_LOOK_EVERY_S = 1.0
+
 
 class RateLimiter:
-    """Spaces out waiters to at most `per_second`, so catch-up leaves the database to the API."""
+    """Lets waiters through one at a time, at most `per_second`, in the order they came,
+    so catch-up leaves the database to the API.
+
+    A slot is taken only when its waiter goes through. A waiter whose shift ends first (a
+    stop, a hand-over, a lost lease) or that is cancelled leaves the line without one: the
+    waiters behind it do not wait for slots nobody uses.
+    """
 
     def __init__(self, per_second: float) -> None:
         self._interval = 1.0 / per_second
-        self._next = 0.0
+        self._next = 0.0  # the loop's time from which the next waiter may go through
+        self._line = asyncio.Lock()  # FIFO: only the head of the line waits for the time
 
-    def reserve(self) -> float:
-        """Take the next slot; returns the seconds to wait for it (a waiter that stops
-        early just leaves its slot unused)."""
-        now = asyncio.get_running_loop().time()
-        self._next = max(self._next, now)
-        delay = self._next - now
-        self._next += self._interval
-        return delay
-
-    async def wait(self) -> None:
-        delay = self.reserve()
-        if delay > 0:
-            await asyncio.sleep(delay)
+    async def take(self, shift: Shift | None = None) -> bool:
+        """Wait in line for the next slot; True once through with the shift (if any) still
+        on. Without a shift (the admin tools) the wait ends only with the slot."""
+        loop = asyncio.get_running_loop()
+        async with self._line:
+            while shift is None or shift.on():
+                delay = self._next - loop.time()
+                if delay <= 0:
+                    self._next = loop.time() + self._interval
+                    return True
+                if shift is None:
+                    await asyncio.sleep(delay)
+                else:
+                    await shift.sleep(min(delay, _LOOK_EVERY_S))
+            return False

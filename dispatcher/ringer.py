@@ -1,11 +1,16 @@
 """One ring, from a bucket entry to a finalized row (DESIGN.md state machine, invariants 1,
 5, 6, 8 and 9).
 
+`Ringer.start(entry, horizon, shift)`, called at the entry's due: a late entry (a backlog's)
+is paced first; then the ring starts once fewer than `_STARTED_PER_SLOT` x `max_in_flight`
+rings of this dispatcher are under way, so memory stays bounded however many entries a
+minute holds (a task per entry costs ~4 KB; a minute's waiting entries are kept as data).
+
 `Ringer.ring(entry, horizon, shift)`:
-1. at max(entry due, now), take one of `max_in_flight` slots (late entries paced first),
-   and the reminder's own (one of its entries in hand at a time), read the row fresh and
-   `decide` (the row decides); both are held to the finalize, neither while waiting for
-   a later due the row holds;
+1. at max(entry due, now), take one of `max_in_flight` slots, and the reminder's own
+   (one of its entries in hand at a time), read the row fresh and `decide` (the row
+   decides); both are held to the finalize, neither while waiting for a later due the
+   row holds;
 2. claim it by LWT at due, never at prefetch (or take over an expired claim, same due); a
    claim that loses to a user's change reads the row again, and the row decides again;
 3. hand it off in a batch (SendBatch), only while the part's lease is held, retrying with
@@ -53,6 +58,11 @@ from reminders_svc.storage.reminders_store import ReminderStore, StoredReminder
 log = logging.getLogger(__name__)
 
 # What the history records for a ring the skip_missed policy did not hand off.
+# Rings under way (started, not yet resolved) per `max_in_flight` slot: enough that rings
+# waiting for a later due, a pace or a reminder's earlier entry leave the slots busy.
+_STARTED_PER_SLOT = 4
+# How often a ring waiting for room looks at its shift (a lost lease sets no event).
+_LOOK_AT_SHIFT_S = 0.5
 _MISSED = Answer(Outcome.REJECTED, "missed: older than the misfire grace")
 _HISTORY = {
     Outcome.ACCEPTED: HistoryAnswer.ACCEPTED,
@@ -181,8 +191,32 @@ class Ringer:
         self._users = UserLocks()
         self._in_flight: dict[uuid.UUID, asyncio.Future[None]] = {}
         self._capacity = asyncio.Semaphore(settings.max_in_flight)
+        self._room = asyncio.Semaphore(settings.max_in_flight * _STARTED_PER_SLOT)
         self._catch_up = RateLimiter(settings.catch_up_rings_per_s)
         self.claimed_since: dict[uuid.UUID, datetime] = {}  # claim times, for the gauge
+
+    async def start(
+        self, entry: Entry, horizon: datetime, shift: Shift
+    ) -> asyncio.Task[bool] | None:
+        """The entry's ring, started once it is its turn: paced if the entry is late (a
+        backlog's, before its row is read, so a backlog's reads are paced too; live ones
+        never), then once this dispatcher has room for one more ring. None when the shift
+        ended first."""
+        late = self._clock.now() - entry.due > self._settings.late_after
+        if late and not await self._catch_up.take(shift):
+            return None
+        while True:
+            if not shift.on():
+                return None
+            try:
+                async with asyncio.timeout(_LOOK_AT_SHIFT_S):
+                    await self._room.acquire()
+                break
+            except TimeoutError:
+                continue  # a lease lost sets no event: look at the shift again
+        task = asyncio.create_task(self.ring(entry, horizon, shift))
+        task.add_done_callback(lambda _: self._room.release())
+        return task
 
     async def ring(self, entry: Entry, horizon: datetime, shift: Shift) -> bool:
         """Handle one bucket entry to the end. True when nothing is left unresolved; False
@@ -238,9 +272,6 @@ class Ringer:
                 # Never early: no hand-off on an unchecked clock. The service re-measures it.
                 await shift.sleep(1.0)
                 continue
-            late = self._clock.now() - due > self._settings.late_after
-            if late and not await shift.sleep(self._catch_up.reserve()):
-                return False  # an entry from a backlog is paced, a live one is not
             # One slot from the fresh read to the finalize: at most max_in_flight rings in
             # hand, taken in due order, each read just before its claim (a minute of 20,000
             # entries no longer fires 20,000 reads at once).

@@ -132,7 +132,7 @@ class ZoneScan:
             rows, paging_state = await asyncio.to_thread(self._page, token_range, paging_state)
             self.scanned += len(rows)
             for _ in rows:  # paced by rows read, so a full page costs what its rows cost
-                await self._rows.wait()
+                await self._rows.take()
             for row in rows:
                 replannable = row.status in {status.value for status in _REPLANNABLE}
                 if row.zone == self._zone and replannable:
@@ -159,7 +159,7 @@ async def replan_zone(
     async def work() -> None:
         for token_range in ranges:  # shared iterator: each range is taken once
             async for user_id, reminder_id in scan.matches(token_range):
-                await writes.wait()
+                await writes.take()
                 outcome = await _replan_row(admin, user_id, reminder_id, dry_run=dry_run)
                 report.outcomes[outcome] += 1
 

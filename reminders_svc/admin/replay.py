@@ -49,14 +49,14 @@ async def replay(
     for minute in minutes_between(first, last):
         report.minutes += 1
         for part in range(await admin.parts.parts_at(minute)):
-            await limiter.wait()
+            await limiter.take()
             for entry in await admin.reader.read(minute, part):
                 report.entries += 1
                 key = (entry.user_id, entry.reminder_id)
                 if key in re_armed:
                     report.outcomes[ALREADY_RE_ARMED] += 1
                     continue
-                await limiter.wait()
+                await limiter.take()
                 stored = await admin.store.get(entry.user_id, entry.reminder_id)
                 row = stored.reminder if stored is not None else None
                 outcome = await _replay_row(admin, row, entry.written, limiter, dry_run=dry_run)
@@ -87,6 +87,6 @@ async def _replay_row(
         row = dataclasses.replace(row, due=row.due or decision.claim.due)
     assert isinstance(decision, Claimable | Reclaimable)
     if not dry_run:
-        await limiter.wait()
+        await limiter.take()
         await admin.store.write_bucket_entry(row, now)
     return RE_ARMED

@@ -45,6 +45,7 @@ from reminders_svc.domain.reminder import (
     snooze,
 )
 from reminders_svc.schedule import one_off_instant
+from reminders_svc.storage import aio
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.parts import DEFAULT_PARTS, floor_minute, part_of
 from reminders_svc.storage.reminders_store import ReminderStore, StoredReminder
@@ -165,6 +166,23 @@ class Part:
         return stored.reminder
 
 
+async def worker_from(part: Part, session: Session, minute: datetime) -> PartWorker:
+    """A worker of the part, as a dispatcher runs one, starting at `minute` (the one before
+    it checkpointed)."""
+    lease = part.shift.lease
+    assert await part.leases.checkpoint(lease, minute - timedelta(minutes=1))
+    return PartWorker(
+        lease,
+        part.leases,
+        BucketReader(session),
+        part.ringer,
+        part.clock,
+        part.settings,
+        part.metrics,
+        RateLimiter(part.settings.catch_up_minutes_per_s),
+    )
+
+
 @contextlib.asynccontextmanager
 async def leased_part(
     connection: CassandraConnection, part: int = 0, **settings_changes: Any
@@ -240,17 +258,7 @@ def test_a_minute_is_not_checkpointed_while_its_finalize_keeps_losing_to_snoozes
             # More lost compares than a finalize used to try before giving up (10).
             part.store.before_finalize.extend([snooze_an_hour] * 11)
             lease = part.shift.lease
-            assert await part.leases.checkpoint(lease, minute - timedelta(minutes=1))
-            worker = PartWorker(
-                lease,
-                part.leases,
-                BucketReader(own_keyspace.session),
-                part.ringer,
-                part.clock,
-                part.settings,
-                part.metrics,
-                RateLimiter(part.settings.catch_up_minutes_per_s),
-            )
+            worker = await worker_from(part, own_keyspace.session, minute)
             working = asyncio.create_task(worker.run())
             await _until(lambda: lease.checkpoint is not None and lease.checkpoint >= minute, 30)
             worker.stop()
@@ -377,6 +385,10 @@ def test_an_entry_made_due_sooner_is_not_held_up_by_one_waiting_for_a_later_due(
     async def scenario() -> None:
         async with leased_part(own_keyspace) as part:
             start = datetime.now(UTC).replace(microsecond=0)
+            if start.second > 45:
+                # All three dues in one minute, as the entries' horizon (its end) assumes.
+                await asyncio.sleep(61 - start.second)
+                start = datetime.now(UTC).replace(microsecond=0)
             first = await part.due_reminder("u-sooner", start + timedelta(seconds=2))
             first_entry = part.ring(first)
             later, sooner = start + timedelta(seconds=9), start + timedelta(seconds=5)
@@ -516,5 +528,44 @@ def test_a_batch_whose_call_fails_unexpectedly_answers_each_ring_retryable() -> 
             answers = await asyncio.gather(*(batcher.send(ring) for ring in rings))
         assert [answer.outcome for answer in answers] == [Outcome.RETRYABLE] * 3
         assert all("UsageError" in answer.reason for answer in answers)
+
+    asyncio.run(scenario())
+
+
+def test_a_busy_minute_keeps_only_the_rings_under_way_as_tasks(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """2,000 entries due at once: they wait as data, and at most 4 x max_in_flight rings
+    are under way at a time (a task each used to wait from the read to its due: ~4 KB
+    each, a pod's memory at a busy minute's hundreds of thousands)."""
+    entries = 2000
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace, max_in_flight=4) as part:
+            due = (datetime.now(UTC) + timedelta(seconds=8)).replace(microsecond=0)
+            minute = floor_minute(due)
+            # Entries whose rows are gone (a purge): each is read, then skipped.
+            insert = own_keyspace.session.prepare(
+                "INSERT INTO due_buckets (minute, part, written_at, reminder_id, user_id, due)"
+                " VALUES (?, 0, now(), ?, 'u-busy', ?)"
+            )
+            await asyncio.gather(
+                *(
+                    aio.execute(own_keyspace.session, insert, (minute, uuid.uuid4(), due))
+                    for _ in range(entries)
+                )
+            )
+            worker = await worker_from(part, own_keyspace.session, minute)
+            before = len(asyncio.all_tasks())
+            most = 0
+            working = asyncio.create_task(worker.run())
+            async with asyncio.timeout(90):
+                while part.count("reminders_dispatch_skips_total", reason="deleted") < entries:
+                    most = max(most, len(asyncio.all_tasks()) - before)
+                    await asyncio.sleep(0.01)
+            worker.stop()
+            await working
+
+            assert most <= 4 * 4 + 20  # the rings under way, and the worker's own few
 
     asyncio.run(scenario())

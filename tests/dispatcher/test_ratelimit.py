@@ -1,0 +1,88 @@
+"""The catch-up pace: waiters go through in order at the pace, and one that leaves (its part
+handed over, its lease lost, cancelled) takes no slot from those behind it."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+from dispatcher.leases import Lease
+from dispatcher.ratelimit import RateLimiter
+from dispatcher.shift import Shift
+
+PER_S = 50.0
+
+
+def _shift(held_for_s: float = 600.0) -> Shift:
+    return Shift(Lease(part=0, epoch=1, checkpoint=None, valid_until=time.monotonic() + held_for_s))
+
+
+def test_waiters_go_through_in_order_at_the_pace() -> None:
+    async def scenario() -> None:
+        limiter, shift, loop = RateLimiter(PER_S), _shift(), asyncio.get_running_loop()
+        through: list[tuple[int, float]] = []
+
+        async def wait(n: int) -> None:
+            assert await limiter.take(shift)
+            through.append((n, loop.time()))
+
+        await asyncio.gather(*(wait(n) for n in range(11)))
+
+        assert [n for n, _ in through] == list(range(11))
+        gaps = [b - a for (_, a), (_, b) in itertools.pairwise(through)]
+        assert min(gaps) >= 1 / PER_S - 0.002  # never faster than the pace
+
+    asyncio.run(scenario())
+
+
+def test_a_part_handed_over_leaves_no_slots_for_the_parts_kept_to_wait_out() -> None:
+    """3,000 late rings of a part handed over: once they stop, a kept part's late ring goes
+    through at once (it waited ~60 s behind their unused slots before)."""
+
+    async def scenario() -> None:
+        limiter, handed_over, kept = RateLimiter(PER_S), _shift(), _shift()
+        leaving = [asyncio.create_task(limiter.take(handed_over)) for _ in range(3000)]
+        await asyncio.sleep(0.2)
+        handed_over.stop()
+        assert not any(await asyncio.gather(*leaving[20:]))
+
+        async with asyncio.timeout(1.0):
+            assert await limiter.take(kept)
+
+    asyncio.run(scenario())
+
+
+def test_a_waiter_whose_lease_lapses_leaves_the_line() -> None:
+    """A lease lost sets no event: the waiter at the head still leaves within about a
+    second, and the one behind it goes through."""
+
+    async def scenario() -> None:
+        limiter, lapsing, kept = RateLimiter(1 / 30), _shift(held_for_s=0.5), _shift()
+        assert await limiter.take(kept)  # the next slot is 30 s away
+        behind_it = [asyncio.create_task(limiter.take(lapsing)) for _ in range(5)]
+        last = asyncio.create_task(limiter.take(kept))
+
+        async with asyncio.timeout(3.0):
+            assert not any(await asyncio.gather(*behind_it))
+        assert not last.done()  # still paced: its slot is the next one, ~30 s on
+        last.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_a_cancelled_waiter_takes_no_slot() -> None:
+    async def scenario() -> None:
+        limiter, shift = RateLimiter(1.0), _shift()
+        assert await limiter.take(shift)
+        head = asyncio.create_task(limiter.take(shift))  # waits ~1 s for its slot
+        await asyncio.sleep(0.1)
+        head.cancel()
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+
+        assert await limiter.take(shift)
+
+        assert loop.time() - began < 1.2  # the slot the cancelled one waited for, not the one after
+
+    asyncio.run(scenario())
