@@ -54,14 +54,14 @@ from reminders_svc.storage.session import connect
 
 
 async def seed_missed(
-    store: ReminderStore, count: int, prefix: str, outage: timedelta
+    store: ReminderStore, count: int, prefix: str, first_due: datetime, outage: timedelta
 ) -> list[tuple[str, str]]:
-    now = datetime.now(UTC)
-    spread_s = outage.total_seconds() - 20  # the last due 20 s ago: every one is missed
+    """`count` rings due from `first_due` over the outage, the last 20 s before its end."""
+    spread_s = outage.total_seconds() - 20
     made: list[tuple[str, str]] = []
 
     async def create(i: int) -> None:
-        due = (now - outage + timedelta(seconds=(i * spread_s) / count)).replace(microsecond=0)
+        due = (first_due + timedelta(seconds=(i * spread_s) / count)).replace(microsecond=0)
         user = f"{prefix}-{i % (count // 10 or 1)}"
         # Written a minute before its due, as the API would have: the entry is in its minute.
         reminder = new_reminder(
@@ -180,8 +180,11 @@ async def main() -> None:
             (args.parts,),
         )
         store = ReminderStore(session, Retention())
-        made = await seed_missed(store, args.reminders, f"c{suffix}", outage)
-        checkpoint = floor_minute(datetime.now(UTC) - outage - timedelta(minutes=1))
+        first_due = datetime.now(UTC) - outage
+        made = await seed_missed(store, args.reminders, f"c{suffix}", first_due, outage)
+        # From the first due, not from the clock after seeding: seeding takes seconds, and a
+        # checkpoint taken a minute later would pass the first minute's rings by.
+        checkpoint = floor_minute(first_due) - timedelta(minutes=1)
         for part in range(args.parts):
             session.execute(
                 "INSERT INTO dispatch_parts (part, epoch, checkpoint) VALUES (%s, 1, %s)",
