@@ -259,7 +259,8 @@ class _AnsweredLate:
         callback_args: tuple[Any, ...] = (),
         errback_args: tuple[Any, ...] = (),
     ) -> None:
-        def later(settle: Callable[..., Any], value: Any, *args: Any) -> None:
+        # The driver calls back with the result first, then the callback's own arguments.
+        def later(value: Any, settle: Callable[..., Any], *args: Any) -> None:
             threading.Timer(self._delay_s, settle, (value, *args)).start()
 
         self._response.add_callbacks(
