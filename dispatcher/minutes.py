@@ -34,7 +34,7 @@ from dispatcher.metrics import DispatcherMetrics
 from dispatcher.ratelimit import RateLimiter
 from dispatcher.ringer import Ringer
 from dispatcher.settings import DispatcherSettings
-from dispatcher.shift import Shift
+from dispatcher.shift import LOOK_EVERY_S, Shift
 from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.parts import floor_minute
 
@@ -43,9 +43,6 @@ T = TypeVar("T")
 MINUTE = timedelta(minutes=1)
 # Live minutes worked at once: the current one, plus those still in their grace.
 _MAX_OPEN_MINUTES = 4
-# How often a minute waiting for its next due looks at its shift (a lost lease sets no
-# event).
-_LOOK_AT_SHIFT_S = 0.5
 # Between tries of a bucket read or a checkpoint storage did not answer.
 _STORAGE_RETRY_S = 1.0
 
@@ -137,12 +134,12 @@ class MinuteJob:
             elif self._reads_over:
                 return True
             else:
-                wait_s = _LOOK_AT_SHIFT_S
+                wait_s = LOOK_EVERY_S
             # Until the next due, an entry read meanwhile (it may be due sooner), or a look
             # at the shift (a stop or a lost lease ends the minute).
             self._arrived.clear()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(wait_s, _LOOK_AT_SHIFT_S)):
+                async with asyncio.timeout(min(wait_s, LOOK_EVERY_S)):
                     await self._arrived.wait()
         return False
 

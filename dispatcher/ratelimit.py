@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from dispatcher.shift import Shift
-
-# A waiter whose slot is further off looks at its shift at least this often, so a lease
-# lost (which sets no event) does not keep the line waiting behind it.
-_LOOK_EVERY_S = 1.0
+from dispatcher.shift import LOOK_EVERY_S, Shift
 
 
 class RateLimiter:
@@ -38,5 +34,5 @@ class RateLimiter:
                 if shift is None:
                     await asyncio.sleep(delay)
                 else:
-                    await shift.sleep(min(delay, _LOOK_EVERY_S))
+                    await shift.sleep(min(delay, LOOK_EVERY_S))
             return False

@@ -45,7 +45,7 @@ from dispatcher.handoff import Answer, NotifierClient, Outcome, Ring
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.ratelimit import RateLimiter
 from dispatcher.settings import DispatcherSettings, MisfirePolicy
-from dispatcher.shift import Shift
+from dispatcher.shift import LOOK_EVERY_S, Shift
 from reminders_svc.concurrency import UserLocks
 from reminders_svc.domain import dispatch
 from reminders_svc.domain.delivery import Answer as HistoryAnswer
@@ -57,12 +57,10 @@ from reminders_svc.storage.reminders_store import ReminderStore, StoredReminder
 
 log = logging.getLogger(__name__)
 
-# What the history records for a ring the skip_missed policy did not hand off.
 # Rings under way (started, not yet resolved) per `max_in_flight` slot: enough that rings
 # waiting for a later due, a pace or a reminder's earlier entry leave the slots busy.
 _STARTED_PER_SLOT = 4
-# How often a ring waiting for room looks at its shift (a lost lease sets no event).
-_LOOK_AT_SHIFT_S = 0.5
+# What the history records for a ring the skip_missed policy did not hand off.
 _MISSED = Answer(Outcome.REJECTED, "missed: older than the misfire grace")
 _HISTORY = {
     Outcome.ACCEPTED: HistoryAnswer.ACCEPTED,
@@ -205,18 +203,16 @@ class Ringer:
         late = self._clock.now() - entry.due > self._settings.late_after
         if late and not await self._catch_up.take(shift):
             return None
-        while True:
-            if not shift.on():
-                return None
+        while shift.on():
             try:
-                async with asyncio.timeout(_LOOK_AT_SHIFT_S):
+                async with asyncio.timeout(LOOK_EVERY_S):
                     await self._room.acquire()
-                break
             except TimeoutError:
-                continue  # a lease lost sets no event: look at the shift again
-        task = asyncio.create_task(self.ring(entry, horizon, shift))
-        task.add_done_callback(lambda _: self._room.release())
-        return task
+                continue
+            task = asyncio.create_task(self.ring(entry, horizon, shift))
+            task.add_done_callback(lambda _: self._room.release())
+            return task
+        return None
 
     async def ring(self, entry: Entry, horizon: datetime, shift: Shift) -> bool:
         """Handle one bucket entry to the end. True when nothing is left unresolved; False

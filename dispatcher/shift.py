@@ -15,6 +15,10 @@ from datetime import datetime
 from dispatcher.clock import DbClock
 from dispatcher.leases import Lease
 
+# A lease lost sets no event: a wait on anything but the shift's own stop looks at the
+# shift at least this often.
+LOOK_EVERY_S = 0.5
+
 
 class Shift:
     def __init__(self, lease: Lease) -> None:
