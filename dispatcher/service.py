@@ -41,6 +41,7 @@ from reminders_svc.runtime import MetricsEndpoint
 from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
+from reminders_svc.storage.migrations import require_current_schema
 from reminders_svc.storage.parts import PartCounts, floor_minute
 from reminders_svc.storage.reminders_store import ReminderStore
 from reminders_svc.storage.session import CassandraConnection
@@ -80,16 +81,18 @@ class Dispatcher:
         retry_s = self.settings.lease_renew_every.total_seconds()
         self._connection = await connect_on_loop_patiently(self._cassandra, retry_s)
         session = self._connection.session
-        return await built_patiently(
-            lambda: (
+        keyspace = self._connection.settings.keyspace
+
+        def prepared() -> Stores:
+            require_current_schema(session, keyspace)
+            return (
                 ReminderStore(session, self.settings.retention),
                 DeliveryHistory(session, self.settings.retention.history),
                 PartLeases(session, self.settings.dispatcher_id, self.settings.lease),
                 BucketReader(session),
-            ),
-            retry_s,
-            "preparing statements",
-        )
+            )
+
+        return await built_patiently(prepared, retry_s, "preparing statements")
 
     async def _work(self, stores: Stores) -> None:
         assert self._connection is not None

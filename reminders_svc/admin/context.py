@@ -14,6 +14,7 @@ from dispatcher.buckets import BucketReader
 from dispatcher.clock import DbClock
 from dispatcher.leases import PartLeases
 from reminders_svc.config import CassandraSettings, Retention
+from reminders_svc.storage.migrations import require_current_schema
 from reminders_svc.storage.parts import PartCounts
 from reminders_svc.storage.reminders_store import ReminderStore
 from reminders_svc.storage.session import connect
@@ -45,6 +46,7 @@ async def open_admin(settings: CassandraSettings) -> AsyncIterator[Admin]:
     connection = await asyncio.to_thread(connect, settings)
     try:
         session = connection.session
+        await asyncio.to_thread(require_current_schema, session, settings.keyspace)
         # Clock bound only matters for dispatchers' readiness; the admin just reads it.
         clock = DbClock(session, timedelta(seconds=1))
         await clock.measure()

@@ -25,6 +25,7 @@ from reminders_svc.domain.reminder import Reminder
 from reminders_svc.schedule import occurrences, tzdata_version
 from reminders_svc.schedule.zones import load_zone, to_utc
 from reminders_svc.storage.history import DeliveryHistory
+from reminders_svc.storage.migrations import require_current_schema
 from reminders_svc.storage.reminders_store import ReminderStore
 from reminders_svc.storage.session import CassandraConnection
 
@@ -297,6 +298,7 @@ def build_servicers(
     settings: ApiSettings,
     clock: Clock = utc_now,
 ) -> ApiServicers:
+    require_current_schema(connection.session, connection.settings.keyspace)
     store = ReminderStore(
         connection.session, settings.retention, list_scan_rows=settings.limits.list_scan_rows
     )

@@ -29,6 +29,7 @@ from cassandra.protocol import ErrorMessage
 from cassandra.query import SimpleStatement
 
 from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.errors import StorageUnavailable
 
 _FILE_PATTERN = re.compile(r"^(\d{4})_([a-z0-9_]+)\.cql$")
 _LOCK_NAME = "migrate"
@@ -39,6 +40,11 @@ _TABLE_ID_NAMESPACE = uuid.UUID("6f1e4c1a-8a55-4f43-9a53-1f8c1b6e2d10")
 
 class MigrationError(RuntimeError):
     """The schema files or the recorded history are inconsistent, or the lock was lost."""
+
+
+class SchemaBehind(StorageUnavailable):
+    """The database lacks schema files this release ships: `reminders migrate` has not run
+    (or not finished) since the release. A storage error, so processes wait not ready."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +190,25 @@ def _recorded(session: Session, keyspace: str) -> dict[int, tuple[str, str]]:
         consistency_level=ConsistencyLevel.SERIAL,
     )
     return {row.version: (row.name, row.checksum) for row in session.execute(statement)}
+
+
+def require_current_schema(
+    session: Session, keyspace: str, migrations: Sequence[Migration] | None = None
+) -> None:
+    """Raise SchemaBehind unless every schema file this release ships has been applied.
+
+    Processes call it before preparing their statements: a pod rolled out before the
+    migrate Job finished then waits not ready and tries again, rather than failing for
+    good on a column or table its statements name and the database does not have yet.
+    """
+    shipped = load_migrations(default_cql_dir()) if migrations is None else migrations
+    recorded = _recorded(session, keyspace)
+    missing = [m.label for m in shipped if m.version not in recorded]
+    if missing:
+        raise SchemaBehind(
+            f"keyspace {keyspace!r} lacks schema files {', '.join(missing)} of this release:"
+            " run `reminders migrate`"
+        )
 
 
 def migrate(

@@ -26,7 +26,8 @@ from reminders_svc.api.auth import DEV_USER_SECRET, Authenticator, AuthSettings,
 from reminders_svc.api.server import ADMIN_SERVICE, REMINDERS_SERVICE, ApiServer
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import CassandraSettings
-from reminders_svc.storage.session import CassandraConnection
+from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
+from reminders_svc.storage.session import CassandraConnection, connect
 from tests.api.serving import NOT_SERVING, SERVING, serve_api
 from tests.platform.helpers import free_port
 
@@ -138,6 +139,36 @@ def test_not_serving_while_cassandra_is_unreachable(migrated_settings: Cassandra
         assert f"/{REMINDERS_SERVICE}/ListReminders" in methods
         assert made_up not in methods
         assert api.terminate() == 0
+
+
+def test_an_api_started_before_its_schema_files_are_applied_waits_not_ready_until_they_are(
+    fresh_keyspace: CassandraSettings,
+) -> None:
+    """A pod rolled out before the migrate Job has finished: its statements name a column
+    the database lacks yet. It stays up, NOT_SERVING, saying why, and serves once the
+    schema is migrated, with no restart."""
+    migrations = load_migrations(default_cql_dir())
+    with connect(fresh_keyspace, keyspace="") as connection:
+        migrate(connection.session, fresh_keyspace, migrations[:-1])
+        with serve_api(fresh_keyspace) as api:
+            api.wait_for_health(NOT_SERVING)
+            time.sleep(3)  # several attempts to build the servicers, each refused
+            assert api.health() == NOT_SERVING
+
+            migrate(connection.session, fresh_keyspace, migrations)
+            api.wait_for_health(SERVING)
+            with grpc.insecure_channel(api.target) as channel:
+                stub = pb_grpc.RemindersServiceStub(channel)
+                listed = stub.ListReminders(
+                    pb.ListRemindersRequest(), metadata=user_metadata("u"), timeout=10
+                )
+            assert list(listed.reminders) == []
+            assert api.terminate() == 0
+            output = api.output()
+
+    assert f"lacks schema files {migrations[-1].label}" in output
+    assert "run `reminders migrate`" in output
+    assert "Traceback" not in output, output
 
 
 @pytest.mark.parametrize(

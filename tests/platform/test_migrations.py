@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 
 from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.migrations import (
     MigrationError,
+    SchemaBehind,
     default_cql_dir,
     load_migrations,
     migrate,
+    require_current_schema,
     split_statements,
 )
 from reminders_svc.storage.session import connect
@@ -71,6 +74,26 @@ def test_migrate_creates_every_table_and_a_second_run_changes_nothing(
     assert second.already_applied == first.applied
     assert {row[0] for row in schema_after_first} >= EXPECTED_TABLES
     assert _schema(fresh_keyspace) == schema_after_first
+
+
+def test_a_schema_behind_the_release_is_named_until_migrated(
+    fresh_keyspace: CassandraSettings,
+) -> None:
+    migrations = load_migrations(default_cql_dir())
+    with connect(fresh_keyspace, keyspace="") as connection:
+        session = connection.session
+        migrate(session, fresh_keyspace, migrations[:-2])
+        with pytest.raises(SchemaBehind) as behind:
+            require_current_schema(session, fresh_keyspace.keyspace, migrations)
+        assert str(behind.value) == (
+            f"keyspace {fresh_keyspace.keyspace!r} lacks schema files"
+            f" {migrations[-2].label}, {migrations[-1].label} of this release:"
+            " run `reminders migrate`"
+        )
+        assert isinstance(behind.value, STORAGE_ERRORS)  # processes wait, not ready
+
+        migrate(session, fresh_keyspace, migrations)
+        require_current_schema(session, fresh_keyspace.keyspace)  # the files shipped
 
 
 def test_two_migrate_commands_started_at_once_both_succeed_and_apply_each_file_once(
