@@ -87,7 +87,7 @@ class RemindersApp:
 
         A replay answers with the reminder the first request made, even once its time has
         passed or the user is at the cap. A refused create leaves no record behind, so
-        its request_id stays free.
+        its request_id stays free, unless a replay of it marked the record to make its row.
         """
         if not 1 <= len(request_id) <= 128:
             raise InvalidArgument("request_id", "1 to 128 characters required")
@@ -101,23 +101,33 @@ class RemindersApp:
                 return made
             raise
         proposed = steps.new_reminder(user_id, text, schedule, first, now)
-        wanted = CreateRecord(payload_hash, proposed.reminder_id)
-        record = await self._store.record_create_request(user_id, request_id, wanted, now)
-        if record != wanted:
+        for _ in range(_MAX_ATTEMPTS):
+            wanted = CreateRecord(payload_hash, proposed.reminder_id)
+            record = await self._store.record_create_request(user_id, request_id, wanted, now)
+            if record == wanted:
+                break
             # A replay: answer with what the first request made, completing it if the first
             # attempt crashed between the record and the row.
             made = await self._made_by(user_id, request_id, record, payload_hash)
             if made is not None:
                 return made
-            proposed = steps.new_reminder(
-                user_id, text, schedule, first, now, reminder_id=record.reminder_id
-            )
+            # Marked first, so the first request, if refused at the cap meanwhile, leaves
+            # the record to the row this replay may make. A record already taken back: this
+            # request starts over as a new one.
+            if await self._store.mark_create_replay(user_id, request_id, record, now):
+                proposed = steps.new_reminder(
+                    user_id, text, schedule, first, now, reminder_id=record.reminder_id
+                )
+                break
+        else:
+            raise Unavailable("too much contention on this request_id; retry")
         try:
             return await self._insert(proposed)
         except QuotaExceeded:
             if record == wanted:
-                # This request wrote the record and made nothing: take the record back. (A
-                # replay leaves it to the request that wrote it.)
+                # This request wrote the record and made nothing: take the record back,
+                # unless a replay marked it. (A replay leaves it to the request that wrote
+                # it.)
                 await self._store.forget_create_request(user_id, request_id, record)
             raise
 

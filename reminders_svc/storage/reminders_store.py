@@ -163,8 +163,15 @@ class ReminderStore:
             "INSERT INTO create_requests (user_id, request_id, payload_hash, reminder_id,"
             " created_at) VALUES (?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
         )
+        # The mark rewrites the record's cells with a fresh TTL, so no cell outlives the
+        # others (a record reduced to its mark would read as a record of nothing).
+        self._mark_replay = prepare(
+            "UPDATE create_requests USING TTL ? SET replayed_at = ?, payload_hash = ?,"
+            " reminder_id = ? WHERE user_id = ? AND request_id = ? IF reminder_id = ?"
+        )
         self._forget_request = prepare(
-            "DELETE FROM create_requests WHERE user_id = ? AND request_id = ? IF reminder_id = ?"
+            "DELETE FROM create_requests WHERE user_id = ? AND request_id = ?"
+            " IF reminder_id = ? AND replayed_at = null"
         )
 
     # -- reads ---------------------------------------------------------------------------
@@ -243,11 +250,27 @@ class ReminderStore:
             return record
         return CreateRecord(row.payload_hash, row.reminder_id)
 
+    async def mark_create_replay(
+        self, user_id: str, request_id: str, record: CreateRecord, now: datetime
+    ) -> bool:
+        """Mark `record` as being completed by a replay, before the replay writes its row;
+        False if the record no longer stands (its request was refused and took it back).
+
+        Once marked, the record stays (`forget_create_request` leaves it), so a row the
+        replay makes is always found by the next replay.
+        """
+        ttl = int(self._retention.idempotency.total_seconds())
+        marked = record.reminder_id
+        params = (ttl, now, record.payload_hash, marked, user_id, request_id, marked)
+        row = (await self._execute(self._session, self._mark_replay, params)).one()
+        return bool(row.applied)
+
     async def forget_create_request(
         self, user_id: str, request_id: str, record: CreateRecord
     ) -> None:
-        """Remove `record` if it still stands: a refused create must leave nothing behind
-        (and its request_id reusable)."""
+        """Remove `record` if it still stands and no replay has marked it: a refused create
+        must leave nothing behind (and its request_id reusable), unless a replay of it may
+        be making its row."""
         params = (user_id, request_id, record.reminder_id)
         await self._execute(self._session, self._forget_request, params)
 

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import hashlib
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -30,7 +30,7 @@ from reminders_svc.domain import dispatch
 from reminders_svc.domain.errors import QuotaExceeded
 from reminders_svc.domain.reminder import Reminder, Status
 from reminders_svc.schedule import parse_repeat
-from reminders_svc.storage.reminders_store import ReminderStore
+from reminders_svc.storage.reminders_store import CreateRecord, ReminderStore
 from reminders_svc.storage.rows import utc
 from reminders_svc.storage.session import CassandraConnection
 from tests.api.conftest import (
@@ -535,6 +535,101 @@ def test_a_replay_racing_its_original_to_the_last_slot_answers_with_the_original
     assert answer.reminder_id == original_id
     assert [r.reminder_id for r in _rows(cassandra, user)] == [original_id]
     assert _create_records(cassandra, user) == {"r"}  # the original's record stands
+
+
+_WEEKLY = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19, 10))
+
+
+def _one_slot_app(store: ReminderStore) -> RemindersApp:
+    return RemindersApp(store, Limits(max_active_per_user=1), FakeClock(SEED_NOW))
+
+
+def _create(app: RemindersApp, user: str, request_id: str) -> Coroutine[Any, Any, Reminder]:
+    return app.create(user, request_id, "call mom", _WEEKLY, request_id.encode())
+
+
+def _active_rows(connection: CassandraConnection, user: str) -> list[uuid.UUID]:
+    return [r.reminder_id for r in _rows(connection, user) if r.status != Status.DELETED.value]
+
+
+class _ReplayedWhileRefused(ReminderStore):
+    """The original create, refused at the cap, is about to take its record back; just
+    then the user deletes a reminder and a replay of the create on another server finds
+    the record, no row behind it, and makes the row in the slot freed."""
+
+    def __init__(self, session: Session, other_server: RemindersApp, freed: uuid.UUID) -> None:
+        super().__init__(session, Retention())
+        self._other_server = other_server
+        self._freed = freed
+        self.replayed: Reminder | None = None
+
+    async def forget_create_request(self, user_id: str, request_id: str, record: Any) -> None:
+        await self._other_server.delete(user_id, self._freed, None)
+        self.replayed = await _create(self._other_server, user_id, request_id)
+        await super().forget_create_request(user_id, request_id, record)
+
+
+def test_a_create_refused_at_the_cap_keeps_its_record_for_the_row_its_replay_made(
+    cassandra: CassandraConnection, user: str
+) -> None:
+    other_server = _one_slot_app(ReminderStore(cassandra.session, Retention()))
+    occupying = asyncio.run(_create(other_server, user, "older"))
+    racing = _ReplayedWhileRefused(cassandra.session, other_server, occupying.reminder_id)
+
+    with pytest.raises(QuotaExceeded):
+        asyncio.run(_create(_one_slot_app(racing), user, "r"))
+
+    assert racing.replayed is not None
+    assert _active_rows(cassandra, user) == [racing.replayed.reminder_id]
+    # The record still leads a third attempt to the replay's reminder, not to a second one
+    # (or, with the user now at the cap, to a refusal of a request that made a reminder).
+    third = asyncio.run(_create(other_server, user, "r"))
+    assert third.reminder_id == racing.replayed.reminder_id
+    assert _active_rows(cassandra, user) == [racing.replayed.reminder_id]
+
+
+class _RefusedWhileTheReplayLooks(ReminderStore):
+    """A replay finds the original's record and no row behind it; just then the original,
+    refused at the cap, takes its record back, and the user deletes a reminder."""
+
+    def __init__(self, session: Session, other_server: RemindersApp, freed: uuid.UUID) -> None:
+        super().__init__(session, Retention())
+        self._other_server = other_server
+        self._freed = freed
+        self.refused: CreateRecord | None = None
+
+    async def get_serial(self, user_id: str, reminder_id: uuid.UUID) -> Any:
+        found = await super().get_serial(user_id, reminder_id)
+        if found is None and self.refused is None:
+            self.refused = refused = await super().create_record(user_id, "r")
+            assert refused is not None
+            await super().forget_create_request(user_id, "r", refused)
+            await self._other_server.delete(user_id, self._freed, None)
+        return found
+
+
+def test_a_replay_whose_original_took_its_record_back_is_made_as_a_new_request(
+    cassandra: CassandraConnection, user: str
+) -> None:
+    other_server = _one_slot_app(ReminderStore(cassandra.session, Retention()))
+    occupying = asyncio.run(_create(other_server, user, "older"))
+    # The original recorded its request (and is about to be refused at the cap).
+    original_id = uuid.uuid4()
+    cassandra.session.execute(
+        "INSERT INTO create_requests (user_id, request_id, payload_hash, reminder_id)"
+        " VALUES (%s, %s, %s, %s)",
+        (user, "r", hashlib.sha256(b"r").digest(), original_id),
+    )
+    racing = _RefusedWhileTheReplayLooks(cassandra.session, other_server, occupying.reminder_id)
+
+    answer = asyncio.run(_create(_one_slot_app(racing), user, "r"))
+
+    assert racing.refused is not None
+    assert racing.refused.reminder_id == original_id
+    assert answer.reminder_id != original_id  # the refused original's id was never used
+    assert _active_rows(cassandra, user) == [answer.reminder_id]
+    third = asyncio.run(_create(other_server, user, "r"))
+    assert third.reminder_id == answer.reminder_id
 
 
 def _create_records(connection: CassandraConnection, user: str) -> set[str]:
