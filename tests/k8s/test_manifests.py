@@ -126,16 +126,22 @@ def test_disruption_budgets_and_autoscaler_select_their_pods(
     overlays: dict[str, list[Obj]], overlay: str
 ) -> None:
     objects = overlays[overlay]
+    budgeted = set()
     for budget in find(objects, "PodDisruptionBudget"):
         selected_deployment(
             objects, budget["metadata"]["name"], budget["spec"]["selector"]["matchLabels"]
         )
+        budgeted.add(budget["metadata"]["name"])
+    # A drain never takes every pod of a deployable at once.
+    assert budgeted == {d["metadata"]["name"] for d in find(objects, "Deployment")}
     hpa = one(objects, "HorizontalPodAutoscaler", "reminders-dispatcher")
     target = hpa["spec"]["scaleTargetRef"]
     assert (target["kind"], target["name"]) == ("Deployment", "reminders-dispatcher")
     assert 1 <= hpa["spec"]["minReplicas"] < hpa["spec"]["maxReplicas"]
     (metric,) = hpa["spec"]["metrics"]
     assert metric["resource"]["name"] == "cpu"
+    # The autoscaler owns the count: a Deployment's own would reset it at every apply.
+    assert "replicas" not in one(objects, "Deployment", "reminders-dispatcher")["spec"]
 
 
 # DESIGN.md's busiest minute, and what one of its entries costs a dispatcher while it waits
