@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import math
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Literal, TypeVar
 
 ConsistencyName = Literal["ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"]
@@ -93,11 +95,87 @@ class Replication:
 
 
 @dataclass(frozen=True)
+class PemFile:
+    """A PEM file as read at startup. Its repr names the variable and the path, never the
+    contents (a private key)."""
+
+    variable: str
+    path: str
+    data: bytes = field(repr=False)
+
+    @classmethod
+    def read(cls, env: Env, name: str) -> PemFile | None:
+        """The file `<prefix><name>` names, or None when the variable is unset."""
+        path = env.raw(name)
+        return None if path is None else cls.load(env.prefix + name, path)
+
+    @classmethod
+    def load(cls, variable: str, path: str) -> PemFile:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as error:
+            reason = error.strerror or type(error).__name__
+            raise ConfigError(f"{variable}={path!r}: cannot read it ({reason})") from None
+        if b"-----BEGIN " not in data:
+            raise ConfigError(f"{variable}={path!r}: not a PEM file")
+        return cls(variable, path, data)
+
+
+def reject_unused(env: Env, names: tuple[str, ...], needs: str) -> None:
+    """Half a TLS configuration would silently run in plaintext: refuse it."""
+    given = [env.prefix + name for name in names if env.raw(name) is not None]
+    if given:
+        verb = "needs" if len(given) == 1 else "need"
+        raise ConfigError(f"{', '.join(given)} {verb} {env.prefix}{needs}")
+
+
+def read_pair(env: Env) -> tuple[PemFile, PemFile] | None:
+    """`CERT_FILE` and `KEY_FILE`: both, read, or neither."""
+    cert_path, key_path = env.raw("CERT_FILE"), env.raw("KEY_FILE")
+    if cert_path is None and key_path is None:
+        return None
+    if cert_path is None or key_path is None:
+        raise ConfigError(f"set both {env.prefix}CERT_FILE and {env.prefix}KEY_FILE, or neither")
+    return PemFile.load(env.prefix + "CERT_FILE", cert_path), PemFile.load(
+        env.prefix + "KEY_FILE", key_path
+    )
+
+
+@dataclass(frozen=True)
 class TlsSettings:
-    ca_file: str | None
-    cert_file: str | None
-    key_file: str | None
+    """TLS to Cassandra (REMINDERS_CASSANDRA_TLS=true): the nodes' certificates checked
+    against `ca` (else the system's roots); `cert` and `key`, both or neither, present
+    this client's. Files are read and checked once, at startup."""
+
+    ca: PemFile | None
+    cert: PemFile | None
+    key: PemFile | None
     check_hostname: bool
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cadata=self.ca.data.decode() if self.ca else None)
+        context.check_hostname = self.check_hostname
+        if self.cert is not None and self.key is not None:
+            context.load_cert_chain(self.cert.path, self.key.path)
+        return context
+
+    @classmethod
+    def from_env(cls, env: Env, enabled: bool) -> TlsSettings | None:
+        """`env` reads REMINDERS_CASSANDRA_TLS_*."""
+        if not enabled:
+            reject_unused(env, ("CA_FILE", "CERT_FILE", "KEY_FILE"), "=true (plaintext otherwise)")
+            return None
+        pair = read_pair(env)
+        cert, key = pair if pair is not None else (None, None)
+        settings = cls(PemFile.read(env, "CA_FILE"), cert, key, env.flag("CHECK_HOSTNAME", True))
+        try:
+            settings.ssl_context()
+        except (ssl.SSLError, UnicodeDecodeError) as error:
+            # A CA file of no certificate, or a key not the certificate's. The reason is
+            # OpenSSL's, about the files' kinds, never their contents.
+            reason = getattr(error, "reason", None) or type(error).__name__
+            raise ConfigError(f"{env.prefix}*: the files make no TLS client ({reason})") from None
+        return settings
 
 
 @dataclass(frozen=True)
@@ -118,14 +196,7 @@ class CassandraSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> CassandraSettings:
         env = Env(os.environ if environ is None else environ, "REMINDERS_CASSANDRA_")
-        tls = None
-        if env.flag("TLS", False):
-            tls = TlsSettings(
-                ca_file=env.raw("TLS_CA_FILE"),
-                cert_file=env.raw("TLS_CERT_FILE"),
-                key_file=env.raw("TLS_KEY_FILE"),
-                check_hostname=env.flag("TLS_CHECK_HOSTNAME", True),
-            )
+        tls = TlsSettings.from_env(Env(env.values, env.prefix + "TLS_"), env.flag("TLS", False))
         password = env.raw("PASSWORD")
         return cls(
             contact_points=tuple(

@@ -20,48 +20,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import grpc
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from reminders_svc.config import ConfigError, Env
+from reminders_svc.config import ConfigError, Env, PemFile, read_pair, reject_unused
 
 API_PREFIX = "REMINDERS_API_TLS_"
 NOTIFIER_SERVER_PREFIX = "REMINDERS_NOTIFIER_SERVER_TLS_"
 NOTIFIER_CLIENT_PREFIX = "REMINDERS_NOTIFIER_TLS_"
+CLI_CLIENT_PREFIX = "REMINDERS_CLIENT_TLS_"  # the `reminders create|get|...` client
 
 # A DNS name (wildcards aside, as certificates hold them) or an IP address.
 _SERVER_NAME = re.compile(r"[A-Za-z0-9._:-]{1,253}")
-
-
-@dataclass(frozen=True)
-class PemFile:
-    """A PEM file as read at startup. Its repr names the variable and the path, never the
-    contents (a private key)."""
-
-    variable: str
-    path: str
-    data: bytes = field(repr=False)
-
-    @classmethod
-    def read(cls, env: Env, name: str) -> PemFile | None:
-        """The file `<prefix><name>` names, or None when the variable is unset."""
-        path = env.raw(name)
-        return None if path is None else cls.load(env.prefix + name, path)
-
-    @classmethod
-    def load(cls, variable: str, path: str) -> PemFile:
-        try:
-            data = Path(path).read_bytes()
-        except OSError as error:
-            reason = error.strerror or type(error).__name__
-            raise ConfigError(f"{variable}={path!r}: cannot read it ({reason})") from None
-        if b"-----BEGIN " not in data:
-            raise ConfigError(f"{variable}={path!r}: not a PEM file")
-        return cls(variable, path, data)
 
 
 def _certificates(pem: PemFile) -> list[x509.Certificate]:
@@ -88,24 +61,12 @@ def _check_pair(cert: PemFile, key: PemFile) -> None:
         )
 
 
-def _reject_unused(env: Env, names: tuple[str, ...], needs: str) -> None:
-    given = [env.prefix + name for name in names if env.raw(name) is not None]
-    if given:
-        verb = "needs" if len(given) == 1 else "need"
-        raise ConfigError(f"{', '.join(given)} {verb} {env.prefix}{needs}")
-
-
 def _pair(env: Env) -> tuple[PemFile, PemFile] | None:
-    """`CERT_FILE` and `KEY_FILE`: both, read and checked, or neither."""
-    cert_path, key_path = env.raw("CERT_FILE"), env.raw("KEY_FILE")
-    if cert_path is None and key_path is None:
-        return None
-    if cert_path is None or key_path is None:
-        raise ConfigError(f"set both {env.prefix}CERT_FILE and {env.prefix}KEY_FILE, or neither")
-    cert = PemFile.load(env.prefix + "CERT_FILE", cert_path)
-    key = PemFile.load(env.prefix + "KEY_FILE", key_path)
-    _check_pair(cert, key)
-    return cert, key
+    """`CERT_FILE` and `KEY_FILE`: both, read and checked to belong together, or neither."""
+    pair = read_pair(env)
+    if pair is not None:
+        _check_pair(*pair)
+    return pair
 
 
 @dataclass(frozen=True)
@@ -171,7 +132,7 @@ class ClientTls:
         ca = PemFile.read(env, "CA_FILE")
         if ca is None:
             # Half a configuration would silently run in plaintext: refuse it.
-            _reject_unused(
+            reject_unused(
                 env, ("CERT_FILE", "KEY_FILE", "SERVER_NAME"), "CA_FILE (it turns TLS on)"
             )
             return None

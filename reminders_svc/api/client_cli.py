@@ -5,7 +5,7 @@
 
 Where it connects: `--target`, else REMINDERS_API_TARGET, else 127.0.0.1:50051 (what
 `make run` starts). TLS when REMINDERS_CLIENT_TLS_CA_FILE is set (plus
-REMINDERS_CLIENT_TLS_CERT_FILE / _KEY_FILE for mTLS).
+REMINDERS_CLIENT_TLS_CERT_FILE and _KEY_FILE for mTLS, _SERVER_NAME to check another name).
 
 How it signs: a token for `--user`, minted with REMINDERS_JWT_SECRET when set. With
 nothing configured the client assumes local development (REMINDERS_ENV=dev unless set
@@ -27,7 +27,6 @@ import sys
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from pathlib import Path
 from typing import Any, cast
 
 import grpc
@@ -40,6 +39,7 @@ from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
 from reminders_svc.api.auth import mint_token, user_key_from_env
 from reminders_svc.config import ConfigError
+from reminders_svc.tls import CLI_CLIENT_PREFIX, ClientTls
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 TOKEN_TTL_S = 300.0
@@ -247,17 +247,12 @@ def _schedule_from_args(args: argparse.Namespace, base: pb.Schedule) -> pb.Sched
 
 
 def _channel(target: str, env: Mapping[str, str]) -> grpc.Channel:
-    ca_file = env.get("REMINDERS_CLIENT_TLS_CA_FILE")
-    if not ca_file:
+    # Read and checked like the servers' TLS settings: half a configuration or an unreadable
+    # file is a ConfigError naming the variable (gRPC's core would abort the process).
+    tls = ClientTls.from_env(env, CLI_CLIENT_PREFIX)
+    if tls is None:
         return grpc.insecure_channel(target)
-    cert_file = env.get("REMINDERS_CLIENT_TLS_CERT_FILE")
-    key_file = env.get("REMINDERS_CLIENT_TLS_KEY_FILE")
-    credentials = grpc.ssl_channel_credentials(
-        root_certificates=Path(ca_file).read_bytes(),
-        private_key=Path(key_file).read_bytes() if key_file else None,
-        certificate_chain=Path(cert_file).read_bytes() if cert_file else None,
-    )
-    return grpc.secure_channel(target, credentials)
+    return grpc.secure_channel(target, tls.credentials(), options=tls.channel_options())
 
 
 def error_json(error: grpc.RpcError) -> dict[str, Any]:

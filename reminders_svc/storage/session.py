@@ -50,13 +50,7 @@ class CassandraConnection:
 
 
 def _ssl_context(settings: CassandraSettings) -> ssl.SSLContext | None:
-    if settings.tls is None:
-        return None
-    context = ssl.create_default_context(cafile=settings.tls.ca_file)
-    context.check_hostname = settings.tls.check_hostname
-    if settings.tls.cert_file:
-        context.load_cert_chain(settings.tls.cert_file, settings.tls.key_file)
-    return context
+    return None if settings.tls is None else settings.tls.ssl_context()
 
 
 @functools.lru_cache(maxsize=512)

@@ -37,20 +37,30 @@ class ServedApi:
     target: str
     metrics_port: int
 
-    def health(self, service: str = "") -> int:
-        with grpc.insecure_channel(self.target) as channel:
+    def health(self, service: str = "", credentials: grpc.ChannelCredentials | None = None) -> int:
+        channel = (
+            grpc.insecure_channel(self.target)
+            if credentials is None
+            else grpc.secure_channel(self.target, credentials)
+        )
+        with channel:
             request = health_pb2.HealthCheckRequest(service=service)
             status: int = health_pb2_grpc.HealthStub(channel).Check(request, timeout=5).status
             return status
 
-    def wait_for_health(self, wanted: int, timeout_s: float = 60) -> None:
+    def wait_for_health(
+        self,
+        wanted: int,
+        timeout_s: float = 60,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         deadline = time.monotonic() + timeout_s
         last: object = None
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise AssertionError(f"serve-api exited early:\n{self.output()}")
             try:
-                last = self.health()
+                last = self.health(credentials=credentials)
                 if last == wanted:
                     return
             except grpc.RpcError as error:

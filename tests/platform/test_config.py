@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import ssl
+from pathlib import Path
+
 import pytest
 
 from reminders_svc.config import CassandraSettings, ConfigError, Replication
+from tests.pki import issue_pki
 
 
 def test_defaults_suit_the_local_node() -> None:
@@ -17,7 +21,8 @@ def test_defaults_suit_the_local_node() -> None:
     assert settings.tls is None
 
 
-def test_a_production_cluster_is_described_by_the_environment() -> None:
+def test_a_production_cluster_is_described_by_the_environment(tmp_path: Path) -> None:
+    pki = issue_pki(tmp_path)
     settings = CassandraSettings.from_env(
         {
             "REMINDERS_CASSANDRA_CONTACT_POINTS": "cass-0.cass, cass-1.cass",
@@ -27,7 +32,9 @@ def test_a_production_cluster_is_described_by_the_environment() -> None:
             "REMINDERS_CASSANDRA_USERNAME": "reminders",
             "REMINDERS_CASSANDRA_PASSWORD": "hunter2",
             "REMINDERS_CASSANDRA_TLS": "true",
-            "REMINDERS_CASSANDRA_TLS_CA_FILE": "/etc/cassandra-tls/ca.crt",
+            "REMINDERS_CASSANDRA_TLS_CA_FILE": str(pki.ca),
+            "REMINDERS_CASSANDRA_TLS_CERT_FILE": str(pki.client.cert),
+            "REMINDERS_CASSANDRA_TLS_KEY_FILE": str(pki.client.key),
             "REMINDERS_CASSANDRA_REPLICATION": "NetworkTopologyStrategy:dc1=3,dc2=3",
         }
     )
@@ -36,7 +43,10 @@ def test_a_production_cluster_is_described_by_the_environment() -> None:
     assert settings.local_dc == "dc1"
     assert settings.serial_consistency == "LOCAL_SERIAL"
     assert settings.tls is not None
-    assert settings.tls.ca_file == "/etc/cassandra-tls/ca.crt"
+    assert settings.tls.ca is not None
+    assert settings.tls.ca.path == str(pki.ca)
+    assert settings.tls.ssl_context().verify_mode == ssl.CERT_REQUIRED
+    assert "PRIVATE KEY" not in repr(settings)
     assert settings.replication == Replication("NetworkTopologyStrategy", (("dc1", 3), ("dc2", 3)))
     assert settings.password is not None
     assert settings.password.value == "hunter2"
@@ -59,3 +69,38 @@ def test_a_production_cluster_is_described_by_the_environment() -> None:
 def test_malformed_settings_name_the_variable(name: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         CassandraSettings.from_env({f"REMINDERS_CASSANDRA_{name}": value})
+
+
+def _tls_env(**files: Path | str) -> dict[str, str]:
+    return {f"REMINDERS_CASSANDRA_TLS_{name}": str(path) for name, path in files.items()}
+
+
+def test_cassandra_tls_files_without_tls_on_are_refused(tmp_path: Path) -> None:
+    """Else the process would connect in plaintext, its credentials with it."""
+    pki = issue_pki(tmp_path)
+    with pytest.raises(ConfigError, match="REMINDERS_CASSANDRA_TLS_CA_FILE needs REMINDERS_CASS"):
+        CassandraSettings.from_env(_tls_env(CA_FILE=pki.ca))
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({"CA_FILE": "/nonexistent/ca.crt"}, "TLS_CA_FILE='/nonexistent/ca.crt': cannot read it"),
+        ({"CERT_FILE": "client.pem"}, "set both REMINDERS_CASSANDRA_TLS_CERT_FILE and"),
+        ({"CA_FILE": "client.key"}, "REMINDERS_CASSANDRA_TLS_\\*: the files make no TLS client"),
+        (
+            {"CERT_FILE": "client.pem", "KEY_FILE": "server.key"},
+            "REMINDERS_CASSANDRA_TLS_\\*: the files make no TLS client",
+        ),
+    ],
+    ids=["unreadable", "half-pair", "ca-not-a-certificate", "key-not-the-certificate-s"],
+)
+def test_bad_cassandra_tls_files_stop_the_process_naming_the_variable(
+    tmp_path: Path, files: dict[str, str], message: str
+) -> None:
+    issue_pki(tmp_path)
+    env = {"REMINDERS_CASSANDRA_TLS": "true"}
+    env |= _tls_env(**{name: tmp_path / path for name, path in files.items()})
+    with pytest.raises(ConfigError, match=message) as refused:
+        CassandraSettings.from_env(env)
+    assert "PRIVATE KEY" not in str(refused.value)
