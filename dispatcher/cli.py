@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "dispatch", help="run a dispatcher: lease parts, claim due reminders, hand them off"
     )
-    parser.add_argument("--log-level", default="INFO")
+    logs.add_level_option(parser)
     parser.set_defaults(handler=run)
 
 

@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING"))
+    logs.add_level_option(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 
 from reminders_svc.storage.errors import STORAGE_ERRORS
@@ -32,3 +33,8 @@ def configure(level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         handlers=[handler],
     )
+
+
+def add_level_option(parser: argparse.ArgumentParser) -> None:
+    """`--log-level` of a service process's command: a choice, so a typo is a usage error."""
+    parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING"))

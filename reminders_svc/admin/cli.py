@@ -13,6 +13,8 @@ import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
+from cassandra import DriverException
+
 from dispatcher.ratelimit import RateLimiter
 from dispatcher.settings import DispatcherSettings
 from reminders_svc.admin import inspect, parts, replan, replay
@@ -20,7 +22,7 @@ from reminders_svc.admin.context import Admin, AdminError, open_admin
 from reminders_svc.admin.output import iso, print_counts, print_json, print_table
 from reminders_svc.config import CassandraSettings, ConfigError
 from reminders_svc.schedule import ScheduleError, load_zone, tzdata_version
-from reminders_svc.storage.errors import StorageUnavailable
+from reminders_svc.storage.errors import STORAGE_ERRORS, StorageUnavailable
 
 Command = Callable[[argparse.Namespace, Admin], Awaitable[int]]
 
@@ -50,7 +52,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"(default {parts.DEFAULT_LEAD.total_seconds():g}, at least "
         f"{parts.MIN_LEAD.total_seconds():g}: every process caches part counts for 30 s)",
     )
-    _json_flag(grow_parser)
+    # `admin parts --json grow` as well as `admin parts grow --json`.
+    _json_flag(grow_parser, inherited=True)
     _command(grow_parser, _grow)
 
     replay_parser = commands.add_parser(
@@ -69,8 +72,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "inspect", help="a minute's bucket entries and each row's state (never texts)"
     )
     inspect_parser.add_argument("--minute", type=minute_arg, required=True)
-    inspect_parser.add_argument("--part", type=int, default=None, help="only this part")
-    inspect_parser.add_argument("--limit", type=int, default=1000, help="entries at most")
+    inspect_parser.add_argument("--part", type=_count, default=None, help="only this part")
+    inspect_parser.add_argument(
+        "--limit", type=_positive_count, default=1000, help="entries at most"
+    )
     _json_flag(inspect_parser)
     _command(inspect_parser, _inspect)
 
@@ -80,8 +85,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     replan_parser.add_argument("--zone", required=True, help="IANA zone, e.g. America/Sao_Paulo")
     replan_parser.add_argument("--rows-per-s", type=_positive, default=5000.0)
     replan_parser.add_argument("--writes-per-s", type=_positive, default=200.0)
-    replan_parser.add_argument("--splits", type=int, default=256, help="token ranges")
-    replan_parser.add_argument("--parallel", type=int, default=4, help="ranges scanned at once")
+    replan_parser.add_argument("--splits", type=_positive_count, default=256, help="token ranges")
+    replan_parser.add_argument(
+        "--parallel", type=_positive_count, default=4, help="ranges scanned at once"
+    )
     replan_parser.add_argument("--dry-run", action="store_true", help="count, write nothing")
     _json_flag(replan_parser)
     _command(replan_parser, _replan)
@@ -107,8 +114,24 @@ def _positive(text: str) -> float:
     return value
 
 
-def _json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print JSON")
+def _count(text: str, low: int = 0) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if value < low:
+        raise argparse.ArgumentTypeError(f"{text!r}: want a whole number, at least {low}")
+    return value
+
+
+def _positive_count(text: str) -> int:
+    return _count(text, low=1)
+
+
+def _json_flag(parser: argparse.ArgumentParser, *, inherited: bool = False) -> None:
+    # A subcommand's default would overwrite its parent's flag: an inherited one has none.
+    default = argparse.SUPPRESS if inherited else False
+    parser.add_argument("--json", action="store_true", default=default, help="print JSON")
 
 
 def _command(parser: argparse.ArgumentParser, command: Command) -> None:
@@ -117,11 +140,16 @@ def _command(parser: argparse.ArgumentParser, command: Command) -> None:
     def handler(args: argparse.Namespace) -> int:
         try:
             return asyncio.run(_with_admin(args, command))
-        except AdminError as error:
+        except (AdminError, ScheduleError) as error:
             print(f"{name}: {error}", file=sys.stderr)
             return 2
-        except (ConfigError, StorageUnavailable, ScheduleError) as error:
+        except (ConfigError, StorageUnavailable) as error:
             print(f"{name}: {error}", file=sys.stderr)
+            return 1
+        except (*STORAGE_ERRORS, DriverException) as error:
+            # Storage trouble after connecting too (a timeout, a missing table): one line,
+            # not a traceback; the operator retries, or fixes the keyspace setting.
+            print(f"{name}: storage: {type(error).__name__}: {error}", file=sys.stderr)
             return 1
 
     parser.set_defaults(handler=handler)

@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "serve-api", help="run the gRPC API (configured by REMINDERS_* variables)"
     )
-    parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING"))
+    logs.add_level_option(parser)
     parser.set_defaults(handler=run)
 
 

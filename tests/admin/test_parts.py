@@ -107,7 +107,8 @@ def test_grow_stores_the_new_p_from_a_minute_ahead_and_seeds_the_new_parts(
     own_keyspace: CassandraConnection, admin: AdminRunner
 ) -> None:
     before = datetime.now(UTC)
-    grown = admin("parts", "grow", "--to", "96", "--json").json()  # from the default 64
+    # `--json` before `grow` (the parent's flag) as well as after it.
+    grown = admin("parts", "--json", "grow", "--to", "96").json()  # from the default 64
     effective = parse(grown["effective_minute"])
     assert effective == ceil_minute(effective)
     assert before + timedelta(minutes=3) <= effective <= before + timedelta(minutes=4, seconds=5)

@@ -12,6 +12,7 @@ from dispatcher.settings import DispatcherSettings
 from notifier.settings import NotifierSettings
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import CassandraSettings, ConfigError, Retention
+from tests.platform.helpers import run_cli
 
 Reader = Callable[[Mapping[str, str]], object]
 
@@ -79,3 +80,11 @@ def test_the_api_and_the_dispatcher_keep_bucket_entries_and_history_alike() -> N
     assert api.retention == dispatcher.retention == Retention.from_env(env)
     assert dispatcher.retention.bucket == timedelta(days=3)
     assert dispatcher.retention.history == timedelta(days=30)
+
+
+@pytest.mark.parametrize("command", ["serve-api", "dispatch", "notifier"])
+def test_an_unknown_log_level_is_a_usage_error_of_every_service_command(command: str) -> None:
+    done = run_cli(command, "--log-level", "LOUD", timeout=60)
+    assert done.returncode == 2
+    assert "invalid choice: 'LOUD'" in done.stderr
+    assert "Traceback" not in done.stderr
