@@ -27,15 +27,21 @@ install: $(STAMP)
 node: install
 	$(BIN)/reminders cassandra start
 
-migrate: node
-	$(BIN)/reminders migrate
+# Runs a client of the node with what it needs to reach it (`reminders cassandra env`: the
+# node's port when REMINDERS_NODE_PORT moved it and REMINDERS_CASSANDRA_PORT is unset).
+# `&&`: a malformed setting stops here rather than running against another node.
+NODE_CLIENT = node_env="$$($(BIN)/reminders cassandra env)" && env $$node_env
 
-# The whole stack in the foreground: node, API (127.0.0.1:50051), notifier, dispatcher.
+migrate: node
+	$(NODE_CLIENT) $(BIN)/reminders migrate
+
+# The whole stack in the foreground: node, API (127.0.0.1:50051), notifier, dispatcher
+# (`reminders stack` points them at the node itself).
 run: migrate
 	$(BIN)/reminders stack
 
 test: node $(BUF) $(KUSTOMIZE) $(PROMTOOL)
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(NODE_CLIENT) $(BIN)/pytest $(PYTEST_ARGS)
 
 # buf (the proto linter) comes from npm, pinned, into a cache inside the checkout.
 $(BUF):

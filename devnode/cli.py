@@ -1,12 +1,24 @@
-"""`reminders cassandra start | stop | status | reset` and `reminders stack`: local development."""
+"""`reminders cassandra start | stop | status | reset | env` and `reminders stack`: local
+development."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from devnode.node import CASSANDRA_VERSION, NodeError, NodeSettings, reset, start, status, stop
+from devnode.node import (
+    CASSANDRA_VERSION,
+    NodeError,
+    NodeSettings,
+    client_env,
+    reset,
+    start,
+    status,
+    stop,
+)
 from devnode.stack import run_stack
+from reminders_svc.config import ConfigError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -15,8 +27,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "action",
-        choices=("start", "stop", "status", "reset"),
-        help="reset stops the node and deletes its home: data, logs and config",
+        choices=("start", "stop", "status", "reset", "env"),
+        help="reset stops the node and deletes its home: data, logs and config; env prints "
+        "the NAME=value settings its clients need to reach it (none when they already do)",
     )
     parser.set_defaults(handler=run)
     stack = subparsers.add_parser(
@@ -26,8 +39,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = NodeSettings.from_env()
     try:
+        settings = NodeSettings.from_env()
+        extra = client_env(os.environ)
+    except ConfigError as error:
+        print(f"reminders cassandra {args.action}: {error}", file=sys.stderr)
+        return 2
+    try:
+        if args.action == "env":
+            for name, value in extra.items():
+                print(f"{name}={value}")
+            return 0
         if args.action == "start":
             pid, started = start(settings, notice=lambda text: print(text, file=sys.stderr))
             verb = "started" if started else "already running"

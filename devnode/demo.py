@@ -12,6 +12,8 @@ import json
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import grpc
@@ -34,36 +36,77 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(handler=run)
 
 
+# Per call: a stack that is up answers in milliseconds; an address that swallows packets
+# must not hang the demo.
+CALL_TIMEOUT_S = 10.0
+
+
+class DemoError(Exception):
+    """A call failed; the message names the service and its address."""
+
+
+@contextmanager
+def _calling(service: str, address: str) -> Iterator[None]:
+    try:
+        yield
+    except grpc.RpcError as error:
+        code = error.code()
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            raise DemoError(
+                f"the {service} at {address} did not answer ({code.name}); "
+                "start the stack with `make run`"
+            ) from None
+        raise DemoError(
+            f"the {service} at {address} answered {code.name}: {error.details()}"
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _demo(args)
+    except DemoError as error:
+        print(f"reminders demo: {error}", file=sys.stderr)
+        return 1
+
+
+def _demo(args: argparse.Namespace) -> int:
     token = mint_token(AuthSettings.from_env({"REMINDERS_ENV": "dev"}).user, args.user, 600)
     metadata = (("authorization", f"Bearer {token}"),)
     due = (datetime.now(UTC) + timedelta(seconds=args.seconds)).replace(microsecond=0)
     instant = Timestamp()
     instant.FromDatetime(due)
     with grpc.insecure_channel(args.api) as api, grpc.insecure_channel(args.notifier) as push:
-        created = pb_grpc.RemindersServiceStub(api).CreateReminder(
-            pb.CreateReminderRequest(
-                reminder=pb.Reminder(
-                    text="demo reminder",
-                    schedule=pb.Schedule(time_zone="UTC", once=pb.OneOff(instant=instant)),
+        with _calling("API", args.api):
+            created = pb_grpc.RemindersServiceStub(api).CreateReminder(
+                pb.CreateReminderRequest(
+                    reminder=pb.Reminder(
+                        text="demo reminder",
+                        schedule=pb.Schedule(time_zone="UTC", once=pb.OneOff(instant=instant)),
+                    ),
+                    request_id=uuid.uuid4().hex,
                 ),
-                request_id=uuid.uuid4().hex,
-            ),
-            metadata=metadata,
-        )
+                metadata=metadata,
+                timeout=CALL_TIMEOUT_S,
+            )
         print(f"created {created.id}, due {due.isoformat()}; waiting for it to ring ...")
         notifier = npb_grpc.NotificationServiceStub(push)
         deadline = time.monotonic() + args.seconds + args.timeout
         pushes: list[npb.Delivered] = []
         while time.monotonic() < deadline:
-            answer = notifier.ListDelivered(npb.ListDeliveredRequest(user_id=args.user))
+            with _calling("notifier", args.notifier):
+                answer = notifier.ListDelivered(
+                    npb.ListDeliveredRequest(user_id=args.user), timeout=CALL_TIMEOUT_S
+                )
             pushes = [d for d in answer.delivered if d.idempotency_key.startswith(created.id)]
             if pushes and datetime.now(UTC) > due + timedelta(seconds=5):
                 break
             time.sleep(0.5)
-        history = pb_grpc.RemindersServiceStub(api).ListDeliveries(
-            pb.ListDeliveriesRequest(reminder_id=created.id), metadata=metadata
-        )
+        with _calling("API", args.api):
+            history = pb_grpc.RemindersServiceStub(api).ListDeliveries(
+                pb.ListDeliveriesRequest(reminder_id=created.id),
+                metadata=metadata,
+                timeout=CALL_TIMEOUT_S,
+            )
     handed = [d for d in history.deliveries if d.HasField("hand_off_time")]
     report = {
         "reminder": created.id,

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from reminders_svc.config import Env
+
 # The newest 5.0.x that Maven Central served when this was pinned (2026-11-30).
 CASSANDRA_VERSION = "5.0.9"
 _SUPPORTED_JAVA = (11, 17)
@@ -48,16 +50,22 @@ class NodeSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> NodeSettings:
+        """Raises ConfigError, naming the variable, for a malformed or out-of-range value."""
         env = os.environ if environ is None else environ
+        node = Env(env, "REMINDERS_NODE_")
         state = Path(env.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
         cache = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         return cls(
-            home=Path(env.get("REMINDERS_NODE_HOME") or state / "reminders" / "cassandra-node"),
-            cache=Path(env.get("REMINDERS_NODE_CACHE") or cache / "reminders" / "cassandra"),
-            native_port=int(env.get("REMINDERS_NODE_PORT", "9042")),
-            storage_port=int(env.get("REMINDERS_NODE_STORAGE_PORT", "7000")),
-            heap=env.get("REMINDERS_NODE_HEAP", "1G"),
-            startup_timeout_s=float(env.get("REMINDERS_NODE_STARTUP_TIMEOUT", "600")),
+            home=Path(node.raw("HOME") or state / "reminders" / "cassandra-node"),
+            cache=Path(node.raw("CACHE") or cache / "reminders" / "cassandra"),
+            # Not Env.port: a node cannot listen on "any free port" (0), its clients must
+            # know where it is.
+            native_port=node.integer("PORT", cls.native_port, low=1, high=65535),
+            storage_port=node.integer("STORAGE_PORT", cls.storage_port, low=1, high=65535),
+            heap=node.text("HEAP", cls.heap),
+            startup_timeout_s=node.number(
+                "STARTUP_TIMEOUT", cls.startup_timeout_s, low=1, high=86400, unit=" s"
+            ),
         )
 
     @property
@@ -75,6 +83,19 @@ class NodeSettings:
     @property
     def paxos_tracker_dir(self) -> Path:
         return self.home / "data" / "system" / "_paxos_repair_state"
+
+
+def client_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What the node's clients (migrate, the stack's services, the tests) must add to
+    `environ` to reach this node: they read REMINDERS_CASSANDRA_PORT, the node listens on
+    REMINDERS_NODE_PORT, so a node moved off a taken 9042 takes its clients along unless
+    they were pointed elsewhere on purpose. Raises ConfigError like NodeSettings.from_env.
+    """
+    if Env(environ, "REMINDERS_CASSANDRA_").raw("PORT") is not None:
+        return {}
+    if Env(environ, "REMINDERS_NODE_").raw("PORT") is None:
+        return {}
+    return {"REMINDERS_CASSANDRA_PORT": str(NodeSettings.from_env(environ).native_port)}
 
 
 @dataclass(frozen=True)

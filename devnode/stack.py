@@ -14,11 +14,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from devnode.node import NodeError, NodeSettings, start
+from devnode.node import NodeError, NodeSettings, client_env, start
+from reminders_svc.config import ConfigError
 
 # Started in this order, stopped in reverse.
 _SERVICES: tuple[tuple[str, Sequence[str]], ...] = (
@@ -34,42 +35,73 @@ def _relay(name: str, stream: IO[bytes]) -> None:
         sys.stdout.flush()
 
 
-def run_stack() -> int:
-    try:
-        pid, started = start(NodeSettings.from_env())
-    except NodeError as error:
-        print(f"reminders stack: {error}", file=sys.stderr)
-        return 1
-    print(f"cassandra {'started' if started else 'running'} (pid {pid})")
-    reminders = str(Path(sys.executable).with_name("reminders"))
-    env = {
+def child_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of the stack's processes (migrate and the services)."""
+    return {
         "REMINDERS_ENV": "dev",
         # Nothing on a development machine needs shielding from a catch-up: a stack stopped
         # overnight reads its 16 hours of empty minutes (64 parts) in a minute or two, where
         # the default pace takes five.
         "REMINDERS_DISPATCH_CATCH_UP_MINUTES_PER_S": "2000",
-        **os.environ,
+        **environ,
+        **client_env(environ),
     }
+
+
+def run_stack() -> int:
+    try:
+        settings = NodeSettings.from_env()
+        env = child_env(os.environ)
+    except ConfigError as error:
+        print(f"reminders stack: {error}", file=sys.stderr)
+        return 2
+    try:
+        pid, started = start(settings)
+    except NodeError as error:
+        print(f"reminders stack: {error}", file=sys.stderr)
+        return 1
+    print(f"cassandra {'started' if started else 'running'} (pid {pid})")
+    reminders = str(Path(sys.executable).with_name("reminders"))
     if subprocess.run([reminders, "migrate"], env=env, check=False).returncode != 0:
         return 1
-    children: list[tuple[str, subprocess.Popen[bytes]]] = []
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print("stack up: API 127.0.0.1:50051, notifier 127.0.0.1:50061; Ctrl-C stops it")
+    return supervise([(name, [reminders, *args]) for name, args in _SERVICES], env, stop)
+
+
+def supervise(
+    commands: Sequence[tuple[str, Sequence[str]]],
+    env: Mapping[str, str],
+    stop: threading.Event,
+) -> int:
+    """Run `commands` as children, their output prefixed with their names, until `stop` is
+    set, Ctrl-C, or one ends on its own; then stop the rest, in reverse order.
+
+    Returns 0 after a requested stop, else the exit code of the first child that ended on
+    its own (128 + N if signal N killed it), so `make run` fails when a service crashed.
+    """
+    children: list[tuple[str, subprocess.Popen[bytes]]] = []
+    relays: list[threading.Thread] = []
+    code = 0
     try:
-        for name, args in _SERVICES:
+        for name, command in commands:
             child = subprocess.Popen(
-                [reminders, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
             )
             assert child.stdout is not None
-            threading.Thread(target=_relay, args=(name, child.stdout), daemon=True).start()
+            relay = threading.Thread(target=_relay, args=(name, child.stdout), daemon=True)
+            relay.start()
+            relays.append(relay)
             children.append((name, child))
-        print("stack up: API 127.0.0.1:50051, notifier 127.0.0.1:50061; Ctrl-C stops it")
         while not stop.is_set():
             for name, child in children:
                 if child.poll() is not None:
                     print(
                         f"reminders stack: {name} exited with {child.returncode}", file=sys.stderr
                     )
+                    if code == 0:
+                        code = 128 - child.returncode if child.returncode < 0 else child.returncode
                     stop.set()
             time.sleep(0.5)
     except KeyboardInterrupt:
@@ -82,4 +114,8 @@ def run_stack() -> int:
                     child.wait(timeout=40)
                 except subprocess.TimeoutExpired:
                     child.kill()
-    return 0
+                    child.wait()
+        # A crashed child's last lines (its traceback) print before the stack exits.
+        for relay in relays:
+            relay.join(timeout=5)
+    return code

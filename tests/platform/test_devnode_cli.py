@@ -1,0 +1,151 @@
+"""`reminders stack`, `reminders demo` and the node's settings, as a developer meets them:
+a crashed service fails `make run`, a node moved off 9042 takes its clients along, and a
+typo or a stack that is not running gets one line, not a traceback. No node needed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from devnode import node, stack
+from reminders_svc.config import CassandraSettings
+from tests.platform.helpers import free_port, run_cli
+
+
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+SLEEPER = _python("import time; time.sleep(60)")
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("print('boom', flush=True); raise SystemExit(3)", 3),
+        # Killed (the OOM killer's SIGKILL): the shell's 128 + N, not a negative status.
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 128 + signal.SIGKILL),
+    ],
+)
+def test_a_child_that_ends_on_its_own_fails_the_stack_with_its_code(
+    code: str, expected: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    began = time.monotonic()
+    result = stack.supervise(
+        [("api", SLEEPER), ("crash", _python(code)), ("dispatch", SLEEPER)],
+        os.environ,
+        threading.Event(),
+    )
+
+    assert result == expected
+    assert time.monotonic() - began < 10  # the others were stopped, not waited for
+    out, err = capsys.readouterr()
+    assert "crash exited with" in err
+    if expected == 3:
+        assert "[crash] boom" in out
+
+
+def test_a_requested_stop_exits_0_even_when_a_child_stops_with_an_error() -> None:
+    # A service may exit non-zero when told to stop; the stack asked, so it is no failure.
+    sigterm_exits_1 = _python(
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))\n"
+        "time.sleep(60)"
+    )
+    stop = threading.Event()
+    threading.Timer(1.0, stop.set).start()
+
+    assert stack.supervise([("a", SLEEPER), ("b", sigterm_exits_1)], os.environ, stop) == 0
+
+
+def test_ctrl_c_stops_the_stack_and_its_children_with_0() -> None:
+    # As a terminal delivers Ctrl-C: SIGINT to the whole process group, children included.
+    ready = _python("import time; print('ready', flush=True); time.sleep(60)")
+    script = (
+        "import os, sys, threading\n"
+        "from devnode.stack import supervise\n"
+        f"children = [('a', {ready!r}), ('b', {ready!r})]\n"
+        "sys.exit(supervise(children, os.environ, threading.Event()))\n"
+    )
+    process = subprocess.Popen(
+        _python(script),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    up = {process.stdout.readline().strip() for _ in range(2)}
+    assert up == {"[a] ready", "[b] ready"}
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=20)
+
+    assert process.returncode == 0, err
+
+
+def test_a_node_moved_by_reminders_node_port_takes_the_stacks_processes_along() -> None:
+    moved = {"REMINDERS_NODE_PORT": "9142"}
+
+    assert node.client_env(moved) == {"REMINDERS_CASSANDRA_PORT": "9142"}
+    assert CassandraSettings.from_env(stack.child_env(moved)).port == 9142
+    # Clients pointed elsewhere on purpose stay there; an empty variable is unset.
+    chosen = {**moved, "REMINDERS_CASSANDRA_PORT": "9043"}
+    assert node.client_env(chosen) == {}
+    assert CassandraSettings.from_env(stack.child_env(chosen)).port == 9043
+    assert node.client_env({**moved, "REMINDERS_CASSANDRA_PORT": ""}) == {
+        "REMINDERS_CASSANDRA_PORT": "9142"
+    }
+    assert node.client_env({}) == {}
+    assert CassandraSettings.from_env(stack.child_env({})).port == 9042
+
+
+def test_cassandra_env_prints_what_the_makefile_hands_the_nodes_clients() -> None:
+    moved = run_cli(
+        "cassandra",
+        "env",
+        env={"REMINDERS_NODE_PORT": "9142", "REMINDERS_CASSANDRA_PORT": ""},
+        timeout=30,
+    )
+    unmoved = run_cli(
+        "cassandra", "env", env={"REMINDERS_NODE_PORT": "", "REMINDERS_CASSANDRA_PORT": ""}
+    )
+
+    assert (moved.returncode, moved.stdout, moved.stderr) == (
+        0,
+        "REMINDERS_CASSANDRA_PORT=9142\n",
+        "",
+    )
+    assert (unmoved.returncode, unmoved.stdout) == (0, "")
+
+
+@pytest.mark.parametrize("action", ["status", "env"])
+@pytest.mark.parametrize(
+    ("value", "why"), [("abc", "expected an integer"), ("0", "expected 1 to 65535")]
+)
+def test_a_malformed_node_port_is_one_line_naming_the_variable(
+    action: str, value: str, why: str
+) -> None:
+    result = run_cli("cassandra", action, env={"REMINDERS_NODE_PORT": value}, timeout=30)
+
+    assert result.returncode == 2
+    assert result.stderr == f"reminders cassandra {action}: REMINDERS_NODE_PORT={value!r}: {why}\n"
+
+
+def test_demo_without_a_running_stack_says_so_in_one_line() -> None:
+    api, notifier = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    began = time.monotonic()
+    result = run_cli("demo", "--api", api, "--notifier", notifier, timeout=30)
+
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"reminders demo: the API at {api} did not answer (UNAVAILABLE); "
+        "start the stack with `make run`\n"
+    )
+    assert result.stdout == ""
+    assert time.monotonic() - began < 15
