@@ -40,7 +40,10 @@ migrate: node
 run: migrate
 	$(BIN)/reminders stack
 
-test: node $(BUF) $(KUSTOMIZE) $(PROMTOOL)
+# With REMINDERS_CASSANDRA=docker the suite starts its node in a container: no local node.
+TEST_NODE := $(if $(filter docker,$(REMINDERS_CASSANDRA)),install,node)
+
+test: $(TEST_NODE) $(BUF) $(KUSTOMIZE) $(PROMTOOL)
 	$(NODE_CLIENT) $(BIN)/pytest $(PYTEST_ARGS)
 
 # buf (the proto linter) comes from npm, pinned, into a cache inside the checkout.
