@@ -129,23 +129,12 @@ def reject_unused(env: Env, names: tuple[str, ...], needs: str) -> None:
         raise ConfigError(f"{', '.join(given)} {verb} {env.prefix}{needs}")
 
 
-def read_pair(env: Env) -> tuple[PemFile, PemFile] | None:
-    """`CERT_FILE` and `KEY_FILE`: both, read, or neither."""
-    cert_path, key_path = env.raw("CERT_FILE"), env.raw("KEY_FILE")
-    if cert_path is None and key_path is None:
-        return None
-    if cert_path is None or key_path is None:
-        raise ConfigError(f"set both {env.prefix}CERT_FILE and {env.prefix}KEY_FILE, or neither")
-    return PemFile.load(env.prefix + "CERT_FILE", cert_path), PemFile.load(
-        env.prefix + "KEY_FILE", key_path
-    )
-
-
 @dataclass(frozen=True)
 class TlsSettings:
     """TLS to Cassandra (REMINDERS_CASSANDRA_TLS=true): the nodes' certificates checked
-    against `ca` (else the system's roots); `cert` and `key`, both or neither, present
-    this client's. Files are read and checked once, at startup."""
+    against `ca` (else the system's roots); with `cert`, this client presents its
+    certificate, its key in `key` or, without one, in the same file. Files are read and
+    checked once, at startup."""
 
     ca: PemFile | None
     cert: PemFile | None
@@ -153,28 +142,33 @@ class TlsSettings:
     check_hostname: bool
 
     def ssl_context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(cadata=self.ca.data.decode() if self.ca else None)
+        context = ssl.create_default_context(cafile=self.ca.path if self.ca else None)
         context.check_hostname = self.check_hostname
-        if self.cert is not None and self.key is not None:
-            context.load_cert_chain(self.cert.path, self.key.path)
+        if self.cert is not None:
+            context.load_cert_chain(self.cert.path, self.key.path if self.key else None)
         return context
 
     @classmethod
-    def from_env(cls, env: Env, enabled: bool) -> TlsSettings | None:
-        """`env` reads REMINDERS_CASSANDRA_TLS_*."""
-        if not enabled:
-            reject_unused(env, ("CA_FILE", "CERT_FILE", "KEY_FILE"), "=true (plaintext otherwise)")
+    def from_env(cls, env: Env) -> TlsSettings | None:
+        """`env` reads REMINDERS_CASSANDRA_*."""
+        files = ("TLS_CA_FILE", "TLS_CERT_FILE", "TLS_KEY_FILE")
+        if not env.flag("TLS", False):
+            reject_unused(env, files, "TLS=true (plaintext otherwise)")
             return None
-        pair = read_pair(env)
-        cert, key = pair if pair is not None else (None, None)
-        settings = cls(PemFile.read(env, "CA_FILE"), cert, key, env.flag("CHECK_HOSTNAME", True))
+        ca, cert, key = (PemFile.read(env, name) for name in files)
+        if key is not None and cert is None:
+            raise ConfigError(f"{key.variable} needs {env.prefix}TLS_CERT_FILE")
+        settings = cls(ca, cert, key, env.flag("TLS_CHECK_HOSTNAME", True))
         try:
             settings.ssl_context()
-        except (ssl.SSLError, UnicodeDecodeError) as error:
-            # A CA file of no certificate, or a key not the certificate's. The reason is
-            # OpenSSL's, about the files' kinds, never their contents.
+        except (ssl.SSLError, ValueError, TypeError) as error:
+            # A CA file of no certificate, a certificate without its key, or a key not the
+            # certificate's. The reason is OpenSSL's, about the files' kinds, never their
+            # contents.
             reason = getattr(error, "reason", None) or type(error).__name__
-            raise ConfigError(f"{env.prefix}*: the files make no TLS client ({reason})") from None
+            raise ConfigError(
+                f"{env.prefix}TLS_*_FILE: the files make no TLS client ({reason})"
+            ) from None
         return settings
 
 
@@ -196,7 +190,7 @@ class CassandraSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> CassandraSettings:
         env = Env(os.environ if environ is None else environ, "REMINDERS_CASSANDRA_")
-        tls = TlsSettings.from_env(Env(env.values, env.prefix + "TLS_"), env.flag("TLS", False))
+        tls = TlsSettings.from_env(env)
         password = env.raw("PASSWORD")
         return cls(
             contact_points=tuple(

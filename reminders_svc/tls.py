@@ -26,7 +26,7 @@ import grpc
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from reminders_svc.config import ConfigError, Env, PemFile, read_pair, reject_unused
+from reminders_svc.config import ConfigError, Env, PemFile, reject_unused
 
 API_PREFIX = "REMINDERS_API_TLS_"
 NOTIFIER_SERVER_PREFIX = "REMINDERS_NOTIFIER_SERVER_TLS_"
@@ -62,11 +62,16 @@ def _check_pair(cert: PemFile, key: PemFile) -> None:
 
 
 def _pair(env: Env) -> tuple[PemFile, PemFile] | None:
-    """`CERT_FILE` and `KEY_FILE`: both, read and checked to belong together, or neither."""
-    pair = read_pair(env)
-    if pair is not None:
-        _check_pair(*pair)
-    return pair
+    """`CERT_FILE` and `KEY_FILE`: both, read and checked, or neither."""
+    cert_path, key_path = env.raw("CERT_FILE"), env.raw("KEY_FILE")
+    if cert_path is None and key_path is None:
+        return None
+    if cert_path is None or key_path is None:
+        raise ConfigError(f"set both {env.prefix}CERT_FILE and {env.prefix}KEY_FILE, or neither")
+    cert = PemFile.load(env.prefix + "CERT_FILE", cert_path)
+    key = PemFile.load(env.prefix + "KEY_FILE", key_path)
+    _check_pair(cert, key)
+    return cert, key
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from cassandra import ConsistencyLevel, DriverException
+from cassandra import ConsistencyLevel, DriverException, InvalidRequest
 from cassandra.cluster import Session
 from cassandra.protocol import ErrorMessage
 from cassandra.query import SimpleStatement
@@ -202,7 +202,13 @@ def require_current_schema(
     good on a column or table its statements name and the database does not have yet.
     """
     shipped = load_migrations(default_cql_dir()) if migrations is None else migrations
-    recorded = _recorded(session, keyspace)
+    try:
+        recorded = _recorded(session, keyspace)
+    except InvalidRequest:
+        # A keyspace made by hand, or one `reminders migrate` is creating right now.
+        raise SchemaBehind(
+            f"keyspace {keyspace!r} has no schema_migrations table: run `reminders migrate`"
+        ) from None
     missing = [m.label for m in shipped if m.version not in recorded]
     if missing:
         raise SchemaBehind(

@@ -163,8 +163,9 @@ class ReminderStore:
             "INSERT INTO create_requests (user_id, request_id, payload_hash, reminder_id,"
             " created_at) VALUES (?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
         )
-        # The mark rewrites the record's cells with a fresh TTL, so no cell outlives the
-        # others (a record reduced to its mark would read as a record of nothing).
+        # The mark rewrites the cells a replay reads (hash, id) with the mark's fresh TTL:
+        # a record reduced to its mark would read as a record of nothing. (created_at and
+        # the row marker may expire first; nothing reads them.)
         self._mark_replay = prepare(
             "UPDATE create_requests USING TTL ? SET replayed_at = ?, payload_hash = ?,"
             " reminder_id = ? WHERE user_id = ? AND request_id = ? IF reminder_id = ?"

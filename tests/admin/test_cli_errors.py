@@ -3,11 +3,11 @@ for a request refused, 1 for storage or configuration trouble, never a traceback
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
-from reminders_svc.storage.session import CassandraConnection
+from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
+from reminders_svc.storage.session import connect
 from tests.admin.conftest import AdminRunner, admin_runner
 
 
@@ -38,16 +38,34 @@ def test_an_unknown_zone_is_a_request_refused(admin: AdminRunner) -> None:
     assert "Traceback" not in refused.err
 
 
-def test_a_keyspace_without_the_schema_is_storage_trouble_in_one_line(
-    own_keyspace: CassandraConnection,
+def test_storage_trouble_after_connecting_is_one_line(
+    fresh_keyspace: CassandraSettings,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """A keyspace that exists but holds none of the tables (a wrong
-    REMINDERS_CASSANDRA_KEYSPACE): the driver's error, named, on one line."""
-    wrong = dataclasses.replace(own_keyspace.settings, keyspace="system_auth")
-    outcome = admin_runner(wrong, monkeypatch, capsys)("parts")
+    """A keyspace missing one of its tables (dropped by hand): the driver's error, named,
+    on one line, where a traceback was."""
+    with connect(fresh_keyspace, keyspace="") as connection:
+        migrate(connection.session, fresh_keyspace, load_migrations(default_cql_dir()))
+        connection.session.execute(f"DROP TABLE {fresh_keyspace.keyspace}.part_counts")
+    outcome = admin_runner(fresh_keyspace, monkeypatch, capsys)("parts")
     assert outcome.code == 1
     assert outcome.err.startswith("reminders admin parts: storage: InvalidRequest: ")
-    assert "schema_migrations" in outcome.err
+    assert "part_counts" in outcome.err
     assert len(outcome.err.strip().splitlines()) == 1
+
+
+def test_a_keyspace_behind_the_release_is_named_in_one_line(
+    fresh_keyspace: CassandraSettings,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    migrations = load_migrations(default_cql_dir())
+    with connect(fresh_keyspace, keyspace="") as connection:
+        migrate(connection.session, fresh_keyspace, migrations[:-1])
+    outcome = admin_runner(fresh_keyspace, monkeypatch, capsys)("parts")
+    assert outcome.code == 1
+    assert outcome.err == (
+        f"reminders admin parts: keyspace {fresh_keyspace.keyspace!r} lacks schema files"
+        f" {migrations[-1].label} of this release: run `reminders migrate`\n"
+    )

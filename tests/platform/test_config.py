@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import socket
 import ssl
+import threading
 from pathlib import Path
 
 import pytest
 
 from reminders_svc.config import CassandraSettings, ConfigError, Replication
-from tests.pki import issue_pki
+from tests.pki import LOCALHOST, Pki, issue_pki
 
 
 def test_defaults_suit_the_local_node() -> None:
@@ -43,9 +45,7 @@ def test_a_production_cluster_is_described_by_the_environment(tmp_path: Path) ->
     assert settings.local_dc == "dc1"
     assert settings.serial_consistency == "LOCAL_SERIAL"
     assert settings.tls is not None
-    assert settings.tls.ca is not None
-    assert settings.tls.ca.path == str(pki.ca)
-    assert settings.tls.ssl_context().verify_mode == ssl.CERT_REQUIRED
+    assert "('commonName', 'client')" in _handshake(settings.tls.ssl_context(), pki)
     assert "PRIVATE KEY" not in repr(settings)
     assert settings.replication == Replication("NetworkTopologyStrategy", (("dc1", 3), ("dc2", 3)))
     assert settings.password is not None
@@ -78,22 +78,32 @@ def _tls_env(**files: Path | str) -> dict[str, str]:
 def test_cassandra_tls_files_without_tls_on_are_refused(tmp_path: Path) -> None:
     """Else the process would connect in plaintext, its credentials with it."""
     pki = issue_pki(tmp_path)
-    with pytest.raises(ConfigError, match="REMINDERS_CASSANDRA_TLS_CA_FILE needs REMINDERS_CASS"):
+    with pytest.raises(ConfigError) as refused:
         CassandraSettings.from_env(_tls_env(CA_FILE=pki.ca))
+    assert str(refused.value) == (
+        "REMINDERS_CASSANDRA_TLS_CA_FILE needs REMINDERS_CASSANDRA_TLS=true (plaintext otherwise)"
+    )
+
+
+_NO_TLS_CLIENT = "REMINDERS_CASSANDRA_TLS_\\*_FILE: the files make no TLS client"
 
 
 @pytest.mark.parametrize(
     ("files", "message"),
     [
         ({"CA_FILE": "/nonexistent/ca.crt"}, "TLS_CA_FILE='/nonexistent/ca.crt': cannot read it"),
-        ({"CERT_FILE": "client.pem"}, "set both REMINDERS_CASSANDRA_TLS_CERT_FILE and"),
-        ({"CA_FILE": "client.key"}, "REMINDERS_CASSANDRA_TLS_\\*: the files make no TLS client"),
-        (
-            {"CERT_FILE": "client.pem", "KEY_FILE": "server.key"},
-            "REMINDERS_CASSANDRA_TLS_\\*: the files make no TLS client",
-        ),
+        ({"KEY_FILE": "client.key"}, "TLS_KEY_FILE needs REMINDERS_CASSANDRA_TLS_CERT_FILE"),
+        ({"CERT_FILE": "client.pem"}, _NO_TLS_CLIENT),
+        ({"CA_FILE": "client.key"}, _NO_TLS_CLIENT),
+        ({"CERT_FILE": "client.pem", "KEY_FILE": "server.key"}, _NO_TLS_CLIENT),
     ],
-    ids=["unreadable", "half-pair", "ca-not-a-certificate", "key-not-the-certificate-s"],
+    ids=[
+        "unreadable",
+        "key-without-certificate",
+        "certificate-without-its-key",
+        "ca-not-a-certificate",
+        "key-not-the-certificate-s",
+    ],
 )
 def test_bad_cassandra_tls_files_stop_the_process_naming_the_variable(
     tmp_path: Path, files: dict[str, str], message: str
@@ -104,3 +114,49 @@ def test_bad_cassandra_tls_files_stop_the_process_naming_the_variable(
     with pytest.raises(ConfigError, match=message) as refused:
         CassandraSettings.from_env(env)
     assert "PRIVATE KEY" not in str(refused.value)
+
+
+def _handshake(client: ssl.SSLContext, pki: Pki) -> str:
+    """A TLS handshake of `client` with a server that requires a client certificate from
+    the test CA; the subject of the certificate the client presented."""
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(pki.server.cert, pki.server.key)
+    server.load_verify_locations(pki.ca)
+    server.verify_mode = ssl.CERT_REQUIRED
+    presented: list[str] = []
+    with socket.create_server((LOCALHOST, 0)) as listener:
+
+        def accept() -> None:
+            connection, _ = listener.accept()
+            with server.wrap_socket(connection, server_side=True) as tls:
+                peer = tls.getpeercert()
+                assert peer is not None
+                presented.append(str(peer["subject"]))
+
+        accepting = threading.Thread(target=accept)
+        accepting.start()
+        with (
+            socket.create_connection(listener.getsockname()) as raw,
+            client.wrap_socket(raw, server_hostname=LOCALHOST) as tls,
+        ):
+            tls.do_handshake()
+        accepting.join(timeout=10)
+    return presented[0]
+
+
+def test_cassandra_mutual_tls_from_a_bundle_and_a_combined_certificate_and_key(
+    tmp_path: Path,
+) -> None:
+    """A CA bundle with non-ASCII comments (certifi's has them), and the client's
+    certificate and key in one file: both as Cassandra's TLS files; the handshake checks
+    the server and presents the client's certificate."""
+    pki = issue_pki(tmp_path)
+    bundle = tmp_path / "bundle.pem"
+    bundle.write_bytes("# Issuer: Főtanúsítvány\n".encode() + pki.ca.read_bytes())
+    combined = tmp_path / "client-and-key.pem"
+    combined.write_bytes(pki.client.cert.read_bytes() + pki.client.key.read_bytes())
+    settings = CassandraSettings.from_env(
+        {"REMINDERS_CASSANDRA_TLS": "true"} | _tls_env(CA_FILE=bundle, CERT_FILE=combined)
+    )
+    assert settings.tls is not None
+    assert "('commonName', 'client')" in _handshake(settings.tls.ssl_context(), pki)

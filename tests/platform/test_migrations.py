@@ -82,6 +82,13 @@ def test_a_schema_behind_the_release_is_named_until_migrated(
     migrations = load_migrations(default_cql_dir())
     with connect(fresh_keyspace, keyspace="") as connection:
         session = connection.session
+        session.execute(
+            f"CREATE KEYSPACE {fresh_keyspace.keyspace} WITH replication ="
+            f" {fresh_keyspace.replication.cql()}"
+        )
+        with pytest.raises(SchemaBehind, match="has no schema_migrations table: run `reminders"):
+            require_current_schema(session, fresh_keyspace.keyspace, migrations)  # made by hand
+
         migrate(session, fresh_keyspace, migrations[:-2])
         with pytest.raises(SchemaBehind) as behind:
             require_current_schema(session, fresh_keyspace.keyspace, migrations)
