@@ -76,6 +76,14 @@ def stamp(instant: datetime) -> Timestamp:
     return value
 
 
+def health_status(target: str) -> int:
+    """The server's overall health (SERVING, NOT_SERVING, ...), asked once."""
+    with grpc.insecure_channel(target) as channel:
+        request = health_pb2.HealthCheckRequest()
+        status: int = health_pb2_grpc.HealthStub(channel).Check(request, timeout=5).status
+        return status
+
+
 def wait_serving(target: str, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     with grpc.insecure_channel(target) as channel:

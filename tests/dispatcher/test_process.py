@@ -8,11 +8,23 @@ import urllib.request
 import uuid
 from datetime import timedelta
 
+from grpc_health.v1.health_pb2 import HealthCheckResponse
+
 from reminders_svc.config import CassandraSettings
-from tests.dispatcher.stack import REMINDERS, Stack, closing, soon, wait_serving
+from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
+from reminders_svc.storage.session import connect
+from tests.dispatcher.stack import (
+    REMINDERS,
+    Stack,
+    closing,
+    health_status,
+    soon,
+    wait_serving,
+)
 from tests.platform.helpers import free_port
 
 DEFAULT_PARTS = 64
+NOT_SERVING = HealthCheckResponse.NOT_SERVING
 
 
 def test_health_metrics_demo_and_a_clean_sigterm(cassandra_settings: CassandraSettings) -> None:
@@ -94,3 +106,31 @@ def test_a_dispatcher_new_to_its_keyspace_is_current_in_seconds(
 
         lateness = push.push_time.ToDatetime() - push.due_time.ToDatetime()
         assert timedelta(0) <= lateness < timedelta(seconds=5)
+
+
+def test_a_dispatcher_started_before_its_schema_files_are_applied_waits_until_they_are(
+    cassandra_settings: CassandraSettings,
+) -> None:
+    """A pod rolled out before the migrate Job has finished: NOT_SERVING, saying which
+    files are missing, then at work once they are applied, with no restart."""
+    with closing(Stack(cassandra_settings)) as stack:
+        migrations = load_migrations(default_cql_dir())
+        stack.db.session.execute(
+            "DELETE FROM schema_migrations WHERE version = %s", (migrations[-1].version,)
+        )
+        health_port = free_port()
+        dispatcher = stack.start_dispatcher("early", REMINDERS_DISPATCH_PORT=str(health_port))
+        time.sleep(5)  # attempts to prepare its statements, each refused
+        assert dispatcher.poll() is None
+        assert health_status(f"127.0.0.1:{health_port}") == NOT_SERVING
+
+        with connect(stack.settings, keyspace="") as connection:
+            migrate(connection.session, stack.settings, migrations)
+        wait_serving(f"127.0.0.1:{health_port}")
+        stack.start_api()
+        stack.start_notifier()
+        user = f"u-{uuid.uuid4().hex[:8]}"
+        created = stack.create_at(user, soon(3))
+        assert len(stack.wait_for_pushes(1, user, created.id)) == 1
+        log = "".join(p.read_text() for p in stack.logs.glob("dispatch-early-*.log"))
+        assert f"lacks schema files {migrations[-1].label}" in log
