@@ -219,6 +219,10 @@ async def _until(condition: Callable[[], bool], timeout_s: float) -> None:
             await asyncio.sleep(0.05)
 
 
+async def _sleep_until(instant: datetime) -> None:
+    await asyncio.sleep(max(0.0, (instant - datetime.now(UTC)).total_seconds()))
+
+
 def _just_due() -> datetime:
     return (datetime.now(UTC) - timedelta(seconds=1)).replace(microsecond=0)
 
@@ -383,18 +387,20 @@ def test_an_entry_made_due_sooner_is_not_held_up_by_one_waiting_for_a_later_due(
     behind that wait."""
 
     async def scenario() -> None:
-        async with leased_part(own_keyspace) as part:
+        if datetime.now(UTC).second > 44:
+            # All three dues in one minute, as the entries' horizon (its end) assumes; waited
+            # before the lease is taken (tests do not renew it).
+            await asyncio.sleep(61 - datetime.now(UTC).second)
+        async with leased_part(own_keyspace, lease=timedelta(seconds=60)) as part:
             start = datetime.now(UTC).replace(microsecond=0)
-            if start.second > 45:
-                # All three dues in one minute, as the entries' horizon (its end) assumes.
-                await asyncio.sleep(61 - start.second)
-                start = datetime.now(UTC).replace(microsecond=0)
-            first = await part.due_reminder("u-sooner", start + timedelta(seconds=2))
+            # Seconds apart, so the edit lands before the first due on a loaded machine (at
+            # 2 s ahead, a full run once claimed the ring before the edit).
+            first = await part.due_reminder("u-sooner", start + timedelta(seconds=4))
             first_entry = part.ring(first)
-            later, sooner = start + timedelta(seconds=9), start + timedelta(seconds=5)
+            later, sooner = start + timedelta(seconds=12), start + timedelta(seconds=8)
             edited = await edit_due(part, first, later)
-            await asyncio.sleep(3)  # the first entry now waits for `later`
-            assert not first_entry.done()
+            await _sleep_until(start + timedelta(seconds=6))
+            assert not first_entry.done()  # past its due, it waits for `later`
             await edit_due(part, edited, sooner)
             # The entry the second edit wrote: its due, its minute's horizon.
             sooner_entry = part.ring(dataclasses.replace(first, due=sooner))
