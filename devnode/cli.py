@@ -7,16 +7,7 @@ import argparse
 import os
 import sys
 
-from devnode.node import (
-    CASSANDRA_VERSION,
-    NodeError,
-    NodeSettings,
-    client_env,
-    reset,
-    start,
-    status,
-    stop,
-)
+from devnode.node import CASSANDRA_VERSION, NodeError, NodeSettings, reset, start, status, stop
 from devnode.stack import run_stack
 from reminders_svc.config import ConfigError
 
@@ -35,19 +26,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     stack = subparsers.add_parser(
         "stack", help="run node, API, notifier and a dispatcher in the foreground (Ctrl-C stops)"
     )
-    stack.set_defaults(handler=lambda _args: run_stack())
+    stack.set_defaults(handler=_stack)
+
+
+def _node_settings(command: str) -> NodeSettings | None:
+    """The node's settings; None once a malformed one is reported, naming its variable."""
+    try:
+        return NodeSettings.from_env()
+    except ConfigError as error:
+        print(f"{command}: {error}", file=sys.stderr)
+        return None
+
+
+def _stack(_args: argparse.Namespace) -> int:
+    settings = _node_settings("reminders stack")
+    return 2 if settings is None else run_stack(settings)
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        settings = NodeSettings.from_env()
-        extra = client_env(os.environ)
-    except ConfigError as error:
-        print(f"reminders cassandra {args.action}: {error}", file=sys.stderr)
+    settings = _node_settings(f"reminders cassandra {args.action}")
+    if settings is None:
         return 2
     try:
         if args.action == "env":
-            for name, value in extra.items():
+            for name, value in settings.client_env(os.environ).items():
                 print(f"{name}={value}")
             return 0
         if args.action == "start":

@@ -68,6 +68,17 @@ class NodeSettings:
             ),
         )
 
+    def client_env(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """What the node's clients (migrate, the stack's services, the tests) must add to
+        `environ` to reach this node: they read REMINDERS_CASSANDRA_PORT, the node listens
+        on REMINDERS_NODE_PORT, so a node moved off a taken 9042 takes its clients along
+        unless they were pointed elsewhere on purpose."""
+        if Env(environ, "REMINDERS_CASSANDRA_").raw("PORT") is not None:
+            return {}
+        if Env(environ, "REMINDERS_NODE_").raw("PORT") is None:
+            return {}
+        return {"REMINDERS_CASSANDRA_PORT": str(self.native_port)}
+
     @property
     def lib_dir(self) -> Path:
         return self.cache / CASSANDRA_VERSION / "lib"
@@ -83,19 +94,6 @@ class NodeSettings:
     @property
     def paxos_tracker_dir(self) -> Path:
         return self.home / "data" / "system" / "_paxos_repair_state"
-
-
-def client_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """What the node's clients (migrate, the stack's services, the tests) must add to
-    `environ` to reach this node: they read REMINDERS_CASSANDRA_PORT, the node listens on
-    REMINDERS_NODE_PORT, so a node moved off a taken 9042 takes its clients along unless
-    they were pointed elsewhere on purpose. Raises ConfigError like NodeSettings.from_env.
-    """
-    if Env(environ, "REMINDERS_CASSANDRA_").raw("PORT") is not None:
-        return {}
-    if Env(environ, "REMINDERS_NODE_").raw("PORT") is None:
-        return {}
-    return {"REMINDERS_CASSANDRA_PORT": str(NodeSettings.from_env(environ).native_port)}
 
 
 @dataclass(frozen=True)

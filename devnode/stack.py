@@ -18,8 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from devnode.node import NodeError, NodeSettings, client_env, start
-from reminders_svc.config import ConfigError
+from devnode.node import NodeError, NodeSettings, start
 
 # Started in this order, stopped in reverse.
 _SERVICES: tuple[tuple[str, Sequence[str]], ...] = (
@@ -35,7 +34,7 @@ def _relay(name: str, stream: IO[bytes]) -> None:
         sys.stdout.flush()
 
 
-def child_env(environ: Mapping[str, str]) -> dict[str, str]:
+def child_env(environ: Mapping[str, str], node: NodeSettings) -> dict[str, str]:
     """The environment of the stack's processes (migrate and the services)."""
     return {
         "REMINDERS_ENV": "dev",
@@ -44,17 +43,12 @@ def child_env(environ: Mapping[str, str]) -> dict[str, str]:
         # the default pace takes five.
         "REMINDERS_DISPATCH_CATCH_UP_MINUTES_PER_S": "2000",
         **environ,
-        **client_env(environ),
+        **node.client_env(environ),
     }
 
 
-def run_stack() -> int:
-    try:
-        settings = NodeSettings.from_env()
-        env = child_env(os.environ)
-    except ConfigError as error:
-        print(f"reminders stack: {error}", file=sys.stderr)
-        return 2
+def run_stack(settings: NodeSettings) -> int:
+    env = child_env(os.environ, settings)
     try:
         pid, started = start(settings)
     except NodeError as error:

@@ -116,10 +116,10 @@ def _positive(text: str) -> float:
 
 def _count(text: str, low: int = 0) -> int:
     try:
-        value = int(text)
+        value: int | None = int(text)
     except ValueError:
-        value = low - 1
-    if value < low:
+        value = None
+    if value is None or value < low:
         raise argparse.ArgumentTypeError(f"{text!r}: want a whole number, at least {low}")
     return value
 

@@ -51,6 +51,22 @@ def _request(request_id: str, text: str = "call mom") -> pb.CreateReminderReques
     )
 
 
+_WEEKLY = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19, 10))
+
+
+def _recorded_by_an_earlier_attempt(
+    connection: CassandraConnection, user: str, request_id: str, payload: bytes
+) -> uuid.UUID:
+    """A create record as an earlier attempt left it, with no row yet; its reminder id."""
+    reminder_id = uuid.uuid4()
+    connection.session.execute(
+        "INSERT INTO create_requests (user_id, request_id, payload_hash, reminder_id)"
+        " VALUES (%s, %s, %s, %s)",
+        (user, request_id, hashlib.sha256(payload).digest(), reminder_id),
+    )
+    return reminder_id
+
+
 def _rows(connection: CassandraConnection, user: str) -> list[Any]:
     rows = connection.session.execute(
         "SELECT reminder_id, status, version, active_count FROM reminders WHERE user_id = %s",
@@ -105,16 +121,8 @@ def test_a_replay_after_a_crash_between_record_and_row_completes_the_row(
     # The first attempt recorded the request, then died before writing the row.
     request = _request("crashed")
     payload = pb.Reminder(text=request.reminder.text, schedule=request.reminder.schedule)
-    orphan_id = uuid.uuid4()
-    cassandra.session.execute(
-        "INSERT INTO create_requests (user_id, request_id, payload_hash, reminder_id)"
-        " VALUES (%s, %s, %s, %s)",
-        (
-            user,
-            "crashed",
-            hashlib.sha256(payload.SerializeToString(deterministic=True)).digest(),
-            orphan_id,
-        ),
+    orphan_id = _recorded_by_an_earlier_attempt(
+        cassandra, user, "crashed", payload.SerializeToString(deterministic=True)
     )
 
     replay = api.reminders.CreateReminder(request, metadata=api.as_user(user))
@@ -380,11 +388,10 @@ def app_factory(cassandra: CassandraConnection) -> Any:
 def test_an_lwt_timeout_is_settled_by_a_serial_read(
     app_factory: Any, cassandra: CassandraConnection, user: str, apply_first: bool, error: Exception
 ) -> None:
-    schedule = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19, 10))
     honest = RemindersApp(
         ReminderStore(cassandra.session, Retention()), Limits(), FakeClock(SEED_NOW)
     )
-    created = asyncio.run(honest.create(user, "r", "call mom", schedule, b"p"))
+    created = asyncio.run(honest.create(user, "r", "call mom", _WEEKLY, b"p"))
 
     injector = UnknownOutcome(lands=apply_first, error=error, targets=_is_row_lwt)
     app = app_factory(injector)
@@ -403,10 +410,9 @@ def test_an_lwt_timeout_is_settled_by_a_serial_read(
 def test_an_edit_of_unknown_outcome_is_applied_though_a_claim_landed_after_it(
     app_factory: Any, cassandra: CassandraConnection, user: str
 ) -> None:
-    schedule = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19, 10))
     honest_store = ReminderStore(cassandra.session, Retention())
     honest = RemindersApp(honest_store, Limits(), FakeClock(SEED_NOW))
-    created = asyncio.run(honest.create(user, "r", "call mom", schedule, b"p"))
+    created = asyncio.run(honest.create(user, "r", "call mom", _WEEKLY, b"p"))
 
     async def a_dispatcher_claims_it() -> None:  # as at its due, before the settling read
         stored = await honest_store.get_serial(user, created.reminder_id)
@@ -436,10 +442,9 @@ def test_an_edit_of_unknown_outcome_is_applied_though_a_claim_landed_after_it(
 def test_a_create_whose_lwt_timed_out_is_settled_and_written_once(
     app_factory: Any, cassandra: CassandraConnection, user: str, apply_first: bool, error: Exception
 ) -> None:
-    schedule = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19, 10))
     injector = UnknownOutcome(lands=apply_first, error=error, targets=_is_row_lwt)
 
-    created = asyncio.run(app_factory(injector).create(user, "r", "call mom", schedule, b"p"))
+    created = asyncio.run(app_factory(injector).create(user, "r", "call mom", _WEEKLY, b"p"))
 
     assert injector.injected == 1
     rows = _rows(cassandra, user)
@@ -512,32 +517,23 @@ class _OriginalLandsWhileTheReplayLooks(ReminderStore):
 def test_a_replay_racing_its_original_to_the_last_slot_answers_with_the_original(
     cassandra: CassandraConnection, user: str
 ) -> None:
-    schedule = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19, 10))
     one_slot = Limits(max_active_per_user=1)
     # The original recorded its request, then was slow to write its row.
-    original_id = uuid.uuid4()
-    cassandra.session.execute(
-        "INSERT INTO create_requests (user_id, request_id, payload_hash, reminder_id)"
-        " VALUES (%s, %s, %s, %s)",
-        (user, "r", hashlib.sha256(b"p").digest(), original_id),
-    )
+    original_id = _recorded_by_an_earlier_attempt(cassandra, user, "r", b"p")
     honest = RemindersApp(
         ReminderStore(cassandra.session, Retention()), one_slot, FakeClock(SEED_NOW)
     )
     racing = _OriginalLandsWhileTheReplayLooks(
-        cassandra.session, honest, lambda app: app.create(user, "r", "call mom", schedule, b"p")
+        cassandra.session, honest, lambda app: app.create(user, "r", "call mom", _WEEKLY, b"p")
     )
     replay = RemindersApp(racing, one_slot, FakeClock(SEED_NOW))
 
-    answer = asyncio.run(replay.create(user, "r", "call mom", schedule, b"p"))
+    answer = asyncio.run(replay.create(user, "r", "call mom", _WEEKLY, b"p"))
 
     assert racing.landed
     assert answer.reminder_id == original_id
     assert [r.reminder_id for r in _rows(cassandra, user)] == [original_id]
     assert _create_records(cassandra, user) == {"r"}  # the original's record stands
-
-
-_WEEKLY = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19, 10))
 
 
 def _one_slot_app(store: ReminderStore) -> RemindersApp:
@@ -614,12 +610,7 @@ def test_a_replay_whose_original_took_its_record_back_is_made_as_a_new_request(
     other_server = _one_slot_app(ReminderStore(cassandra.session, Retention()))
     occupying = asyncio.run(_create(other_server, user, "older"))
     # The original recorded its request (and is about to be refused at the cap).
-    original_id = uuid.uuid4()
-    cassandra.session.execute(
-        "INSERT INTO create_requests (user_id, request_id, payload_hash, reminder_id)"
-        " VALUES (%s, %s, %s, %s)",
-        (user, "r", hashlib.sha256(b"r").digest(), original_id),
-    )
+    original_id = _recorded_by_an_earlier_attempt(cassandra, user, "r", b"r")
     racing = _RefusedWhileTheReplayLooks(cassandra.session, other_server, occupying.reminder_id)
 
     answer = asyncio.run(_create(_one_slot_app(racing), user, "r"))
@@ -715,17 +706,16 @@ def _lose_the_last_slot(
 ) -> _LastSlotTakenAfterTheCountRead:
     """Two API servers' creates race for a user's only slot; the one through the returned
     store reads the count first and loses. Returns that store, once its create is refused."""
-    schedule = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19, 10))
     one_slot = Limits(max_active_per_user=1)
     other = RemindersApp(
         ReminderStore(connection.session, Retention()), one_slot, FakeClock(SEED_NOW)
     )
     store = _LastSlotTakenAfterTheCountRead(
-        connection.session, lambda: other.create(user, "other", "call dad", schedule, b"other")
+        connection.session, lambda: other.create(user, "other", "call dad", _WEEKLY, b"other")
     )
     losing = RemindersApp(store, one_slot, FakeClock(SEED_NOW))
     with pytest.raises(QuotaExceeded):
-        asyncio.run(losing.create(user, "mine", "call mom", schedule, b"mine"))
+        asyncio.run(losing.create(user, "mine", "call mom", _WEEKLY, b"mine"))
     return store
 
 

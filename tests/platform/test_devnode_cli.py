@@ -89,20 +89,30 @@ def test_ctrl_c_stops_the_stack_and_its_children_with_0() -> None:
     assert process.returncode == 0, err
 
 
+def _client_env(environ: dict[str, str]) -> dict[str, str]:
+    return node.NodeSettings.from_env(environ).client_env(environ)
+
+
+def _child_port(environ: dict[str, str]) -> int:
+    """The Cassandra port the stack's processes use under `environ`."""
+    settings = node.NodeSettings.from_env(environ)
+    return CassandraSettings.from_env(stack.child_env(environ, settings)).port
+
+
 def test_a_node_moved_by_reminders_node_port_takes_the_stacks_processes_along() -> None:
     moved = {"REMINDERS_NODE_PORT": "9142"}
 
-    assert node.client_env(moved) == {"REMINDERS_CASSANDRA_PORT": "9142"}
-    assert CassandraSettings.from_env(stack.child_env(moved)).port == 9142
+    assert _client_env(moved) == {"REMINDERS_CASSANDRA_PORT": "9142"}
+    assert _child_port(moved) == 9142
     # Clients pointed elsewhere on purpose stay there; an empty variable is unset.
     chosen = {**moved, "REMINDERS_CASSANDRA_PORT": "9043"}
-    assert node.client_env(chosen) == {}
-    assert CassandraSettings.from_env(stack.child_env(chosen)).port == 9043
-    assert node.client_env({**moved, "REMINDERS_CASSANDRA_PORT": ""}) == {
+    assert _client_env(chosen) == {}
+    assert _child_port(chosen) == 9043
+    assert _client_env({**moved, "REMINDERS_CASSANDRA_PORT": ""}) == {
         "REMINDERS_CASSANDRA_PORT": "9142"
     }
-    assert node.client_env({}) == {}
-    assert CassandraSettings.from_env(stack.child_env({})).port == 9042
+    assert _client_env({}) == {}
+    assert _child_port({}) == 9042
 
 
 def test_cassandra_env_prints_what_the_makefile_hands_the_nodes_clients() -> None:
