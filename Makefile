@@ -43,8 +43,13 @@ run: migrate
 # With REMINDERS_CASSANDRA=docker the suite starts its node in a container: no local node.
 TEST_NODE := $(if $(filter docker,$(REMINDERS_CASSANDRA)),install,node)
 
+# Two workers (pytest-xdist): most tests wait on the node, processes or the clock, not the
+# CPU. worksteal: each worker starts on its half of the suite, an idle one takes half of
+# the other's queue. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+
 test: $(TEST_NODE) $(BUF) $(KUSTOMIZE) $(PROMTOOL)
-	$(NODE_CLIENT) $(BIN)/pytest $(PYTEST_ARGS)
+	$(NODE_CLIENT) $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # buf (the proto linter) comes from npm, pinned, into a cache inside the checkout.
 $(BUF):

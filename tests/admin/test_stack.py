@@ -67,6 +67,7 @@ def sleep_until(instant: datetime) -> None:
     time.sleep(max(0.0, (instant - datetime.now(UTC)).total_seconds()))
 
 
+@pytest.mark.slow
 def test_growing_parts_loses_no_ring(
     stack: Stack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

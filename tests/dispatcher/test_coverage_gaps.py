@@ -217,6 +217,7 @@ def _sleep_into_seconds(first: float, last: float) -> None:
         time.sleep((first - second) % 60)
 
 
+@pytest.mark.slow
 def test_a_snooze_into_a_minute_already_read_rings_at_the_snooze_time(stack: Stack) -> None:
     """A snooze written within its minute's prefetch window lands in a minute read already
     (DESIGN.md invariant 3). With a 40 s prefetch here, a snooze sent after second 22 of a

@@ -8,6 +8,7 @@ import urllib.request
 import uuid
 from datetime import timedelta
 
+import pytest
 from grpc_health.v1.health_pb2 import HealthCheckResponse
 
 from reminders_svc.config import CassandraSettings
@@ -86,6 +87,7 @@ def test_health_metrics_demo_and_a_clean_sigterm(cassandra_settings: CassandraSe
         assert "secret text" not in "".join(p.read_text() for p in stack.logs.iterdir())
 
 
+@pytest.mark.slow
 def test_a_dispatcher_new_to_its_keyspace_is_current_in_seconds(
     cassandra_settings: CassandraSettings,
 ) -> None:

@@ -83,6 +83,7 @@ def _wait_for_rings(
         time.sleep(1)
 
 
+@pytest.mark.slow
 def test_a_busy_minute_under_concurrent_user_changes(stack: Stack) -> None:
     rng = random.Random(7)
     started = datetime.now(UTC)
