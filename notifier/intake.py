@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from notifier.delivery.queue import DeliveryQueue, QueuedNotification
+from notifier.delivery.queue import DeliveryQueue, QueueClosed, QueuedNotification
 from notifier.domain.model import (
     ItemResult,
     Notification,
@@ -119,7 +119,12 @@ class Intake:
             self._metrics.key_takeovers.inc()
             log.warning("took over %s from an attempt that never settled it", key)
         ended: asyncio.Future[Settlement | None] = asyncio.get_running_loop().create_future()
-        self._queue.put(QueuedNotification(notification, ended))
+        try:
+            self._queue.put(QueuedNotification(notification, ended))
+        except QueueClosed:
+            # Recorded as the workers stopped (a call past the server's grace): handed
+            # back, so its key is released now rather than taken over once stale.
+            ended.set_result(None)
         settlement = await ended
         await self._settle(key, holder, settlement)
         return delivery_result(key, settlement, first=True)

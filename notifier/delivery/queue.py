@@ -38,6 +38,10 @@ class _Entry:
 DepthListener = Callable[[Priority, int], None]
 
 
+class QueueClosed(Exception):
+    """The push workers have stopped: nothing put now would be pushed."""
+
+
 class DeliveryQueue:
     def __init__(self, on_depth: DepthListener | None = None) -> None:
         self._entries: asyncio.PriorityQueue[_Entry] = asyncio.PriorityQueue()
@@ -48,16 +52,19 @@ class DeliveryQueue:
         self._depth = dict.fromkeys(Priority, 0)
         self._on_depth = on_depth
         self._delayed: dict[asyncio.TimerHandle, QueuedNotification] = {}
+        self._closed = False
 
     def depth(self, priority: Priority) -> int:
         return self._depth[priority]
 
     def put(self, item: QueuedNotification) -> None:
+        """Raises QueueClosed once the workers have stopped."""
         self._begin()
         self._push(item)
 
     def put_after(self, item: QueuedNotification, delay_s: float) -> None:
-        """Queue `item` after `delay_s`; counted as unfinished from now on."""
+        """Queue `item` after `delay_s`; counted as unfinished from now on. Raises
+        QueueClosed once the workers have stopped."""
         self._begin()
         loop = asyncio.get_running_loop()
 
@@ -82,9 +89,10 @@ class DeliveryQueue:
     async def drained(self) -> None:
         await self._idle.wait()
 
-    def abandon(self) -> list[QueuedNotification]:
-        """Empty the queue (shutdown past its grace); returns what was left, waiting
-        retries included."""
+    def close(self) -> list[QueuedNotification]:
+        """The workers stop: empty the queue and refuse what is put from now on;
+        returns what was left, waiting retries included, to be handed back."""
+        self._closed = True
         for handle in self._delayed:
             handle.cancel()
         left = list(self._delayed.values())
@@ -96,6 +104,8 @@ class DeliveryQueue:
         return left
 
     def _begin(self) -> None:
+        if self._closed:
+            raise QueueClosed
         self._unfinished += 1
         self._idle.clear()
 

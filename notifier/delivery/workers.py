@@ -66,15 +66,20 @@ class PushWorkers:
         ]
 
     async def stop(self, grace_s: float) -> None:
-        """Let the queue drain within the grace, then stop; what is left is handed back
-        undelivered (its callers are answered "retry", its keys released)."""
+        """Let the queue drain within the grace, then stop; what is left, and what an
+        accepting call puts after that, is handed back undelivered (its callers are
+        answered "retry", its keys released)."""
         try:
             await asyncio.wait_for(self._queue.drained(), timeout=grace_s)
         except TimeoutError:
-            left = self._queue.abandon()
-            log.error("shutdown grace over: %d queued notifications handed back", len(left))
-            for item in left:
-                self._end(item, None)
+            log.error("shutdown grace over with notifications still queued")
+        # Closed before the workers go: an item put from here on, which no worker would
+        # take, is refused at once instead of waiting for ever in the queue.
+        left = self._queue.close()
+        if left:
+            log.error("%d queued notifications handed back undelivered", len(left))
+        for item in left:
+            self._end(item, None)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

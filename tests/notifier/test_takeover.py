@@ -5,15 +5,26 @@ sender's retry reaches."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import grpc
+from prometheus_client import CollectorRegistry
 
 from genproto.notification.v1 import notification_pb2 as pb
+from notifier.delivery.adapters import RecordingPushAdapter
+from notifier.delivery.queue import DeliveryQueue
+from notifier.delivery.workers import DeliveryPolicy, PushWorkers
+from notifier.domain.model import ItemResult, Notification, Outcome, Priority
+from notifier.intake import Intake
+from notifier.metrics import NotifierMetrics
 from notifier.settings import NotifierSettings
+from notifier.storage.devices import DeviceStore
+from notifier.storage.keys import KeyClaim, KeyState, KeyStore
+from reminders_svc.storage.session import connect
 from tests.notifier.conftest import (
     ACCEPTED,
     DUPLICATE,
@@ -21,6 +32,7 @@ from tests.notifier.conftest import (
     HoldableRecordingAdapter,
     item,
     leave_unsettled_key,
+    reminder_key,
     running_notifier,
 )
 
@@ -98,3 +110,45 @@ def answered(answer: Future[list[pb.SendResult]]) -> str:
     except grpc.RpcError as error:
         return str(error.code().name)
     return pb.SendResult.Outcome.Name(result.outcome).removeprefix("OUTCOME_")
+
+
+def test_an_item_recorded_after_the_workers_stopped_is_answered_retry_and_its_key_released(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """A call still recording its key when the push workers stop (it outlived the
+    server's grace) is answered "retry" at once, and its key is free for the next
+    attempt: no answer waits for ever on a queue no worker reads, and no key waits out
+    the takeover bound."""
+    cassandra = notifier_settings.cassandra
+    notification = Notification(reminder_key(), user, Priority.URGENT, "title", "body")
+
+    async def scenario() -> tuple[ItemResult, KeyClaim]:
+        with connect(cassandra) as connection:
+            session = connection.session
+            keys = KeyStore(
+                session,
+                cassandra.keyspace,
+                notifier_settings.key_ttl,
+                notifier_settings.key_takeover_after,
+                lambda: datetime.now(UTC),
+            )
+            queue = DeliveryQueue()
+            metrics = NotifierMetrics(CollectorRegistry())
+            workers = PushWorkers(
+                queue,
+                RecordingPushAdapter(capacity=10),
+                DeviceStore(session, cassandra.keyspace),
+                DeliveryPolicy(1, 3, timedelta(seconds=0.05), auto_device=True),
+                metrics,
+                lambda: datetime.now(UTC),
+            )
+            intake = Intake(keys, queue, metrics, 4, lambda: datetime.now(UTC))
+            workers.start()
+            await workers.stop(grace_s=1)
+            answer = await asyncio.wait_for(intake.accept(notification), timeout=10)
+            return answer, await keys.record(notification)
+
+    answer, next_attempt = asyncio.run(scenario())
+
+    assert answer.outcome is Outcome.RETRYABLE
+    assert next_attempt.state is KeyState.RECORDED
