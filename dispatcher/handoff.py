@@ -102,6 +102,9 @@ class NotifierClient:
         try:
             response = await self._stub.SendBatch(request, timeout=self._timeout_s)
         except grpc.aio.AioRpcError as error:
+            if error.code() is grpc.StatusCode.INVALID_ARGUMENT:
+                # A batch this dispatcher built wrong: retrying the same will not help.
+                log.error("the notifier refused a batch of %d: %s", len(rings), error.details())
             reason = f"notifier call failed: {error.code().name}"
             return {ring.key: Answer(Outcome.RETRYABLE, reason) for ring in rings}
         answers = {

@@ -12,6 +12,10 @@ from enum import StrEnum
 from reminders_svc.config import ConfigError, Env, MinuteTiming, Retention
 from reminders_svc.tls import NOTIFIER_CLIENT_PREFIX, ClientTls
 
+# notification.v1's SendBatch takes 1 to 500 items (proto/notification/v1): a larger
+# batch would be refused whole, and its rings retried for ever.
+MAX_BATCH_SIZE = 500
+
 
 class MisfirePolicy(StrEnum):
     """What a ring found late after an outage does (DESIGN.md invariant 9)."""
@@ -97,7 +101,7 @@ class DispatcherSettings:
             grace=timing.grace,
             skew=timing.skew,
             max_clock_offset=seconds("MAX_CLOCK_OFFSET_S", cls.max_clock_offset, low=0.01, high=60),
-            batch_size=env.integer("BATCH_SIZE", cls.batch_size, low=1, high=1000),
+            batch_size=env.integer("BATCH_SIZE", cls.batch_size, low=1, high=MAX_BATCH_SIZE),
             max_in_flight=count("MAX_IN_FLIGHT", cls.max_in_flight),
             catch_up_minutes_per_s=env.number(
                 "CATCH_UP_MINUTES_PER_S", cls.catch_up_minutes_per_s, low=0.01, high=1e6

@@ -7,10 +7,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from reminders_svc.domain.reminder import MAX_USER_ID_BYTES
+
 MAX_BATCH_ITEMS = 500
 # Keys are "<reminder_id>/<due as RFC 3339>" for reminders (~62 bytes); anything much
 # longer is a caller bug, and a row key we would keep for a month.
 MAX_KEY_BYTES = 256
+# APNs and FCM both refuse a payload over 4 KB: title, body and data (keys and values)
+# must fit in it, or no push of the item could ever succeed.
+MAX_CONTENT_BYTES = 4096
+# APNs tokens are 64 hex digits, FCM registration tokens ~160 characters.
+MAX_DEVICE_TOKEN_BYTES = 1024
 # A device token the service makes up for a user without devices (development only).
 AUTO_DEVICE_PREFIX = "auto:"
 
@@ -110,19 +117,40 @@ def rejection(notification: Notification, now: datetime) -> ItemResult | None:
         return rejected("idempotency_key is required")
     if len(key.encode()) > MAX_KEY_BYTES:
         return rejected(f"idempotency_key is longer than {MAX_KEY_BYTES} bytes")
-    if not notification.user_id:
-        return rejected("user_id is required")
+    user_problem = user_id_problem(notification.user_id)
+    if user_problem is not None:
+        return rejected(user_problem)
+    if content_bytes(notification) > MAX_CONTENT_BYTES:
+        return rejected(f"title, body and data are longer than {MAX_CONTENT_BYTES} bytes")
     if notification.expired_at(now):
         return rejected("expired")
     return None
 
 
-def device_problem(user_id: str, device: Device) -> str | None:
-    """Why a device cannot be registered, or None."""
+def content_bytes(notification: Notification) -> int:
+    """The size of what a push carries: title, body, and data's keys and values."""
+    texts = [notification.title, notification.body, *notification.data, *notification.data.values()]
+    return sum(len(text.encode()) for text in texts)
+
+
+def user_id_problem(user_id: str) -> str | None:
+    """Why `user_id` names no user (the API refuses such a subject too), or None."""
     if not user_id:
         return "user_id is required"
+    if len(user_id.encode()) > MAX_USER_ID_BYTES:
+        return f"user_id is longer than {MAX_USER_ID_BYTES} bytes"
+    return None
+
+
+def device_problem(user_id: str, device: Device) -> str | None:
+    """Why a device cannot be registered, or None."""
+    user_problem = user_id_problem(user_id)
+    if user_problem is not None:
+        return user_problem
     if not device.device_token:
         return "device.device_token is required"
+    if len(device.device_token.encode()) > MAX_DEVICE_TOKEN_BYTES:
+        return f"device.device_token is longer than {MAX_DEVICE_TOKEN_BYTES} bytes"
     if device.is_implicit:
         return f"device tokens starting with {AUTO_DEVICE_PREFIX!r} are reserved"
     if device.platform is None:

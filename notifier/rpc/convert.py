@@ -22,11 +22,21 @@ _PLATFORM_FROM_PB = {pb.Device.PLATFORM_APNS: Platform.APNS, pb.Device.PLATFORM_
 _PLATFORM_TO_PB = {platform: value for value, platform in _PLATFORM_FROM_PB.items()}
 
 
-def _instant(message: pb.Notification | pb.Device, name: str) -> datetime | None:
+class InvalidTimestamp(ValueError):
+    """A timestamp field outside what a datetime holds (years 1 to 9999, nanos < 1 s)."""
+
+    def __init__(self, field: str) -> None:
+        super().__init__(f"{field} is not a valid timestamp")
+
+
+def _instant(message: pb.Notification, name: str) -> datetime | None:
     if not message.HasField(name):  # type: ignore[arg-type]
         return None
     stamp: Timestamp = getattr(message, name)
-    return stamp.ToDatetime(tzinfo=UTC)
+    try:
+        return stamp.ToDatetime(tzinfo=UTC)
+    except (ValueError, OverflowError):
+        raise InvalidTimestamp(name) from None
 
 
 def _stamp(instant: datetime | None) -> Timestamp | None:
@@ -38,6 +48,7 @@ def _stamp(instant: datetime | None) -> Timestamp | None:
 
 
 def notification(message: pb.Notification) -> Notification:
+    """Raises InvalidTimestamp naming the field."""
     return Notification(
         idempotency_key=message.idempotency_key,
         user_id=message.user_id,
@@ -60,10 +71,9 @@ def send_result(result: ItemResult) -> pb.SendResult:
 
 
 def device(message: pb.Device) -> Device:
+    """A device to register: its register_time is the registry's to set, not read."""
     return Device(
-        device_token=message.device_token,
-        platform=_PLATFORM_FROM_PB.get(message.platform),
-        register_time=_instant(message, "register_time"),
+        device_token=message.device_token, platform=_PLATFORM_FROM_PB.get(message.platform)
     )
 
 

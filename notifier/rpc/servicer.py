@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -11,7 +12,14 @@ import grpc.aio
 from genproto.notification.v1 import notification_pb2 as pb
 from genproto.notification.v1 import notification_pb2_grpc as pb_grpc
 from notifier.delivery.adapters import RecordingPushAdapter
-from notifier.domain.model import MAX_BATCH_ITEMS, ItemResult, Outcome, device_problem
+from notifier.domain.model import (
+    MAX_BATCH_ITEMS,
+    ItemResult,
+    Notification,
+    Outcome,
+    device_problem,
+    user_id_problem,
+)
 from notifier.domain.push import PushAdapter
 from notifier.intake import Intake
 from notifier.rpc import convert
@@ -36,7 +44,7 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
 
     @translated
     async def Send(self, request: pb.SendRequest, context: Context) -> pb.SendResponse:
-        [result] = await self._intake.accept_batch([convert.notification(request.notification)])
+        [result] = await self._answer([request.notification])
         return pb.SendResponse(result=convert.send_result(result))
 
     @translated
@@ -49,21 +57,33 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"notifications: {count} items, expected 1 to {MAX_BATCH_ITEMS}",
             )
-        items = [convert.notification(message) for message in request.notifications]
         if self._reject_all:
             log.warning("fault reject: rejecting a SendBatch of %d", count)
             results = [
-                ItemResult(item.idempotency_key, Outcome.REJECTED, "fault injected")
-                for item in items
+                ItemResult(message.idempotency_key, Outcome.REJECTED, "fault injected")
+                for message in request.notifications
             ]
         else:
-            results = await self._intake.accept_batch(items)
+            results = await self._answer(request.notifications)
         if self._replies_to_drop > 0:
             # Fault injection: everything above happened; only the answer is lost.
             self._replies_to_drop -= 1
             log.warning("fault drop_reply: dropping the reply to a SendBatch of %d", count)
             await context.abort(grpc.StatusCode.UNAVAILABLE, "fault injected: reply dropped")
         return pb.SendBatchResponse(results=[convert.send_result(r) for r in results])
+
+    async def _answer(self, messages: Sequence[pb.Notification]) -> list[ItemResult]:
+        """One result per item, in request order; an item that cannot be read (a
+        timestamp out of range) is rejected on its own, its batch answered as usual."""
+        read: list[Notification | ItemResult] = []
+        for message in messages:
+            try:
+                read.append(convert.notification(message))
+            except convert.InvalidTimestamp as error:
+                read.append(ItemResult(message.idempotency_key, Outcome.REJECTED, str(error)))
+        readable = [item for item in read if isinstance(item, Notification)]
+        accepted = iter(await self._intake.accept_batch(readable) if readable else [])
+        return [next(accepted) if isinstance(item, Notification) else item for item in read]
 
     @translated
     async def RegisterDevice(
@@ -80,8 +100,9 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
     async def ListDevices(
         self, request: pb.ListDevicesRequest, context: Context
     ) -> pb.ListDevicesResponse:
-        if not request.user_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "user_id is required")
+        problem = user_id_problem(request.user_id)
+        if problem is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         devices = await self._devices.list(request.user_id)
         return pb.ListDevicesResponse(devices=[convert.device_message(d) for d in devices])
 

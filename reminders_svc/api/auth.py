@@ -30,6 +30,7 @@ import jwt
 
 from reminders_svc.config import ConfigError, Env, Secret
 from reminders_svc.domain.errors import PermissionDenied, Unauthenticated
+from reminders_svc.domain.reminder import MAX_USER_ID_BYTES
 
 Algorithm = Literal["HS256", "RS256"]
 Metadata = Sequence[tuple[str, str | bytes]]
@@ -242,6 +243,8 @@ class Authenticator:
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject:
             raise Unauthenticated("token subject invalid")
+        if len(subject.encode()) > MAX_USER_ID_BYTES:
+            raise Unauthenticated(f"token subject longer than {MAX_USER_ID_BYTES} bytes")
         expires = float(claims["exp"])
         if expires - float(claims["iat"]) > key.max_lifetime_s:
             raise Unauthenticated(

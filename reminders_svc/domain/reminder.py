@@ -24,6 +24,11 @@ from enum import StrEnum
 from reminders_svc.domain.errors import FailedPrecondition, NotFound
 from reminders_svc.schedule import OneOff, Schedule, next_after
 
+# A user id (a token's `sub`) is a partition key in every keyspace, the notifier's
+# included: longer ones are refused at the API, so no reminder is made that the notifier
+# would refuse to ring (Cassandra's own limit, 64 KiB, is far above any real id).
+MAX_USER_ID_BYTES = 256
+
 
 class Status(StrEnum):
     PENDING = "pending"

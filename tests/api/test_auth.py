@@ -88,6 +88,8 @@ def _without(claim: str) -> dict[str, object]:
         (lambda: signed(claims(exp=int(time.time()) + 25 * 3600)), "lifetime"),
         (lambda: signed(claims(), key="u" * 64, algorithm="HS512"), "invalid"),
         (lambda: jwt.encode(claims(), "", algorithm="none"), "invalid"),
+        # A user id the notifier could never ring for (notifier/domain/model.py).
+        (lambda: signed(claims(sub="é" * 129)), "longer than 256 bytes"),
     ],
     ids=[
         "bad-signature",
@@ -99,6 +101,7 @@ def _without(claim: str) -> dict[str, object]:
         "lives-over-a-day",
         "other-alg",
         "alg-none",
+        "sub-over-256-bytes",
     ],
 )
 def test_rejected_tokens(token: Callable[[], str], message: str) -> None:

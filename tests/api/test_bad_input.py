@@ -108,6 +108,12 @@ def _at_version(rpc: str, version: int) -> Callable[[Api, str, str], Any]:
     )
 
 
+def _purge(user_id: Callable[[str], str]) -> Callable[[Api, str, str], Any]:
+    return lambda api, rid, user: api.admin.DeleteUserData(
+        pb.DeleteUserDataRequest(user_id=user_id(user)), metadata=api.as_admin()
+    )
+
+
 GOOD = pb.Reminder(text="ok", schedule=weekly_monday_nine())
 
 CASES: list[tuple[str, Callable[[Api, str, str], Any], str]] = [
@@ -440,6 +446,9 @@ CASES: list[tuple[str, Callable[[Api, str, str], Any], str]] = [
     ("delete: version -1", _at_version("DeleteReminder", -1), "version"),
     ("pause: version -1", _at_version("PauseReminder", -1), "version"),
     ("resume: version -1", _at_version("ResumeReminder", -1), "version"),
+    ("purge: no user_id", _purge(lambda user: ""), "user_id"),
+    # No token's subject is that long (the API refuses it), so no user has such an id.
+    ("purge: user_id over 256 bytes", _purge(lambda user: user + "x" * 256), "user_id"),
 ]
 
 # Rejections with another code than INVALID_ARGUMENT still name the field at fault.

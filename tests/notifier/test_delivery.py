@@ -15,6 +15,7 @@ from datetime import timedelta
 import grpc
 import pytest
 
+from dispatcher.settings import MAX_BATCH_SIZE
 from genproto.notification.v1 import notification_pb2 as pb
 from notifier.settings import Faults, NotifierSettings
 from reminders_svc.storage.session import connect
@@ -151,12 +152,14 @@ def test_an_item_failing_unexpectedly_is_answered_retry_and_its_batch_as_usual(
     assert (alone.result.outcome, alone.result.reason) == (RETRYABLE, "internal error")
 
 
-def test_batch_size_is_1_to_500(notifier: Client, user: str) -> None:
-    for size in (0, 501):
+def test_batch_size_is_1_to_500_the_dispatchers_largest(notifier: Client, user: str) -> None:
+    assert MAX_BATCH_SIZE == 500
+    for size in (0, MAX_BATCH_SIZE + 1):
         with pytest.raises(grpc.RpcError) as refused:
             notifier.send_batch(*(item(user) for _ in range(size)))
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert len(notifier.send_batch(*(item(user) for _ in range(500)))) == 500
+    batch = [item(user) for _ in range(MAX_BATCH_SIZE)]
+    assert len(notifier.send_batch(*batch)) == MAX_BATCH_SIZE
 
 
 def test_an_item_is_answered_once_pushed_not_once_queued(
@@ -250,11 +253,29 @@ def test_register_device_refuses_bad_input(notifier: Client, user: str) -> None:
         pb.RegisterDeviceRequest(
             user_id=user, device=pb.Device(device_token=f"auto:{user}", platform=apns)
         ),
+        pb.RegisterDeviceRequest(
+            user_id="u" * 257, device=pb.Device(device_token="t", platform=apns)
+        ),
+        pb.RegisterDeviceRequest(
+            user_id=user, device=pb.Device(device_token="t" * 1025, platform=apns)
+        ),
     ]
     for request in cases:
         with pytest.raises(grpc.RpcError) as refused:
             notifier.stub.RegisterDevice(request)
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert notifier.stub.ListDevices(pb.ListDevicesRequest(user_id=user)).devices == []
+    with pytest.raises(grpc.RpcError) as refused:
+        notifier.stub.ListDevices(pb.ListDevicesRequest(user_id="u" * 257))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # The registry sets a device's time: a request's register_time, even one no
+    # timestamp can hold, is not read.
+    odd_time = pb.Device(device_token="phone", platform=apns)
+    odd_time.register_time.seconds = -(10**12)
+    registered = notifier.stub.RegisterDevice(
+        pb.RegisterDeviceRequest(user_id=user, device=odd_time)
+    )
+    assert registered.device.register_time.seconds > 0
 
 
 def test_list_delivered_filters_by_user_and_key(notifier: Client, user: str) -> None:
@@ -303,3 +324,37 @@ def test_an_rpc_failing_unexpectedly_answers_internal_without_details(
         notifier.stub.ListDevices(pb.ListDevicesRequest(user_id=user), timeout=10)
     assert raised.value.code() == grpc.StatusCode.INTERNAL
     assert raised.value.details() == "internal error"
+
+
+def test_items_no_push_could_carry_are_rejected_on_their_own_naming_the_field(
+    notifier: Client, user: str
+) -> None:
+    """A timestamp out of range, a user id or content past its bound: each item rejected
+    with its reason, nothing recorded (sent again, rejected again), the batch delivered."""
+    far_due = item(user)
+    far_due.due_time.seconds = 253_402_300_800  # year 10000
+    bad_nanos = item(user)
+    bad_nanos.expire_time.nanos = 1_000_000_000
+    long_user = item("u" * 257)
+    long_body = item(user, body="x" * 4000, title="y" * 100)
+    bad = [far_due, bad_nanos, long_user, long_body]
+    good = [item(user), item(user)]
+
+    results = notifier.send_batch(good[0], *bad, good[1])
+
+    assert [(r.outcome, r.reason) for r in results] == [
+        (ACCEPTED, ""),
+        (REJECTED, "due_time is not a valid timestamp"),
+        (REJECTED, "expire_time is not a valid timestamp"),
+        (REJECTED, "user_id is longer than 256 bytes"),
+        (REJECTED, "title, body and data are longer than 4096 bytes"),
+        (ACCEPTED, ""),
+    ]
+    again = notifier.send_batch(*bad)
+    assert [r.outcome for r in again] == [REJECTED] * len(bad)
+    [alone] = [notifier.stub.Send(pb.SendRequest(notification=far_due), timeout=10).result]
+    assert alone.outcome == REJECTED
+    notifier.wait_delivered(2, user)
+    time.sleep(0.3)
+    delivered = {p.idempotency_key for p in notifier.delivered()}
+    assert not delivered & {m.idempotency_key for m in bad}

@@ -33,6 +33,8 @@ READERS: dict[str, Reader] = {
         ("dispatcher", "REMINDERS_DISPATCH_POLL_S", "0", "expected 0.05 to 60 s"),
         ("dispatcher", "REMINDERS_DISPATCH_MAX_IN_FLIGHT", "0", "expected 1 to 100000"),
         ("dispatcher", "REMINDERS_DISPATCH_BATCH_SIZE", "ten", "expected an integer"),
+        # The notifier refuses a SendBatch of more than 500 items.
+        ("dispatcher", "REMINDERS_DISPATCH_BATCH_SIZE", "501", "expected 1 to 500"),
         ("dispatcher", "REMINDERS_DISPATCH_CATCH_UP_RINGS_PER_S", "0", "expected 0.01 to"),
         ("dispatcher", "REMINDERS_DISPATCH_CATCH_UP_MINUTES_PER_S", "-1", "expected 0.01 to"),
         ("dispatcher", "REMINDERS_DISPATCH_RING_EXPIRY_S", "-60", "expected 0.001 to"),
