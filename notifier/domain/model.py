@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from reminders_svc.domain.reminder import MAX_USER_ID_BYTES
 
@@ -18,6 +18,10 @@ MAX_KEY_BYTES = 256
 MAX_CONTENT_BYTES = 4096
 # APNs tokens are 64 hex digits, FCM registration tokens ~160 characters.
 MAX_DEVICE_TOKEN_BYTES = 1024
+# Tokens rotate (FCM) and reinstalls leave old ones that only a failed push removes:
+# a user keeps this many, the most recently registered, so a push fans out to a bounded
+# set and the registry's partition stays small.
+MAX_DEVICES_PER_USER = 50
 # A device token the service makes up for a user without devices (development only).
 AUTO_DEVICE_PREFIX = "auto:"
 
@@ -100,6 +104,16 @@ class Device:
     @property
     def is_implicit(self) -> bool:
         return self.device_token.startswith(AUTO_DEVICE_PREFIX)
+
+
+def devices_beyond_cap(devices: Iterable[Device], cap: int = MAX_DEVICES_PER_USER) -> list[Device]:
+    """The devices to forget so that `cap` remain: the least recently registered."""
+    newest_first = sorted(
+        devices,
+        key=lambda d: (d.register_time or datetime.min.replace(tzinfo=UTC), d.device_token),
+        reverse=True,
+    )
+    return newest_first[cap:]
 
 
 def implicit_device(user_id: str) -> Device:

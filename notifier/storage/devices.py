@@ -7,7 +7,7 @@ from typing import Any
 
 from cassandra.cluster import Session
 
-from notifier.domain.model import Device, Platform
+from notifier.domain.model import Device, Platform, devices_beyond_cap
 from reminders_svc.storage.aio import execute
 
 
@@ -36,7 +36,8 @@ class DeviceStore:
 
     async def register(self, user_id: str, device: Device) -> Device:
         """Idempotent per token: the first registration's time is kept; a token moving to
-        another platform (a reinstall) takes the new one."""
+        another platform (a reinstall) takes the new one. A new token past the user's
+        MAX_DEVICES_PER_USER makes the least recently registered ones go."""
         assert device.platform is not None, "validated by device_problem()"
         platform = device.platform.value
         token = device.device_token
@@ -44,6 +45,9 @@ class DeviceStore:
         if not row.applied and row.platform != platform:
             await execute(self._session, self._change_platform, (platform, user_id, token))
         stored = (await execute(self._session, self._select_one, (user_id, token))).one()
+        if row.applied:
+            for old in devices_beyond_cap(await self.list(user_id)):
+                await self.remove(user_id, old.device_token)
         return _device(stored)
 
     async def list(self, user_id: str) -> tuple[Device, ...]:

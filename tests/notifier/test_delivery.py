@@ -17,6 +17,7 @@ import pytest
 
 from dispatcher.settings import MAX_BATCH_SIZE
 from genproto.notification.v1 import notification_pb2 as pb
+from notifier.domain.model import MAX_DEVICES_PER_USER
 from notifier.settings import Faults, NotifierSettings
 from reminders_svc.storage.session import connect
 from tests.notifier.conftest import (
@@ -243,6 +244,26 @@ def test_registered_devices_get_the_push(notifier: Client, user: str) -> None:
         [phone.device_token, tablet.device_token]
     )
     assert {p.idempotency_key for p in pushed} == {key}
+
+
+def test_a_user_keeps_the_50_most_recently_registered_devices(notifier: Client, user: str) -> None:
+    """Old tokens (rotated, reinstalled) go as new ones come: a push reaches at most 50."""
+    tokens = [f"fcm-{n:02}-{user}" for n in range(MAX_DEVICES_PER_USER + 2)]
+    for token in tokens:
+        device = pb.Device(device_token=token, platform=pb.Device.PLATFORM_FCM)
+        notifier.stub.RegisterDevice(pb.RegisterDeviceRequest(user_id=user, device=device))
+        time.sleep(0.002)  # registration times a millisecond apart at least
+    # Registering a token again keeps its first registration: it is not new.
+    again = pb.Device(device_token=tokens[-1], platform=pb.Device.PLATFORM_FCM)
+    notifier.stub.RegisterDevice(pb.RegisterDeviceRequest(user_id=user, device=again))
+
+    listed = notifier.stub.ListDevices(pb.ListDevicesRequest(user_id=user)).devices
+    assert sorted(d.device_token for d in listed) == tokens[2:]
+    notifier.send_batch(item(user))
+    pushed = notifier.wait_delivered(MAX_DEVICES_PER_USER, user)
+    time.sleep(0.3)
+    assert sorted(p.device_token for p in notifier.delivered(user)) == tokens[2:]
+    assert len(pushed) == MAX_DEVICES_PER_USER
 
 
 def test_register_device_refuses_bad_input(notifier: Client, user: str) -> None:
