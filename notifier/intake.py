@@ -45,6 +45,11 @@ def _unexpected(notification: Notification, error: BaseException) -> ItemResult:
     return ItemResult(notification.idempotency_key, Outcome.RETRYABLE, "internal error")
 
 
+def _unavailable(key: str, doing: str, error: Exception) -> ItemResult:
+    log.warning("%s %s failed: %s", doing, key, type(error).__name__)
+    return ItemResult(key, Outcome.RETRYABLE, f"storage unavailable ({type(error).__name__})")
+
+
 class Intake:
     def __init__(
         self,
@@ -75,9 +80,11 @@ class Intake:
         ]
 
     async def accept(self, notification: Notification) -> ItemResult:
-        rejected = rejection(notification, self._clock())
+        rejected = rejection(notification)
         if rejected is not None:
             result = rejected
+        elif notification.expired_at(self._clock()):
+            result = await self._expired(notification)
         else:
             key = notification.idempotency_key
             running = self._running.get(key)
@@ -94,6 +101,19 @@ class Intake:
         self._metrics.items.labels(result.outcome.value).inc()
         return result
 
+    async def _expired(self, notification: Notification) -> ItemResult:
+        """Too late to push; but a retry of a key an earlier attempt delivered is answered
+        as its repeat, not "rejected" (the sender would record a ring that happened as
+        refused)."""
+        key = notification.idempotency_key
+        try:
+            settled = await self._keys.settlement(key)
+        except STORAGE_ERRORS as error:
+            return _unavailable(key, "reading", error)
+        if settled is None:
+            return ItemResult(key, Outcome.REJECTED, "expired")
+        return delivery_result(key, settled, first=False)
+
     async def drained(self) -> None:
         """Every delivery taken in has been answered (the workers must be stopping or
         running, so that each ends)."""
@@ -105,10 +125,7 @@ class Intake:
             try:
                 claim = await self._keys.record(notification)
             except _RETRYABLE_ERRORS as error:
-                log.warning("recording %s failed: %s", key, type(error).__name__)
-                return ItemResult(
-                    key, Outcome.RETRYABLE, f"storage unavailable ({type(error).__name__})"
-                )
+                return _unavailable(key, "recording", error)
         if claim.state is KeyState.SETTLED:
             return delivery_result(key, claim.settled_as, first=False)
         if claim.state is KeyState.HELD_ELSEWHERE:

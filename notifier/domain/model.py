@@ -120,8 +120,9 @@ def implicit_device(user_id: str) -> Device:
     return Device(device_token=f"{AUTO_DEVICE_PREFIX}{user_id}", platform=None)
 
 
-def rejection(notification: Notification, now: datetime) -> ItemResult | None:
-    """The REJECTED answer for an item that can never be sent, or None if it may be."""
+def rejection(notification: Notification) -> ItemResult | None:
+    """The REJECTED answer for an item that can never be sent, or None if it may be (an
+    expired one may still have been delivered by an earlier attempt: see Intake)."""
     key = notification.idempotency_key
 
     def rejected(reason: str) -> ItemResult:
@@ -136,8 +137,6 @@ def rejection(notification: Notification, now: datetime) -> ItemResult | None:
         return rejected(user_problem)
     if content_bytes(notification) > MAX_CONTENT_BYTES:
         return rejected(f"title, body and data are longer than {MAX_CONTENT_BYTES} bytes")
-    if notification.expired_at(now):
-        return rejected("expired")
     return None
 
 

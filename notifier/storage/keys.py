@@ -157,6 +157,11 @@ class KeyStore:
         once instead of waiting out `takeover_after`."""
         await execute(self._session, self._release, (key, accept_id))
 
+    async def settlement(self, key: str) -> Settlement | None:
+        """How the key's delivery ended, if it was recorded and has ended."""
+        row = (await execute(self._session, self._read, (key,))).one()
+        return _KeyRow.of(row).settled_as if row is not None else None
+
     async def _record(
         self, notification: Notification, accept_id: uuid.UUID, ours: frozenset[uuid.UUID]
     ) -> KeyClaim:

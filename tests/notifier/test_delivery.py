@@ -222,6 +222,21 @@ def test_item_expiring_while_queued_is_rejected_counted_and_settled(
         ]
 
 
+def test_a_delivered_key_sent_again_past_its_expiry_is_a_duplicate_not_a_rejection(
+    notifier: Client, user: str
+) -> None:
+    """A sender whose reply was lost retries late: what it records must be the push
+    that happened, not a refusal."""
+    first = item(user, expire_in=timedelta(seconds=2))
+    assert [r.outcome for r in notifier.send_batch(first)] == [ACCEPTED]
+    notifier.wait_delivered(1, user)
+    time.sleep(2.5)
+    late = item(user, first.idempotency_key, expire_in=-timedelta(seconds=1))
+
+    assert [r.outcome for r in notifier.send_batch(late)] == [DUPLICATE]
+    assert len(notifier.delivered(key=first.idempotency_key)) == 1
+
+
 def test_registered_devices_get_the_push(notifier: Client, user: str) -> None:
     phone = pb.Device(device_token=f"apns-{user}", platform=pb.Device.PLATFORM_APNS)
     tablet = pb.Device(device_token=f"fcm-{user}", platform=pb.Device.PLATFORM_FCM)
