@@ -1,4 +1,5 @@
-"""Domain errors -> gRPC status codes, with google.rpc.BadRequest naming the field at fault.
+"""Domain errors -> gRPC status codes, with google.rpc.BadRequest naming the field at fault
+(google.rpc.QuotaFailure naming the quota, for RESOURCE_EXHAUSTED).
 
 Anything unexpected is logged (without request contents) and answered INTERNAL, never
 UNKNOWN and never with a stack trace. Every text of a status is capped: a message may
@@ -15,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -52,17 +53,32 @@ def capped(text: str, longest: int = MAX_MESSAGE_CHARS) -> str:
     return text if len(text) <= longest else text[: longest - 1] + "…"
 
 
-def status_of(error: errors.ReminderError) -> grpc.Status:
-    """The status answering `error`: its code and message, and the field at fault if any."""
-    code = code_of(error)
-    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=capped(error.message))
+def _detail_of(error: errors.ReminderError) -> Message | None:
+    """The google.rpc detail the status carries: the field at fault (BadRequest), or the
+    quota used up (QuotaFailure, for RESOURCE_EXHAUSTED)."""
+    description = capped(error.description)
     if error.field is not None:
         violation = error_details_pb2.BadRequest.FieldViolation(
-            field=capped(error.field), description=capped(error.description)
+            field=capped(error.field), description=description
         )
-        detail = any_pb2.Any()
-        detail.Pack(error_details_pb2.BadRequest(field_violations=[violation]))
-        status.details.append(detail)
+        bad_request: Message = error_details_pb2.BadRequest(field_violations=[violation])
+        return bad_request
+    if isinstance(error, errors.QuotaExceeded):
+        used_up = error_details_pb2.QuotaFailure.Violation(
+            subject=error.subject, description=description
+        )
+        quota_failure: Message = error_details_pb2.QuotaFailure(violations=[used_up])
+        return quota_failure
+    return None
+
+
+def status_of(error: errors.ReminderError) -> grpc.Status:
+    """The status answering `error`: its code and message, and its detail if any."""
+    code = code_of(error)
+    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=capped(error.message))
+    detail = _detail_of(error)
+    if detail is not None:
+        status.details.add().Pack(detail)
     answer: grpc.Status = rpc_status.to_status(status)  # untyped: packs the details trailer
     return answer
 

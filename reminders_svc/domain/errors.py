@@ -45,7 +45,12 @@ class FailedPrecondition(ReminderError):
 
 
 class QuotaExceeded(ReminderError):
-    """The per-user cap of active reminders is reached."""
+    """A quota is used up; `subject` names whose (e.g. "user"), for the
+    google.rpc.QuotaFailure that RESOURCE_EXHAUSTED carries (AIP-193)."""
+
+    def __init__(self, message: str, *, subject: str) -> None:
+        super().__init__(message)
+        self.subject = subject
 
 
 class Unauthenticated(ReminderError):

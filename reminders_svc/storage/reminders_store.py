@@ -289,7 +289,7 @@ class ReminderStore:
         Raises QuotaExceeded when the user is at the cap.
         """
         if (active_count or 0) >= max_active:
-            raise QuotaExceeded(f"at most {max_active} active reminders per user")
+            raise QuotaExceeded(f"at most {max_active} active reminders per user", subject="user")
         if reminder.due is not None:
             await self.write_bucket_entry(reminder, reminder.created_at)
         values = (_cell(value, None) for value in to_columns(reminder).values())

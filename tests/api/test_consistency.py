@@ -21,6 +21,8 @@ from cassandra.connection import ConnectionShutdown
 from cassandra.query import BatchStatement
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.field_mask_pb2 import FieldMask
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.api.settings import Limits
@@ -675,6 +677,17 @@ def test_the_per_user_cap_holds_under_concurrent_creates(
             # at no row: docs/architecture.md, "Limits known and left".)
             assert _orphan_bucket_entries(cassandra, user) == []
         refused = next(f"cap-{i}" for i in range(6) if f"cap-{i}" not in accepted)
+
+        # The refusal names the quota used up (google.rpc.QuotaFailure, AIP-193).
+        with pytest.raises(grpc.RpcError) as at_cap:
+            api.reminders.CreateReminder(_request(refused), metadata=md)
+        status = rpc_status.from_call(at_cap.value)
+        assert status is not None
+        failure = error_details_pb2.QuotaFailure()
+        assert status.details[0].Unpack(failure)
+        assert [(v.subject, v.description) for v in failure.violations] == [
+            ("user", "at most 3 active reminders per user")
+        ]
 
         api.reminders.DeleteReminder(
             pb.DeleteReminderRequest(id=str(rows[0].reminder_id)), metadata=md
