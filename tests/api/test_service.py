@@ -14,7 +14,7 @@ from google.protobuf.field_mask_pb2 import FieldMask
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.api.settings import Limits
-from reminders_svc.config import CassandraSettings
+from reminders_svc.config import CassandraSettings, Retention
 from reminders_svc.domain.delivery import Answer, Delivery
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.parts import PartCounts, floor_minute, part_of
@@ -45,6 +45,25 @@ def create(api: Api, user: str, schedule: pb.Schedule, text: str = "call mom") -
     return api.reminders.CreateReminder(request, metadata=api.as_user(user))
 
 
+def test_a_create_record_is_kept_for_the_idempotency_retention(
+    api: Api, cassandra: CassandraConnection, user: str
+) -> None:
+    """A replay within REMINDERS_IDEMPOTENCY_RETENTION_DAYS (7) finds its record; after
+    it, the record is gone by itself (its TTL), with no sweep to run."""
+    request = pb.CreateReminderRequest(
+        reminder=pb.Reminder(text="t", schedule=weekly_monday_nine()), request_id="kept"
+    )
+    api.reminders.CreateReminder(request, metadata=api.as_user(user))
+
+    record = cassandra.session.execute(
+        "SELECT TTL(reminder_id) AS ttl FROM create_requests"
+        " WHERE user_id = %s AND request_id = %s",
+        (user, "kept"),
+    ).one()
+    retention_s = Retention().idempotency.total_seconds()
+    assert retention_s - 60 < record.ttl <= retention_s
+
+
 def test_create_returns_the_id_and_the_dst_correct_next_ring(api: Api, user: str) -> None:
     created = create(api, user, weekly_monday_nine())
 
@@ -67,6 +86,35 @@ def test_create_returns_the_id_and_the_dst_correct_next_ring(api: Api, user: str
     # Nov 2 is after the fall-back: 09:00 EST is 14:00Z, not 13:00Z.
     assert edited.next_ring_time.ToDatetime(tzinfo=Z) == at("2026-11-02T14:00:00")
     assert edited.version == 2
+
+
+def test_a_change_of_zone_alone_moves_the_next_ring_and_writes_its_bucket_entry(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    created = create(api, user, weekly_monday_nine())
+    assert created.next_ring_time.ToDatetime(tzinfo=Z) == at("2026-10-26T13:00:00")
+
+    edited = api.reminders.UpdateReminder(
+        pb.UpdateReminderRequest(
+            reminder=pb.Reminder(
+                id=created.id, version=1, schedule=weekly_monday_nine("Europe/Paris")
+            ),
+            update_mask=FieldMask(paths=["schedule"]),
+        ),
+        metadata=api.as_user(user),
+    )
+
+    # Paris left summer time on Oct 25: 09:00 CET on Oct 26 is 08:00Z.
+    paris_nine = at("2026-10-26T08:00:00")
+    assert edited.next_ring_time.ToDatetime(tzinfo=Z) == paris_nine
+    assert edited.schedule.time_zone == "Europe/Paris"
+    entries = cassandra.session.execute(
+        "SELECT reminder_id, due FROM due_buckets WHERE minute = %s AND part = %s",
+        (floor_minute(paris_nine), part_of(user, 64)),
+    )
+    assert [e.due.replace(tzinfo=UTC) for e in entries if str(e.reminder_id) == created.id] == [
+        paris_nine
+    ]
 
 
 def test_one_off_in_the_repeated_hour_rings_at_the_first(api: Api, user: str) -> None:

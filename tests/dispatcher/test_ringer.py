@@ -11,6 +11,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any
 import grpc
 import pytest
 from cassandra.cluster import Session
+from cassandra.util import uuid_from_time
 
 from dispatcher.buckets import BucketReader, Entry
 from dispatcher.clock import DbClock
@@ -39,6 +41,7 @@ from reminders_svc.domain.delivery import Delivery
 from reminders_svc.domain.reminder import (
     Reminder,
     Status,
+    delete,
     edit_schedule,
     new_reminder,
     pause,
@@ -278,6 +281,69 @@ def test_a_minute_is_not_checkpointed_while_its_finalize_keeps_losing_to_snoozes
     asyncio.run(scenario())
 
 
+class _RowOnlyStore(ReminderStore):
+    """Writes rows without their bucket entry (the test writes it, stamped as it likes)."""
+
+    async def write_bucket_entry(self, reminder: Reminder, now: datetime) -> None:
+        pass
+
+
+@pytest.mark.slow
+def test_an_entry_the_reads_since_the_last_look_cannot_see_rings_after_the_final_read(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """An entry stamped earlier than the last look less the skew (a write that landed
+    late) is invisible to the reads of entries written since: only the whole minute's
+    read after its end plus the grace finds it. It rings then, late but once, and the
+    minute is checkpointed only after."""
+    user = "u-late-entry"
+    session = own_keyspace.session
+
+    async def scenario() -> None:
+        # Nothing renews the lease here: it must outlast the test (up to ~80 s).
+        long_lease = timedelta(seconds=120)
+        async with leased_part(
+            own_keyspace, part_of(user, DEFAULT_PARTS), lease=long_lease
+        ) as part:
+            now = datetime.now(UTC)
+            if now.second > 45:  # room in the minute for the entry's due
+                await _sleep_until(floor_minute(now) + timedelta(minutes=1, seconds=1))
+            minute = floor_minute(datetime.now(UTC))
+            lease = part.shift.lease
+            worker = await worker_from(part, session, minute)
+            working = asyncio.create_task(worker.run())
+            await asyncio.sleep(2)  # its first whole read done, reads since under way
+
+            created = datetime.now(UTC).replace(microsecond=0)
+            due = created + timedelta(seconds=5)
+            reminder = new_reminder(user, "late entry", one_off_instant(due), due, created)
+            rows_only = _RowOnlyStore(session, Retention())
+            assert await rows_only.create(reminder, await rows_only.active_count(user), 1000)
+            stamped = uuid_from_time(time.time() - 60)  # well before the last look
+            await aio.execute(
+                session,
+                session.prepare(
+                    "INSERT INTO due_buckets (minute, part, written_at, reminder_id, user_id,"
+                    " due) VALUES (?, ?, ?, ?, ?, ?)"
+                ),
+                (minute, lease.part, stamped, reminder.reminder_id, user, due),
+            )
+
+            end = minute + timedelta(minutes=1)
+            await _sleep_until(end - timedelta(seconds=1))
+            assert part.notifier.accepted == []  # due, but not seen by the reads since
+            assert lease.checkpoint == minute - timedelta(minutes=1)
+            await _until(lambda: len(part.notifier.accepted) == 1, 20)
+            assert datetime.now(UTC) >= end + part.settings.grace
+            await _until(lambda: lease.checkpoint is not None and lease.checkpoint >= minute, 20)
+            worker.stop()
+            await working
+            assert len(part.notifier.accepted) == 1
+            assert (await part.row(reminder)).status is Status.DONE
+
+    asyncio.run(scenario())
+
+
 async def _claimed_and_waiting_to_retry(
     part: Part, user: str, count: int
 ) -> tuple[list[Reminder], list[asyncio.Task[bool]]]:
@@ -310,6 +376,42 @@ def test_stopping_lets_one_users_unsent_claims_go_one_lwt_at_a_time(
                 assert row.claim.expires <= let_go_by  # released, not left to the claim lease
             assert part.store.most_at_once == 1
             assert part.count("reminders_dispatch_claims_lost_total") == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_ring_retrying_renews_its_claim_and_stops_once_the_user_deletes_it(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """While the notifier answers "retry", each retry first renews the claim; once a
+    delete has taken the row, the renewal fails and nothing more is sent."""
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace) as part:
+            [reminder], [ring] = await _claimed_and_waiting_to_retry(part, "u-renew", 1)
+            claimed = await part.row(reminder)
+            assert claimed.claim is not None
+            await _until(lambda: part.notifier.refused >= 2, 10)
+            renewed = await part.row(reminder)
+            assert renewed.claim is not None
+            assert renewed.claim.token == claimed.claim.token
+            assert renewed.claim.expires > claimed.claim.expires
+
+            stored = await part.store.get_serial(reminder.user_id, reminder.reminder_id)
+            assert stored is not None
+            now = part.clock.now()
+            assert await ReminderStore.replace(
+                part.store, stored, delete(stored.reminder, now), now
+            )
+            part.notifier.down = False
+
+            async with asyncio.timeout(10):
+                assert await ring  # resolved: the row is the user's now
+            assert part.notifier.accepted == []
+            assert part.count("reminders_dispatch_claims_lost_total") == 1
+            row = await part.row(reminder)
+            assert row.status is Status.DELETED
+            assert row.claim is None
 
     asyncio.run(scenario())
 

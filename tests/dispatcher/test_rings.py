@@ -46,6 +46,8 @@ def test_a_one_off_created_3_s_ahead_rings_once_not_early(stack: Stack, user: st
     assert [d.answer for d in history] == [pb.Delivery.ANSWER_ACCEPTED]
     assert history[0].reason == ""
     assert history[0].lateness.ToMilliseconds() >= 0
+    # Claimed at its due, not when its entry was read ahead of it (prefetch).
+    assert history[0].claim_time.ToDatetime(tzinfo=UTC) >= due
     # The history row holds no null (a tombstone cell every ListDeliveries would scan).
     query = "SELECT * FROM deliveries WHERE user_id = %s"
     assert scanned(stack.db.session, query, (user,)) == ["Read 1 live rows and 0 tombstone cells"]

@@ -19,6 +19,7 @@ from dispatcher.settings import MAX_BATCH_SIZE
 from genproto.notification.v1 import notification_pb2 as pb
 from notifier.domain.model import MAX_DEVICES_PER_USER
 from notifier.settings import Faults, NotifierSettings
+from reminders_svc.config import Retention
 from reminders_svc.storage.session import connect
 from tests.notifier.conftest import (
     ACCEPTED,
@@ -82,6 +83,27 @@ def test_accepted_then_duplicate_and_pushed_once(notifier: Client, user: str) ->
     assert pushed.device_token == f"auto:{user}"
     assert pushed.priority == pb.PRIORITY_URGENT
     assert pushed.push_time.ToDatetime() >= pushed.due_time.ToDatetime()
+
+
+def test_a_key_is_kept_for_its_ttl_past_any_catch_up_of_the_default_retention(
+    notifier: Client, notifier_settings: NotifierSettings, user: str
+) -> None:
+    """A ring re-sent within REMINDERS_NOTIFIER_KEY_TTL_DAYS (30) of its first send is
+    answered from its key; the default bucket retention (7 days) bounds any catch-up."""
+    key = reminder_key()
+    assert [r.outcome for r in notifier.send_batch(item(user, key))] == [ACCEPTED]
+
+    cassandra = notifier_settings.cassandra
+    with connect(cassandra) as connection:
+        row = connection.session.execute(
+            f"SELECT TTL(accept_id) AS held, TTL(settled_as) AS settled"
+            f" FROM {cassandra.keyspace}.notification_keys WHERE idempotency_key = %s",
+            (key,),
+        ).one()
+    ttl_s = notifier_settings.key_ttl.total_seconds()
+    assert ttl_s - 60 < row.held <= ttl_s
+    assert ttl_s - 60 < row.settled <= ttl_s
+    assert notifier_settings.key_ttl > Retention().bucket
 
 
 def test_single_send_answers_like_a_batch(notifier: Client, user: str) -> None:
