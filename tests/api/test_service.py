@@ -117,6 +117,24 @@ def test_a_change_of_zone_alone_moves_the_next_ring_and_writes_its_bucket_entry(
     ]
 
 
+def test_page_size_0_takes_the_default_and_a_larger_one_the_largest(
+    migrated_settings: CassandraSettings, user: str
+) -> None:
+    """The contract's 50 and 500, shown with small limits of the same rule."""
+    assert (Limits().default_page_size, Limits().max_page_size) == (50, 500)
+    small = Limits(default_page_size=3, max_page_size=5)
+    with running_api(migrated_settings, FakeClock(SEED_NOW), small) as api:
+        created = {create(api, user, weekly_monday_nine()).id for _ in range(7)}
+        md = api.as_user(user)
+        first = {}
+        for size in (0, 4, 6, 500):
+            page = api.reminders.ListReminders(pb.ListRemindersRequest(page_size=size), metadata=md)
+            first[size] = len(page.reminders)
+            assert {r.id for r in page.reminders} <= created
+            assert page.next_page_token
+        assert first == {0: 3, 4: 4, 6: 5, 500: 5}
+
+
 def test_one_off_in_the_repeated_hour_rings_at_the_first(api: Api, user: str) -> None:
     created = create(api, user, one_off("2026-11-01T01:30:00"))
     assert created.next_ring_time.ToDatetime(tzinfo=Z) == at("2026-11-01T05:30:00")

@@ -357,6 +357,23 @@ async def _claimed_and_waiting_to_retry(
     return reminders, rings
 
 
+def test_one_users_rings_due_at_once_all_go_out_with_one_lwt_at_a_time_on_its_partition(
+    own_keyspace: CassandraConnection,
+) -> None:
+    async def scenario() -> None:
+        async with leased_part(own_keyspace) as part:
+            due = _just_due()
+            reminders = [await part.due_reminder("u-busy", due) for _ in range(20)]
+
+            async with asyncio.timeout(20):
+                assert await asyncio.gather(*(part.ring(r) for r in reminders)) == [True] * 20
+
+            assert len(set(part.notifier.accepted)) == 20
+            assert part.store.most_at_once == 1  # claims, renewals, finalizes alike
+
+    asyncio.run(scenario())
+
+
 def test_stopping_lets_one_users_unsent_claims_go_one_lwt_at_a_time(
     own_keyspace: CassandraConnection,
 ) -> None:
