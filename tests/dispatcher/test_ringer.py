@@ -188,7 +188,10 @@ async def worker_from(part: Part, session: Session, minute: datetime) -> PartWor
 
 @contextlib.asynccontextmanager
 async def leased_part(
-    connection: CassandraConnection, part: int = 0, **settings_changes: Any
+    connection: CassandraConnection,
+    part: int = 0,
+    wall: Callable[[], float] = time.time,
+    **settings_changes: Any,
 ) -> AsyncIterator[Part]:
     notifier = Notifier()  # type: ignore[abstract]  # only SendBatch is served
     server = grpc.aio.server()
@@ -200,7 +203,7 @@ async def leased_part(
     settings = DispatcherSettings(
         dispatcher_id="in-process", grace=timedelta(seconds=1), **settings_changes
     )
-    clock = DbClock(session, settings.max_clock_offset)
+    clock = DbClock(session, settings.max_clock_offset, wall=wall)
     await clock.measure()
     store = RacedStore(session)
     metrics = DispatcherMetrics()
@@ -370,6 +373,35 @@ def test_one_users_rings_due_at_once_all_go_out_with_one_lwt_at_a_time_on_its_pa
 
             assert len(set(part.notifier.accepted)) == 20
             assert part.store.most_at_once == 1  # claims, renewals, finalizes alike
+
+    asyncio.run(scenario())
+
+
+def test_nothing_is_handed_off_while_the_clock_disagrees_with_the_databases(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """Never early: a host clock found 30 s off holds every ring (the row untouched) until
+    a measurement agrees again; then it rings."""
+    step_s = 30.0
+
+    def stepped_wall() -> float:
+        return time.time() + step_s
+
+    async def scenario() -> None:
+        nonlocal step_s
+        async with leased_part(own_keyspace, wall=stepped_wall) as part:
+            assert not part.clock.ready()
+            reminder = await part.due_reminder("u-clock", _just_due())
+            ring = part.ring(reminder)
+            await asyncio.sleep(2.5)
+            assert part.notifier.accepted == []
+            assert (await part.row(reminder)).status is Status.PENDING
+
+            step_s = 0.0
+            await part.clock.measure()
+            async with asyncio.timeout(10):
+                assert await ring
+            assert len(part.notifier.accepted) == 1
 
     asyncio.run(scenario())
 
