@@ -22,6 +22,7 @@ from reminders_svc.api.auth import (
 )
 from reminders_svc.config import ConfigError
 from reminders_svc.domain.errors import PermissionDenied, Unauthenticated
+from tests.platform.helpers import run_cli
 
 USER_SECRET = "u" * 40
 ADMIN_SECRET = "a" * 40
@@ -259,3 +260,26 @@ def test_secrets_never_appear_in_reprs() -> None:
     settings = AuthSettings.from_env(CONFIGURED)
     assert USER_SECRET not in repr(settings)
     assert ADMIN_SECRET not in str(settings)
+
+
+def test_the_token_command_mints_what_the_server_accepts_and_only_in_dev_or_configured() -> None:
+    """`reminders token --user alice [--admin]` as a developer runs it: the printed token
+    is the user's (or the operator's) to the server; outside development, with no secret
+    configured, it refuses rather than sign with a well-known one."""
+    no_secrets = {name: "" for name in (*CONFIGURED, "REMINDERS_ENV")}
+    dev = {**no_secrets, "REMINDERS_ENV": "dev"}
+
+    user = run_cli("token", "--user", "alice", env=dev)
+    admin = run_cli("token", "--user", "ops", "--admin", env=dev)
+    configured = run_cli("token", "--user", "bob", env={**no_secrets, **CONFIGURED})
+    refused = run_cli("token", "--user", "alice", env=no_secrets)
+
+    dev_server = authenticator({"REMINDERS_ENV": "dev"})
+    assert user.returncode == 0, user.stderr
+    assert dev_server.user_id(bearer(user.stdout.strip())) == "alice"
+    assert admin.returncode == 0, admin.stderr
+    assert dev_server.require_admin(bearer(admin.stdout.strip())) == "ops"
+    assert authenticator().user_id(bearer(configured.stdout.strip())) == "bob"
+    assert refused.returncode == 1
+    assert refused.stdout == ""
+    assert "REMINDERS_ENV=dev" in refused.stderr
