@@ -19,6 +19,7 @@ from tests.dispatcher.stack import (
     Stack,
     closing,
     health_status,
+    scrape,
     soon,
     wait_serving,
 )
@@ -69,6 +70,15 @@ def test_health_metrics_demo_and_a_clean_sigterm(cassandra_settings: CassandraSe
         assert "reminders_dispatch_parts_owned 4.0" in metrics
         assert "reminders_dispatch_clock_ready 1.0" in metrics
         assert "reminders_dispatch_handoff_lateness_seconds_count 2.0" in metrics
+        samples = scrape(metrics_port)
+        assert samples["reminders_dispatch_claim_lateness_seconds_count"] == 2
+        # Keeping up: its oldest open minute is at most a minute plus the grace (4 s here)
+        # old, give or take a gauge refresh; no claim left unresolved; and this host's
+        # clock is the database's.
+        assert 0 <= samples["reminders_dispatch_checkpoint_lag_seconds"] <= 60 + 4 + 10
+        assert samples["reminders_dispatch_oldest_unresolved_claim_seconds"] == 0
+        assert abs(samples["reminders_dispatch_clock_offset_seconds"]) < 1
+        assert samples["reminders_dispatch_catch_up_backlog_minutes"] == 0
         assert user not in metrics
         assert created.id not in metrics
         assert "secret text" not in metrics
