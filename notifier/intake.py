@@ -20,6 +20,7 @@ from notifier.domain.model import (
     ItemResult,
     Notification,
     Outcome,
+    Priority,
     Settlement,
     delivery_result,
     rejection,
@@ -62,8 +63,9 @@ class Intake:
         self._keys = keys
         self._queue = queue
         self._metrics = metrics
-        # Shared by all calls: the bound holds for the process, not per batch.
-        self._slots = asyncio.Semaphore(concurrency)
+        # Shared by all calls (the bound holds for the process, not per batch), one pool
+        # per priority: urgent items never wait behind a bulk sender's key writes.
+        self._slots = {priority: asyncio.Semaphore(concurrency) for priority in Priority}
         self._clock = clock
         # key -> the delivery of that key running here, answered by its first attempt.
         self._running: dict[str, asyncio.Task[ItemResult]] = {}
@@ -121,7 +123,7 @@ class Intake:
 
     async def _deliver(self, notification: Notification) -> ItemResult:
         key = notification.idempotency_key
-        async with self._slots:
+        async with self._slots[notification.priority]:
             try:
                 claim = await self._keys.record(notification)
             except _RETRYABLE_ERRORS as error:

@@ -71,7 +71,7 @@ class NotifierSettings:
     # Development: users without devices get "auto:<user_id>", so pushes are observable.
     auto_device: bool = False
     push_workers: int = 16
-    # Items of one SendBatch being recorded at once.
+    # Items being recorded at once, per priority, over all calls.
     batch_concurrency: int = 64
     push_max_attempts: int = 5
     push_retry_backoff: timedelta = timedelta(seconds=1)

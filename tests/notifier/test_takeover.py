@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import grpc
 from prometheus_client import CollectorRegistry
@@ -152,3 +154,70 @@ def test_an_item_recorded_after_the_workers_stopped_is_answered_retry_and_its_ke
 
     assert answer.outcome is Outcome.RETRYABLE
     assert next_attempt.state is KeyState.RECORDED
+
+
+class _BulkKeysHeld(KeyStore):
+    """Key writes of bulk items wait for `bulk_may_go`; urgent ones go through."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.bulk_may_go = asyncio.Event()
+        self.bulk_waiting = 0
+
+    async def record(
+        self, notification: Notification, accept_id: uuid.UUID | None = None
+    ) -> KeyClaim:
+        if notification.priority is Priority.BULK:
+            self.bulk_waiting += 1
+            await self.bulk_may_go.wait()
+        return await super().record(notification, accept_id)
+
+
+def test_urgent_items_are_recorded_and_pushed_while_bulk_key_writes_hold_every_bulk_slot(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """A bulk sender filling every key-recording slot (a slow keyspace, a burst) does not
+    hold up a reminder: slots are pooled per priority."""
+    cassandra = notifier_settings.cassandra
+    slots = 4
+
+    async def scenario() -> tuple[ItemResult, int]:
+        with connect(cassandra) as connection:
+            session = connection.session
+            keys = _BulkKeysHeld(
+                session,
+                cassandra.keyspace,
+                notifier_settings.key_ttl,
+                notifier_settings.key_takeover_after,
+                lambda: datetime.now(UTC),
+            )
+            queue = DeliveryQueue()
+            metrics = NotifierMetrics(CollectorRegistry())
+            workers = PushWorkers(
+                queue,
+                RecordingPushAdapter(capacity=100),
+                DeviceStore(session, cassandra.keyspace),
+                DeliveryPolicy(2, 3, timedelta(seconds=0.05), auto_device=True),
+                metrics,
+                lambda: datetime.now(UTC),
+            )
+            intake = Intake(keys, queue, metrics, slots, lambda: datetime.now(UTC))
+            workers.start()
+            bulk = [
+                Notification(reminder_key(), user, Priority.BULK, "news", "body")
+                for _ in range(slots + 2)
+            ]
+            bulk_answers = asyncio.gather(*(intake.accept(n) for n in bulk))
+            await asyncio.sleep(0.2)
+            urgent = Notification(reminder_key(), user, Priority.URGENT, "title", "body")
+            answer = await asyncio.wait_for(intake.accept(urgent), timeout=5)
+            bulk_held = keys.bulk_waiting
+            keys.bulk_may_go.set()
+            await bulk_answers
+            await workers.stop(grace_s=5)
+            return answer, bulk_held
+
+    answer, bulk_held = asyncio.run(scenario())
+
+    assert answer.outcome is Outcome.ACCEPTED
+    assert bulk_held == slots  # every bulk slot held, the rest of the bulk waiting for one
