@@ -11,9 +11,10 @@ import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
+from cassandra.cluster import Session
 from prometheus_client import CollectorRegistry
 
 from genproto.notification.v1 import notification_pb2 as pb
@@ -114,6 +115,35 @@ def answered(answer: Future[list[pb.SendResult]]) -> str:
     return pb.SendResult.Outcome.Name(result.outcome).removeprefix("OUTCOME_")
 
 
+Keys = TypeVar("Keys", bound=KeyStore)
+
+
+def _in_process(
+    session: Session, settings: NotifierSettings, keys_type: type[Keys], slots: int = 4
+) -> tuple[Keys, PushWorkers, Intake]:
+    """A notifier's key store, push workers (recording, implicit devices) and intake,
+    without its gRPC server; the workers not started."""
+    cassandra = settings.cassandra
+
+    def now() -> datetime:
+        return datetime.now(UTC)
+
+    keys = keys_type(
+        session, cassandra.keyspace, settings.key_ttl, settings.key_takeover_after, now
+    )
+    queue = DeliveryQueue()
+    metrics = NotifierMetrics(CollectorRegistry())
+    workers = PushWorkers(
+        queue,
+        RecordingPushAdapter(capacity=100),
+        DeviceStore(session, cassandra.keyspace),
+        DeliveryPolicy(2, 3, timedelta(seconds=0.05), auto_device=True),
+        metrics,
+        now,
+    )
+    return keys, workers, Intake(keys, queue, metrics, slots, now)
+
+
 def test_an_item_recorded_after_the_workers_stopped_is_answered_retry_and_its_key_released(
     notifier_settings: NotifierSettings, user: str
 ) -> None:
@@ -126,25 +156,7 @@ def test_an_item_recorded_after_the_workers_stopped_is_answered_retry_and_its_ke
 
     async def scenario() -> tuple[ItemResult, KeyClaim]:
         with connect(cassandra) as connection:
-            session = connection.session
-            keys = KeyStore(
-                session,
-                cassandra.keyspace,
-                notifier_settings.key_ttl,
-                notifier_settings.key_takeover_after,
-                lambda: datetime.now(UTC),
-            )
-            queue = DeliveryQueue()
-            metrics = NotifierMetrics(CollectorRegistry())
-            workers = PushWorkers(
-                queue,
-                RecordingPushAdapter(capacity=10),
-                DeviceStore(session, cassandra.keyspace),
-                DeliveryPolicy(1, 3, timedelta(seconds=0.05), auto_device=True),
-                metrics,
-                lambda: datetime.now(UTC),
-            )
-            intake = Intake(keys, queue, metrics, 4, lambda: datetime.now(UTC))
+            keys, workers, intake = _in_process(connection.session, notifier_settings, KeyStore)
             workers.start()
             await workers.stop(grace_s=1)
             answer = await asyncio.wait_for(intake.accept(notification), timeout=10)
@@ -183,25 +195,9 @@ def test_urgent_items_are_recorded_and_pushed_while_bulk_key_writes_hold_every_b
 
     async def scenario() -> tuple[ItemResult, int]:
         with connect(cassandra) as connection:
-            session = connection.session
-            keys = _BulkKeysHeld(
-                session,
-                cassandra.keyspace,
-                notifier_settings.key_ttl,
-                notifier_settings.key_takeover_after,
-                lambda: datetime.now(UTC),
+            keys, workers, intake = _in_process(
+                connection.session, notifier_settings, _BulkKeysHeld, slots
             )
-            queue = DeliveryQueue()
-            metrics = NotifierMetrics(CollectorRegistry())
-            workers = PushWorkers(
-                queue,
-                RecordingPushAdapter(capacity=100),
-                DeviceStore(session, cassandra.keyspace),
-                DeliveryPolicy(2, 3, timedelta(seconds=0.05), auto_device=True),
-                metrics,
-                lambda: datetime.now(UTC),
-            )
-            intake = Intake(keys, queue, metrics, slots, lambda: datetime.now(UTC))
             workers.start()
             bulk = [
                 Notification(reminder_key(), user, Priority.BULK, "news", "body")
