@@ -45,8 +45,9 @@ TEST_NODE := $(if $(filter docker,$(REMINDERS_CASSANDRA)),install,node)
 
 # Two workers (pytest-xdist): most tests wait on the node, processes or the clock, not the
 # CPU. worksteal: each worker starts on its half of the suite, an idle one takes half of
-# the other's queue. TEST_WORKERS=0 runs in one process.
-TEST_WORKERS ?= 2
+# the other's queue. TEST_WORKERS=0 runs in one process; so does the docker path, where
+# each worker would start a Cassandra container of its own.
+TEST_WORKERS ?= $(if $(filter docker,$(REMINDERS_CASSANDRA)),0,2)
 
 test: $(TEST_NODE) $(BUF) $(KUSTOMIZE) $(PROMTOOL)
 	$(NODE_CLIENT) $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)

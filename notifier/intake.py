@@ -109,7 +109,8 @@ class Intake:
         refused)."""
         key = notification.idempotency_key
         try:
-            settled = await self._keys.settlement(key)
+            async with self._slots[notification.priority]:  # a SERIAL read: bounded too
+                settled = await self._keys.settlement(key)
         except STORAGE_ERRORS as error:
             return _unavailable(key, "reading", error)
         if settled is None:

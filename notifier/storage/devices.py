@@ -7,8 +7,8 @@ from typing import Any
 
 from cassandra.cluster import Session
 
-from notifier.domain.model import Device, Platform, devices_beyond_cap
-from reminders_svc.storage.aio import execute
+from notifier.domain.model import MAX_DEVICES_PER_USER, Device, Platform, devices_beyond_cap
+from reminders_svc.storage.aio import execute, execute_all
 
 
 class DeviceStore:
@@ -18,8 +18,8 @@ class DeviceStore:
             f"INSERT INTO {keyspace}.devices (user_id, device_token, platform, registered_at)"
             " VALUES (?, ?, ?, toTimestamp(now())) IF NOT EXISTS"
         )
-        self._change_platform = session.prepare(
-            f"UPDATE {keyspace}.devices SET platform = ?"
+        self._refresh = session.prepare(
+            f"UPDATE {keyspace}.devices SET platform = ?, registered_at = toTimestamp(now())"
             " WHERE user_id = ? AND device_token = ? IF EXISTS"
         )
         self._select_one = session.prepare(
@@ -35,23 +35,29 @@ class DeviceStore:
         )
 
     async def register(self, user_id: str, device: Device) -> Device:
-        """Idempotent per token: the first registration's time is kept; a token moving to
-        another platform (a reinstall) takes the new one. A new token past the user's
-        MAX_DEVICES_PER_USER makes the least recently registered ones go."""
+        """Idempotent per token; registering again refreshes its time (apps register
+        their token as they start, as FCM advises: a fresh time says the device is in
+        use) and its platform (a reinstall). Past the user's MAX_DEVICES_PER_USER, the
+        least recently registered others go."""
         assert device.platform is not None, "validated by device_problem()"
         platform = device.platform.value
         token = device.device_token
         row = (await execute(self._session, self._insert, (user_id, token, platform))).one()
-        if not row.applied and row.platform != platform:
-            await execute(self._session, self._change_platform, (platform, user_id, token))
+        if not row.applied:
+            await execute(self._session, self._refresh, (platform, user_id, token))
+        # On every registration, not only a new token's: a user left over the cap (an
+        # eviction cut short, rows from before the cap) is brought back under it.
+        others = [d for d in await self.list(user_id) if d.device_token != token]
+        for old in devices_beyond_cap(others, MAX_DEVICES_PER_USER - 1):
+            await self.remove(user_id, old.device_token)
         stored = (await execute(self._session, self._select_one, (user_id, token))).one()
-        if row.applied:
-            for old in devices_beyond_cap(await self.list(user_id)):
-                await self.remove(user_id, old.device_token)
+        if stored is None:  # removed meanwhile (a concurrent eviction): register it again
+            return await self.register(user_id, device)
         return _device(stored)
 
     async def list(self, user_id: str) -> tuple[Device, ...]:
-        rows = await execute(self._session, self._select_all, (user_id,))
+        # Every page: a user registered before the cap may hold more than one.
+        rows = await execute_all(self._session, self._select_all, (user_id,))
         return tuple(_device(row) for row in rows)
 
     async def remove(self, user_id: str, device_token: str) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import grpc
 import pytest
@@ -249,10 +249,9 @@ def test_a_delivered_key_sent_again_past_its_expiry_is_a_duplicate_not_a_rejecti
 ) -> None:
     """A sender whose reply was lost retries late: what it records must be the push
     that happened, not a refusal."""
-    first = item(user, expire_in=timedelta(seconds=2))
+    first = item(user)
     assert [r.outcome for r in notifier.send_batch(first)] == [ACCEPTED]
     notifier.wait_delivered(1, user)
-    time.sleep(2.5)
     late = item(user, first.idempotency_key, expire_in=-timedelta(seconds=1))
 
     assert [r.outcome for r in notifier.send_batch(late)] == [DUPLICATE]
@@ -264,7 +263,13 @@ def test_registered_devices_get_the_push(notifier: Client, user: str) -> None:
     tablet = pb.Device(device_token=f"fcm-{user}", platform=pb.Device.PLATFORM_FCM)
     first = notifier.stub.RegisterDevice(pb.RegisterDeviceRequest(user_id=user, device=phone))
     again = notifier.stub.RegisterDevice(pb.RegisterDeviceRequest(user_id=user, device=phone))
-    assert first.device == again.device  # idempotent: the first registration stands
+    # Idempotent: the same device, its registration time refreshed (it is in use).
+    assert (again.device.device_token, again.device.platform) == (
+        first.device.device_token,
+        first.device.platform,
+    )
+    first_time = first.device.register_time.ToDatetime(tzinfo=UTC)
+    assert first_time <= again.device.register_time.ToDatetime(tzinfo=UTC)
     assert first.device.register_time.seconds > 0
     notifier.stub.RegisterDevice(pb.RegisterDeviceRequest(user_id=user, device=tablet))
 
@@ -290,7 +295,7 @@ def test_a_user_keeps_the_50_most_recently_registered_devices(notifier: Client, 
         device = pb.Device(device_token=token, platform=pb.Device.PLATFORM_FCM)
         notifier.stub.RegisterDevice(pb.RegisterDeviceRequest(user_id=user, device=device))
         time.sleep(0.002)  # registration times a millisecond apart at least
-    # Registering a token again keeps its first registration: it is not new.
+    # Registering a kept token again removes nobody: it is not a new device.
     again = pb.Device(device_token=tokens[-1], platform=pb.Device.PLATFORM_FCM)
     notifier.stub.RegisterDevice(pb.RegisterDeviceRequest(user_id=user, device=again))
 
@@ -301,6 +306,14 @@ def test_a_user_keeps_the_50_most_recently_registered_devices(notifier: Client, 
     time.sleep(0.3)
     assert sorted(p.device_token for p in notifier.delivered(user)) == tokens[2:]
     assert len(pushed) == MAX_DEVICES_PER_USER
+
+    # A device registering again is in use: the next eviction takes another.
+    for token in (tokens[2], f"fcm-new-{user}"):
+        time.sleep(0.002)
+        device = pb.Device(device_token=token, platform=pb.Device.PLATFORM_FCM)
+        notifier.stub.RegisterDevice(pb.RegisterDeviceRequest(user_id=user, device=device))
+    listed = notifier.stub.ListDevices(pb.ListDevicesRequest(user_id=user)).devices
+    assert {d.device_token for d in listed} == {*tokens[2:], f"fcm-new-{user}"} - {tokens[3]}
 
 
 def test_register_device_refuses_bad_input(notifier: Client, user: str) -> None:
@@ -385,10 +398,10 @@ def test_an_rpc_failing_unexpectedly_answers_internal_without_details(
 
 
 def test_items_no_push_could_carry_are_rejected_on_their_own_naming_the_field(
-    notifier: Client, user: str
+    notifier: Client, notifier_settings: NotifierSettings, user: str
 ) -> None:
     """A timestamp out of range, a user id or content past its bound: each item rejected
-    with its reason, nothing recorded (sent again, rejected again), the batch delivered."""
+    with its reason, its key not recorded, the rest of the batch delivered."""
     far_due = item(user)
     far_due.due_time.seconds = 253_402_300_800  # year 10000
     bad_nanos = item(user)
@@ -408,10 +421,19 @@ def test_items_no_push_could_carry_are_rejected_on_their_own_naming_the_field(
         (REJECTED, "title, body and data are longer than 4096 bytes"),
         (ACCEPTED, ""),
     ]
-    again = notifier.send_batch(*bad)
-    assert [r.outcome for r in again] == [REJECTED] * len(bad)
     [alone] = [notifier.stub.Send(pb.SendRequest(notification=far_due), timeout=10).result]
     assert alone.outcome == REJECTED
+    cassandra = notifier_settings.cassandra
+    with connect(cassandra) as connection:
+        recorded = [
+            connection.session.execute(
+                f"SELECT idempotency_key FROM {cassandra.keyspace}.notification_keys"
+                " WHERE idempotency_key = %s",
+                (message.idempotency_key,),
+            ).one()
+            for message in bad
+        ]
+    assert recorded == [None] * len(bad)
     notifier.wait_delivered(2, user)
     time.sleep(0.3)
     delivered = {p.idempotency_key for p in notifier.delivered()}

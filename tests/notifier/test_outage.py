@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 
 import grpc
 import pytest
@@ -237,7 +238,7 @@ def test_a_key_write_landed_unheard_on_one_replica_is_pushed_once_by_another(
 
 
 def test_a_notifier_started_before_its_database_waits_then_serves_or_stops_on_sigterm(
-    notifier_settings: NotifierSettings,
+    notifier_settings: NotifierSettings, tmp_path: Path
 ) -> None:
     """Not a crash loop: it waits for the database (not listening, so not ready), serves
     once the database answers, and a SIGTERM while it waits ends it at once, cleanly."""
@@ -245,7 +246,7 @@ def test_a_notifier_started_before_its_database_waits_then_serves_or_stops_on_si
     proxy = TcpProxy(settings.contact_points[0], settings.port)
     proxy.cut()
 
-    def spawn(port: int) -> subprocess.Popen[bytes]:
+    def spawn(port: int, log: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
         env = {
             **os.environ,
             "REMINDERS_ENV": "dev",
@@ -254,14 +255,18 @@ def test_a_notifier_started_before_its_database_waits_then_serves_or_stops_on_si
             "REMINDERS_NOTIFIER_PORT": str(port),
             "REMINDERS_NOTIFIER_METRICS_PORT": "0",
         }
-        return subprocess.Popen(
-            [REMINDERS, "notifier"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        return subprocess.Popen([REMINDERS, "notifier"], env=env, stdout=log, stderr=log)
 
+    log_path = tmp_path / "stopped_while_waiting.log"
+    with log_path.open("wb") as log:
+        stopped_while_waiting = spawn(free_port(), log.fileno())
+    waiting = spawn(port := free_port())
     try:
-        stopped_while_waiting = spawn(free_port())
-        waiting = spawn(port := free_port())
-        time.sleep(4)
+        # Waiting, its signal handlers set (a loaded machine starts Python slowly).
+        deadline = time.monotonic() + 60
+        while "retrying in" not in log_path.read_text() and time.monotonic() < deadline:
+            assert stopped_while_waiting.poll() is None, "exited without its database"
+            time.sleep(0.2)
         assert stopped_while_waiting.poll() is None, "exited without its database"
         stopped_while_waiting.send_signal(signal.SIGTERM)
         assert stopped_while_waiting.wait(10) == 0

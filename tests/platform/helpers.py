@@ -32,10 +32,22 @@ def run_cli(
 _LISTEN_PORTS = range(20000, 32768)
 
 
+def _own_listen_ports() -> range:
+    """This test process's share of `_LISTEN_PORTS`: parallel workers (pytest-xdist)
+    pick from disjoint ranges, so none takes a port another picked and is yet to listen on
+    (a stack picks its ports, then migrates a keyspace for seconds before starting)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    share = len(_LISTEN_PORTS) // max(workers, 1)
+    start = _LISTEN_PORTS.start + int(worker.removeprefix("gw")) % max(workers, 1) * share
+    return range(start, start + share)
+
+
 def free_port() -> int:
     """A port free now, for a process about to listen on it."""
+    ports = _own_listen_ports()
     while True:
-        port = random.choice(_LISTEN_PORTS)
+        port = random.choice(ports)
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))

@@ -323,7 +323,9 @@ class Device(_message.Message):
     """The push platform."""
     @_builtins.property
     def register_time(self) -> _timestamp_pb2.Timestamp:
-        """When it was registered."""
+        """When it was last registered (output only): a device registering again is in use;
+        past a user's cap of devices, the least recently registered are removed.
+        """
 
     def __init__(
         self,
