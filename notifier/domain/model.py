@@ -106,14 +106,14 @@ class Device:
         return self.device_token.startswith(AUTO_DEVICE_PREFIX)
 
 
-def devices_beyond_cap(devices: Iterable[Device], cap: int = MAX_DEVICES_PER_USER) -> list[Device]:
-    """The devices to forget so that `cap` remain: the least recently registered."""
+def devices_beyond_cap(devices: Iterable[Device], *, keep: int) -> list[Device]:
+    """The devices to forget so that `keep` remain: the least recently registered."""
     newest_first = sorted(
         devices,
         key=lambda d: (d.register_time or datetime.min.replace(tzinfo=UTC), d.device_token),
         reverse=True,
     )
-    return newest_first[cap:]
+    return newest_first[keep:]
 
 
 def implicit_device(user_id: str) -> Device:

@@ -22,10 +22,6 @@ class DeviceStore:
             f"UPDATE {keyspace}.devices SET platform = ?, registered_at = toTimestamp(now())"
             " WHERE user_id = ? AND device_token = ? IF EXISTS"
         )
-        self._select_one = session.prepare(
-            f"SELECT device_token, platform, registered_at FROM {keyspace}.devices"
-            " WHERE user_id = ? AND device_token = ?"
-        )
         self._select_all = session.prepare(
             f"SELECT device_token, platform, registered_at FROM {keyspace}.devices"
             " WHERE user_id = ?"
@@ -47,13 +43,14 @@ class DeviceStore:
             await execute(self._session, self._refresh, (platform, user_id, token))
         # On every registration, not only a new token's: a user left over the cap (an
         # eviction cut short, rows from before the cap) is brought back under it.
-        others = [d for d in await self.list(user_id) if d.device_token != token]
-        for old in devices_beyond_cap(others, MAX_DEVICES_PER_USER - 1):
+        listed = await self.list(user_id)
+        others = [d for d in listed if d.device_token != token]
+        for old in devices_beyond_cap(others, keep=MAX_DEVICES_PER_USER - 1):
             await self.remove(user_id, old.device_token)
-        stored = (await execute(self._session, self._select_one, (user_id, token))).one()
-        if stored is None:  # removed meanwhile (a concurrent eviction): register it again
+        registered = next((d for d in listed if d.device_token == token), None)
+        if registered is None:  # removed meanwhile (a concurrent eviction): register again
             return await self.register(user_id, device)
-        return _device(stored)
+        return registered
 
     async def list(self, user_id: str) -> tuple[Device, ...]:
         # Every page: a user registered before the cap may hold more than one.

@@ -229,6 +229,14 @@ async def _sleep_until(instant: datetime) -> None:
     await asyncio.sleep(max(0.0, (instant - datetime.now(UTC)).total_seconds()))
 
 
+async def _with_room_left_in_the_minute(room_s: int) -> None:
+    """Return with at least `room_s` seconds left in the current minute (the next one's
+    second 1 if fewer are left). Before taking a lease: tests do not renew it."""
+    now = datetime.now(UTC)
+    if now.second > 60 - room_s:
+        await _sleep_until(floor_minute(now) + timedelta(minutes=1, seconds=1))
+
+
 def _just_due() -> datetime:
     return (datetime.now(UTC) - timedelta(seconds=1)).replace(microsecond=0)
 
@@ -305,12 +313,10 @@ def test_an_entry_the_reads_since_the_last_look_cannot_see_rings_after_the_final
     async def scenario() -> None:
         # Nothing renews the lease here: it must outlast the test (up to ~80 s).
         long_lease = timedelta(seconds=120)
+        await _with_room_left_in_the_minute(15)  # for the entry's due
         async with leased_part(
             own_keyspace, part_of(user, DEFAULT_PARTS), lease=long_lease
         ) as part:
-            now = datetime.now(UTC)
-            if now.second > 45:  # room in the minute for the entry's due
-                await _sleep_until(floor_minute(now) + timedelta(minutes=1, seconds=1))
             minute = floor_minute(datetime.now(UTC))
             lease = part.shift.lease
             worker = await worker_from(part, session, minute)
@@ -542,10 +548,8 @@ def test_an_entry_made_due_sooner_is_not_held_up_by_one_waiting_for_a_later_due(
     behind that wait."""
 
     async def scenario() -> None:
-        if datetime.now(UTC).second > 44:
-            # All three dues in one minute, as the entries' horizon (its end) assumes; waited
-            # before the lease is taken (tests do not renew it).
-            await asyncio.sleep(61 - datetime.now(UTC).second)
+        # All three dues in one minute, as the entries' horizon (its end) assumes.
+        await _with_room_left_in_the_minute(16)
         async with leased_part(own_keyspace, lease=timedelta(seconds=60)) as part:
             start = datetime.now(UTC).replace(microsecond=0)
             # Seconds apart, so the edit lands before the first due on a loaded machine (at

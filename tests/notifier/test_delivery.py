@@ -11,6 +11,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, timedelta
+from typing import Any
 
 import grpc
 import pytest
@@ -69,6 +70,16 @@ def one_worker_held(settings: NotifierSettings, user: str) -> Iterator[HeldNotif
             adapter.release()
 
 
+def key_rows(settings: NotifierSettings, keys: list[str], columns: str) -> list[Any]:
+    """The notification_keys row of each key (its `columns`), None where there is none."""
+    cassandra = settings.cassandra
+    query = (
+        f"SELECT {columns} FROM {cassandra.keyspace}.notification_keys WHERE idempotency_key = %s"
+    )
+    with connect(cassandra) as connection:
+        return [connection.session.execute(query, (key,)).one() for key in keys]
+
+
 def test_accepted_then_duplicate_and_pushed_once(notifier: Client, user: str) -> None:
     key = reminder_key()
     [first] = notifier.send_batch(item(user, key))
@@ -93,13 +104,7 @@ def test_a_key_is_kept_for_its_ttl_past_any_catch_up_of_the_default_retention(
     key = reminder_key()
     assert [r.outcome for r in notifier.send_batch(item(user, key))] == [ACCEPTED]
 
-    cassandra = notifier_settings.cassandra
-    with connect(cassandra) as connection:
-        row = connection.session.execute(
-            f"SELECT TTL(accept_id) AS held, TTL(settled_as) AS settled"
-            f" FROM {cassandra.keyspace}.notification_keys WHERE idempotency_key = %s",
-            (key,),
-        ).one()
+    [row] = key_rows(notifier_settings, [key], "TTL(accept_id) AS held, TTL(settled_as) AS settled")
     ttl_s = notifier_settings.key_ttl.total_seconds()
     assert ttl_s - 60 < row.held <= ttl_s
     assert ttl_s - 60 < row.settled <= ttl_s
@@ -423,16 +428,7 @@ def test_items_no_push_could_carry_are_rejected_on_their_own_naming_the_field(
     ]
     [alone] = [notifier.stub.Send(pb.SendRequest(notification=far_due), timeout=10).result]
     assert alone.outcome == REJECTED
-    cassandra = notifier_settings.cassandra
-    with connect(cassandra) as connection:
-        recorded = [
-            connection.session.execute(
-                f"SELECT idempotency_key FROM {cassandra.keyspace}.notification_keys"
-                " WHERE idempotency_key = %s",
-                (message.idempotency_key,),
-            ).one()
-            for message in bad
-        ]
+    recorded = key_rows(notifier_settings, [m.idempotency_key for m in bad], "idempotency_key")
     assert recorded == [None] * len(bad)
     notifier.wait_delivered(2, user)
     time.sleep(0.3)
