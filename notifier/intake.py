@@ -13,6 +13,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from notifier.delivery.queue import DeliveryQueue, QueueClosed, QueuedNotification
@@ -51,21 +52,35 @@ def _unavailable(key: str, doing: str, error: Exception) -> ItemResult:
     return ItemResult(key, Outcome.RETRYABLE, f"storage unavailable ({type(error).__name__})")
 
 
+@dataclass(frozen=True)
+class IntakeLimits:
+    """Bounds of one process, each per priority, so that a bulk sender never uses up
+    what urgent items need."""
+
+    # Keys being recorded at once, over all calls.
+    recording_slots: int
+    # Deliveries under way at once (recording, queued, pushing, waiting for a retry);
+    # past it a new item is answered "retry" (overloaded) with nothing recorded, so a
+    # sender faster than the pushes meets backpressure instead of an ever longer queue.
+    max_pending: int
+
+
 class Intake:
     def __init__(
         self,
         keys: KeyStore,
         queue: DeliveryQueue,
         metrics: NotifierMetrics,
-        concurrency: int,
+        limits: IntakeLimits,
         clock: Callable[[], datetime],
     ) -> None:
         self._keys = keys
         self._queue = queue
         self._metrics = metrics
-        # Shared by all calls (the bound holds for the process, not per batch), one pool
-        # per priority: urgent items never wait behind a bulk sender's key writes.
-        self._slots = {priority: asyncio.Semaphore(concurrency) for priority in Priority}
+        # Shared by all calls (the bound holds for the process, not per batch).
+        self._slots = {priority: asyncio.Semaphore(limits.recording_slots) for priority in Priority}
+        self._max_pending = limits.max_pending
+        self._pending = dict.fromkeys(Priority, 0)
         self._clock = clock
         # key -> the delivery of that key running here, answered by its first attempt.
         self._running: dict[str, asyncio.Task[ItemResult]] = {}
@@ -87,21 +102,52 @@ class Intake:
             result = rejected
         elif notification.expired_at(self._clock()):
             result = await self._expired(notification)
+        elif (
+            notification.idempotency_key not in self._running
+            and self._pending[notification.priority] >= self._max_pending
+        ):
+            result = self._overloaded(notification)
         else:
-            key = notification.idempotency_key
-            running = self._running.get(key)
-            first = running is None
-            if running is None:
-                # Its own task: a caller that gives up (deadline, disconnect) does not cut a
-                # delivery short, and the key is settled whoever is still waiting.
-                running = asyncio.create_task(self._deliver(notification), name=f"deliver {key}")
-                self._running[key] = running
-                running.add_done_callback(lambda _: self._running.pop(key, None))
-            result = await asyncio.shield(running)
-            if not first and result.outcome is Outcome.ACCEPTED:
-                result = ItemResult(key, Outcome.DUPLICATE)
+            result = await self._delivery_of(notification)
         self._metrics.items.labels(result.outcome.value).inc()
         return result
+
+    def count_refused(self, result: ItemResult) -> None:
+        """Count an answer given without this intake (an item the server could not read)."""
+        self._metrics.items.labels(result.outcome.value).inc()
+
+    async def _delivery_of(self, notification: Notification) -> ItemResult:
+        """The answer of the key's delivery in this process, started here unless an
+        earlier attempt at the key runs it (then this one is its repeat)."""
+        key = notification.idempotency_key
+        priority = notification.priority
+        running = self._running.get(key)
+        first = running is None
+        if running is None:
+            # Its own task: a caller that gives up (deadline, disconnect) does not cut a
+            # delivery short, and the key is settled whoever is still waiting.
+            running = asyncio.create_task(self._deliver(notification), name=f"deliver {key}")
+            self._running[key] = running
+            self._pending[priority] += 1
+
+            def ended(_: asyncio.Task[ItemResult]) -> None:
+                self._running.pop(key, None)
+                self._pending[priority] -= 1
+
+            running.add_done_callback(ended)
+        result = await asyncio.shield(running)
+        if not first and result.outcome is Outcome.ACCEPTED:
+            result = ItemResult(key, Outcome.DUPLICATE)
+        return result
+
+    def _overloaded(self, notification: Notification) -> ItemResult:
+        priority = notification.priority
+        self._metrics.overloaded.labels(priority.value).inc()
+        return ItemResult(
+            notification.idempotency_key,
+            Outcome.RETRYABLE,
+            f"overloaded: {self._pending[priority]} {priority.value} deliveries under way",
+        )
 
     async def _expired(self, notification: Notification) -> ItemResult:
         """Too late to push; but a retry of a key an earlier attempt delivered is answered

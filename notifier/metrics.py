@@ -41,6 +41,13 @@ class NotifierMetrics:
             ("reason",),
             registry=registry,
         )
+        self.overloaded = Counter(
+            "notifier_overloaded",
+            "Notifications answered retry (overloaded) with nothing recorded, because as "
+            "many of their priority as REMINDERS_NOTIFIER_MAX_PENDING were under way.",
+            ("priority",),
+            registry=registry,
+        )
         self.handed_back = Counter(
             "notifier_handed_back",
             "Notifications handed back undelivered, queued or mid-push, by a notifier "
@@ -72,6 +79,7 @@ class NotifierMetrics:
         for priority in Priority:
             self.queue_depth.labels(priority.value).set(0)
             self.expired_in_queue.labels(priority.value)
+            self.overloaded.labels(priority.value)
 
     def count_push(self, adapter: str, result: PushResult) -> None:
         self.pushes.labels(adapter, result.value).inc()

@@ -73,6 +73,8 @@ class NotifierSettings:
     push_workers: int = 16
     # Items being recorded at once, per priority, over all calls.
     batch_concurrency: int = 64
+    # Deliveries under way at once, per priority; past it new items are answered "retry".
+    max_pending: int = 10_000
     push_max_attempts: int = 5
     push_retry_backoff: timedelta = timedelta(seconds=1)
     # The recording adapter keeps at most this many pushes (oldest dropped).
@@ -113,6 +115,7 @@ class NotifierSettings:
             auto_device=env.flag("AUTO_DEVICE", dev),
             push_workers=count("PUSH_WORKERS", cls.push_workers),
             batch_concurrency=count("BATCH_CONCURRENCY", cls.batch_concurrency),
+            max_pending=count("MAX_PENDING", cls.max_pending),
             push_max_attempts=count("PUSH_MAX_ATTEMPTS", cls.push_max_attempts),
             push_retry_backoff=seconds("PUSH_RETRY_BACKOFF_S", cls.push_retry_backoff, low=0),
             recording_capacity=count("RECORDING_CAPACITY", cls.recording_capacity),

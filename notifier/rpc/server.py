@@ -18,7 +18,7 @@ from notifier.delivery.queue import DeliveryQueue
 from notifier.delivery.workers import DeliveryPolicy, PushWorkers
 from notifier.domain.model import Priority
 from notifier.domain.push import PushAdapter
-from notifier.intake import Intake
+from notifier.intake import Intake, IntakeLimits
 from notifier.metrics import NotifierMetrics
 from notifier.rpc.servicer import NotificationServicer
 from notifier.settings import NotifierSettings
@@ -113,7 +113,8 @@ class NotifierServer:
             queue, self.adapter, devices, policy, self._metrics, self._clock
         )
         self._workers.start()
-        intake = Intake(keys, queue, self._metrics, settings.batch_concurrency, self._clock)
+        limits = IntakeLimits(settings.batch_concurrency, settings.max_pending)
+        intake = Intake(keys, queue, self._metrics, limits, self._clock)
         self._intake = intake
 
         server = grpc.aio.server(options=SERVER_OPTIONS)

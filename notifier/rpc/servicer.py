@@ -60,8 +60,7 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
         if self._reject_all:
             log.warning("fault reject: rejecting a SendBatch of %d", count)
             results = [
-                ItemResult(message.idempotency_key, Outcome.REJECTED, "fault injected")
-                for message in request.notifications
+                self._refused(message, "fault injected") for message in request.notifications
             ]
         else:
             results = await self._answer(request.notifications)
@@ -80,10 +79,16 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
             try:
                 read.append(convert.notification(message))
             except convert.InvalidTimestamp as error:
-                read.append(ItemResult(message.idempotency_key, Outcome.REJECTED, str(error)))
+                read.append(self._refused(message, str(error)))
         readable = [item for item in read if isinstance(item, Notification)]
         accepted = iter(await self._intake.accept_batch(readable) if readable else [])
         return [next(accepted) if isinstance(item, Notification) else item for item in read]
+
+    def _refused(self, message: pb.Notification, reason: str) -> ItemResult:
+        """An item rejected before the intake sees it, counted like those it rejects."""
+        result = ItemResult(message.idempotency_key, Outcome.REJECTED, reason)
+        self._intake.count_refused(result)
+        return result
 
     @translated
     async def RegisterDevice(

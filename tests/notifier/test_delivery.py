@@ -226,6 +226,41 @@ def test_urgent_items_go_before_bulk_items_queued_earlier(
     ]
 
 
+def test_past_max_pending_new_items_are_answered_retry_with_nothing_recorded(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """Backpressure: a notifier with as many deliveries under way as it allows answers
+    new items "retry" at once, records nothing of them, and takes them once there is
+    room; each priority has its own bound, so a bulk flood never refuses a reminder."""
+    bounded = dataclasses.replace(notifier_settings, max_pending=2)
+    with one_worker_held(bounded, user) as held:  # one bulk item under way
+        urgent = [item(user, f"urgent-{n}/{user}") for n in (1, 2)]
+        queued = [held.send_queued(message) for message in urgent]
+        refused_urgent = item(user, f"urgent-3/{user}")
+        [result] = held.notifier.send_batch(refused_urgent)
+        assert (result.outcome, result.reason) == (
+            RETRYABLE,
+            "overloaded: 2 urgent deliveries under way",
+        )
+        queued.append(held.send_queued(item(user, f"bulk-1/{user}", priority=pb.PRIORITY_BULK)))
+        refused_bulk = item(user, f"bulk-2/{user}", priority=pb.PRIORITY_BULK)
+        assert [r.outcome for r in held.notifier.send_batch(refused_bulk)] == [RETRYABLE]
+        # A repeat of a key under way joins its delivery: not a new one, so not refused.
+        repeat = held.send(urgent[0])
+        refused = [refused_urgent.idempotency_key, refused_bulk.idempotency_key]
+        assert key_rows(notifier_settings, refused, "accept_id") == [None, None]
+
+        held.adapter.release()
+        assert [a.result(timeout=10)[0].outcome for a in queued] == [ACCEPTED] * 3
+        assert repeat.result(timeout=10)[0].outcome == DUPLICATE
+        assert [r.outcome for r in held.notifier.send_batch(refused_urgent)] == [ACCEPTED]
+        overloaded = held.notifier.metrics()
+        for priority in ("urgent", "bulk"):
+            assert (
+                overloaded[("notifier_overloaded_total", frozenset({("priority", priority)}))] == 1
+            )
+
+
 def test_item_expiring_while_queued_is_rejected_counted_and_settled(
     notifier_settings: NotifierSettings, user: str
 ) -> None:
@@ -428,6 +463,9 @@ def test_items_no_push_could_carry_are_rejected_on_their_own_naming_the_field(
     ]
     [alone] = [notifier.stub.Send(pb.SendRequest(notification=far_due), timeout=10).result]
     assert alone.outcome == REJECTED
+    # Counted like every answer, though the intake never saw the unreadable ones.
+    rejected = ("notifier_items_total", frozenset({("outcome", "rejected")}))
+    assert notifier.metrics()[rejected] == len(bad) + 1
     recorded = key_rows(notifier_settings, [m.idempotency_key for m in bad], "idempotency_key")
     assert recorded == [None] * len(bad)
     notifier.wait_delivered(2, user)

@@ -22,7 +22,7 @@ from notifier.delivery.adapters import RecordingPushAdapter
 from notifier.delivery.queue import DeliveryQueue
 from notifier.delivery.workers import DeliveryPolicy, PushWorkers
 from notifier.domain.model import ItemResult, Notification, Outcome, Priority
-from notifier.intake import Intake
+from notifier.intake import Intake, IntakeLimits
 from notifier.metrics import NotifierMetrics
 from notifier.settings import NotifierSettings
 from notifier.storage.devices import DeviceStore
@@ -141,7 +141,7 @@ def _in_process(
         metrics,
         now,
     )
-    return keys, workers, Intake(keys, queue, metrics, slots, now)
+    return keys, workers, Intake(keys, queue, metrics, IntakeLimits(slots, 1000), now)
 
 
 def test_an_item_recorded_after_the_workers_stopped_is_answered_retry_and_its_key_released(

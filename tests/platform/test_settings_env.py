@@ -48,6 +48,7 @@ READERS: dict[str, Reader] = {
             "shorter than REMINDERS_DISPATCH_GRACE_S",
         ),
         ("notifier", "REMINDERS_NOTIFIER_PUSH_WORKERS", "0", "expected 1 to 100000"),
+        ("notifier", "REMINDERS_NOTIFIER_MAX_PENDING", "0", "expected 1 to 100000"),
         ("notifier", "REMINDERS_NOTIFIER_KEY_TTL_DAYS", "0", "expected 1 to 365 days"),
         ("notifier", "REMINDERS_NOTIFIER_KEY_TAKEOVER_AFTER_S", "inf", "expected a number"),
         ("notifier", "REMINDERS_NOTIFIER_ADAPTER", "apns", "expected one of recording, logging"),
