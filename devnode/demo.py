@@ -19,19 +19,22 @@ from datetime import UTC, datetime, timedelta
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from devnode.stack import NOTIFIER_TARGET
 from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
 from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
 from reminders_svc.api.auth import AuthSettings, mint_token
+from reminders_svc.api.client_cli import DEFAULT_TARGET
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("demo", help="ring one reminder through the running stack")
     parser.add_argument("--user", default="demo")
     parser.add_argument("--in", dest="seconds", type=float, default=20.0)
-    parser.add_argument("--api", default="127.0.0.1:50051")
-    parser.add_argument("--notifier", default="127.0.0.1:50061")
+    # Where the stack `make run` starts listens, as the dispatcher finds the notifier.
+    parser.add_argument("--api", default=DEFAULT_TARGET)
+    parser.add_argument("--notifier", default=NOTIFIER_TARGET)
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.set_defaults(handler=run)
 

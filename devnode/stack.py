@@ -19,6 +19,10 @@ from pathlib import Path
 from typing import IO
 
 from devnode.node import NodeError, NodeSettings, start
+from dispatcher.settings import DispatcherSettings
+from reminders_svc.api.client_cli import DEFAULT_TARGET
+
+NOTIFIER_TARGET = DispatcherSettings.notifier_target
 
 # Started in this order, stopped in reverse.
 _SERVICES: tuple[tuple[str, Sequence[str]], ...] = (
@@ -60,7 +64,7 @@ def run_stack(settings: NodeSettings) -> int:
         return 1
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    print("stack up: API 127.0.0.1:50051, notifier 127.0.0.1:50061; Ctrl-C stops it")
+    print(f"stack up: API {DEFAULT_TARGET}, notifier {NOTIFIER_TARGET}; Ctrl-C stops it")
     return supervise([(name, [reminders, *args]) for name, args in _SERVICES], env, stop)
 
 

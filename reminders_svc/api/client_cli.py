@@ -38,10 +38,12 @@ from grpc_status import rpc_status
 from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
 from reminders_svc.api.auth import mint_token, user_key_from_env
+from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import ConfigError
 from reminders_svc.tls import CLI_CLIENT_PREFIX, ClientTls
 
-DEFAULT_TARGET = "127.0.0.1:50051"
+# Where an API server with no configuration listens: what `make run` started.
+DEFAULT_TARGET = f"{ApiSettings.host}:{ApiSettings.port}"
 TOKEN_TTL_S = 300.0
 _DURATION_PART = re.compile(r"(\d+)([dhms])")
 _SECONDS_PER_UNIT = {"d": 86400, "h": 3600, "m": 60, "s": 1}

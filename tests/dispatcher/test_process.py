@@ -29,6 +29,41 @@ DEFAULT_PARTS = 64
 NOT_SERVING = HealthCheckResponse.NOT_SERVING
 
 
+def run_demo(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    """`reminders demo` against the stack's API and notifier."""
+    return subprocess.run(
+        [
+            REMINDERS,
+            "demo",
+            *args,
+            "--api",
+            f"127.0.0.1:{stack.api_port}",
+            "--notifier",
+            f"127.0.0.1:{stack.notifier_port}",
+        ],
+        env=stack.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_demo_fails_when_its_reminder_does_not_ring(
+    cassandra_settings: CassandraSettings,
+) -> None:
+    """No dispatcher: the reminder is made but never rings, and the demo says so and
+    exits 1 once its wait is over (a check that only passes is no check)."""
+    with closing(Stack(cassandra_settings)) as stack:
+        stack.start_api()
+        stack.start_notifier()
+        demo = run_demo(stack, "--in", "1", "--timeout", "2", "--user", f"u-{uuid.uuid4().hex[:8]}")
+    assert demo.returncode == 1, demo.stdout + demo.stderr
+    assert '"pushes": 0' in demo.stdout
+    assert '"handed_off": null' in demo.stdout
+    assert demo.stderr == "demo FAILED: expected exactly one push, not early\n"
+
+
 def test_health_metrics_demo_and_a_clean_sigterm(cassandra_settings: CassandraSettings) -> None:
     with closing(Stack(cassandra_settings)) as stack:
         stack.start_api()
@@ -44,23 +79,7 @@ def test_health_metrics_demo_and_a_clean_sigterm(cassandra_settings: CassandraSe
         created = stack.create_at(user, soon(3), text="secret text")
         assert len(stack.wait_for_pushes(1, user, created.id)) == 1
 
-        demo = subprocess.run(
-            [
-                REMINDERS,
-                "demo",
-                "--in",
-                "4",
-                "--api",
-                f"127.0.0.1:{stack.api_port}",
-                "--notifier",
-                f"127.0.0.1:{stack.notifier_port}",
-            ],
-            env=stack.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        demo = run_demo(stack, "--in", "4")
         assert demo.returncode == 0, demo.stdout + demo.stderr
         assert '"pushes": 1' in demo.stdout
 

@@ -4,6 +4,7 @@ typo or a stack that is not running gets one line, not a traceback. No node need
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
@@ -13,7 +14,11 @@ import time
 
 import pytest
 
-from devnode import node, stack
+from devnode import demo, node, stack
+from dispatcher.settings import DispatcherSettings
+from notifier.settings import NotifierSettings
+from reminders_svc.api import client_cli
+from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import CassandraSettings
 from tests.platform.helpers import free_port, run_cli
 
@@ -145,6 +150,23 @@ def test_a_malformed_node_port_is_one_line_naming_the_variable(
 
     assert result.returncode == 2
     assert result.stderr == f"reminders cassandra {action}: REMINDERS_NODE_PORT={value!r}: {why}\n"
+
+
+def test_clients_with_no_configuration_reach_the_servers_make_run_starts() -> None:
+    """The client CLI, the demo and the dispatcher, given no address, call where an API
+    server and a notifier with no configuration listen (what `make run` starts)."""
+    api = ApiSettings.from_env({"REMINDERS_ENV": "dev"})
+    notifier = NotifierSettings.from_env({"REMINDERS_ENV": "dev"})
+    dispatcher = DispatcherSettings.from_env({"REMINDERS_ENV": "dev"})
+    assert client_cli.DEFAULT_TARGET == f"{api.host}:{api.port}" == "127.0.0.1:50051"
+    assert dispatcher.notifier_target == f"{notifier.host}:{notifier.port}"
+    parser = argparse.ArgumentParser()
+    demo.register(parser.add_subparsers())
+    defaults = parser.parse_args(["demo"])
+    assert (defaults.api, defaults.notifier) == (
+        client_cli.DEFAULT_TARGET,
+        dispatcher.notifier_target,
+    )
 
 
 def test_demo_without_a_running_stack_says_so_in_one_line() -> None:
