@@ -73,20 +73,27 @@ class MinuteJob:
         self.minute = minute
         self._worker = worker
         self._seen: set[tuple[object, object]] = set()
-        self._waiting: list[tuple[datetime, int, Entry]] = []  # a heap, by due
+        # A heap by due: (due, arrival, entry, late when read).
+        self._waiting: list[tuple[datetime, int, Entry, bool]] = []
         self._arrived = asyncio.Event()
         self._reads_over = False
         self._running: set[asyncio.Task[bool]] = set()
         self._all_resolved = True
         self._failure: BaseException | None = None
 
-    def _add(self, entries: list[Entry]) -> None:
+    def _add(self, entries: list[Entry], read_at: datetime) -> None:
+        """Keep the entries not seen before. One is late (a backlog's: paced) when it was
+        read past its due by more than `late_after`, not when its turn comes: a busy
+        minute's entries wait their turn behind each other, and that wait must not
+        slow them down to the catch-up pace."""
+        late_after = self._worker.settings.late_after
         for entry in entries:
             key = (entry.reminder_id, entry.written_at)
             if key in self._seen:
                 continue
             self._seen.add(key)
-            heapq.heappush(self._waiting, (entry.due, len(self._seen), entry))
+            late = read_at - entry.due > late_after
+            heapq.heappush(self._waiting, (entry.due, len(self._seen), entry, late))
         self._arrived.set()
 
     async def run(self) -> bool:
@@ -124,8 +131,8 @@ class MinuteJob:
             if self._waiting:
                 wait_s = (self._waiting[0][0] - w.clock.now()).total_seconds()
                 if wait_s <= 0:
-                    entry = heapq.heappop(self._waiting)[2]
-                    ring = await w.ringer.start(entry, horizon, w.shift)
+                    _, _, entry, late = heapq.heappop(self._waiting)
+                    ring = await w.ringer.start(entry, horizon, w.shift, late=late)
                     if ring is None:
                         return False
                     self._running.add(ring)
@@ -189,7 +196,7 @@ class MinuteJob:
         )
         if entries is None:
             return False
-        self._add(entries)
+        self._add(entries, w.clock.now())
         return True
 
 

@@ -1,10 +1,11 @@
 """One ring, from a bucket entry to a finalized row (DESIGN.md state machine, invariants 1,
 5, 6, 8 and 9).
 
-`Ringer.start(entry, horizon, shift)`, called at the entry's due: a late entry (a backlog's)
-is paced first; then the ring starts once fewer than `_STARTED_PER_SLOT` x `max_in_flight`
-rings of this dispatcher are under way, so memory stays bounded however many entries a
-minute holds (a task per entry costs ~4 KB; a minute's waiting entries are kept as data).
+`Ringer.start(entry, horizon, shift, late=...)`, called at the entry's due: a late entry (a
+backlog's, read long past its due) is paced first; then the ring starts once fewer than
+`_STARTED_PER_SLOT` x `max_in_flight` rings of this dispatcher are under way, so memory
+stays bounded however many entries a minute holds (a task per entry costs ~4 KB; a
+minute's waiting entries are kept as data).
 
 `Ringer.ring(entry, horizon, shift)`:
 1. at max(entry due, now), take one of `max_in_flight` slots, and the reminder's own
@@ -194,13 +195,12 @@ class Ringer:
         self.claimed_since: dict[uuid.UUID, datetime] = {}  # claim times, for the gauge
 
     async def start(
-        self, entry: Entry, horizon: datetime, shift: Shift
+        self, entry: Entry, horizon: datetime, shift: Shift, *, late: bool
     ) -> asyncio.Task[bool] | None:
-        """The entry's ring, started once it is its turn: paced if the entry is late (a
-        backlog's, before its row is read, so a backlog's reads are paced too; live ones
-        never), then once this dispatcher has room for one more ring. None when the shift
-        ended first."""
-        late = self._clock.now() - entry.due > self._settings.late_after
+        """The entry's ring, started once it is its turn: paced if the entry is `late` (a
+        backlog's, read long past its due: paced before its row is read, so a backlog's
+        reads are paced too; live ones never, however long they wait their turn), then
+        once this dispatcher has room for one more ring. None when the shift ended first."""
         if late and not await self._catch_up.take(shift):
             return None
         while shift.on():

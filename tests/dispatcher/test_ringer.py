@@ -734,3 +734,48 @@ def test_a_busy_minute_keeps_only_the_rings_under_way_as_tasks(
             assert most <= 4 * 4 + 20  # the rings under way, and the worker's own few
 
     asyncio.run(scenario())
+
+
+def test_a_busy_minutes_rings_waiting_their_turn_are_not_paced_as_a_backlog(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """Entries of a live minute wait their turn behind each other (room for 4 rings here),
+    some well past `late_after` (0 s here); that wait must not make them a backlog, paced
+    at the catch-up rate (1/s here: 150 entries would take minutes). Lateness is judged
+    when an entry is read."""
+    entries = 150
+
+    async def scenario() -> float:
+        async with leased_part(
+            own_keyspace,
+            max_in_flight=1,
+            late_after=timedelta(0),
+            catch_up_rings_per_s=1.0,
+            lease=timedelta(seconds=120),
+        ) as part:
+            await _with_room_left_in_the_minute(40)
+            due = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
+            minute = floor_minute(due)
+            insert = own_keyspace.session.prepare(
+                "INSERT INTO due_buckets (minute, part, written_at, reminder_id, user_id, due)"
+                " VALUES (?, 0, now(), ?, 'u-busy-live', ?)"
+            )
+            await asyncio.gather(
+                *(
+                    aio.execute(own_keyspace.session, insert, (minute, uuid.uuid4(), due))
+                    for _ in range(entries)
+                )
+            )
+            worker = await worker_from(part, own_keyspace.session, minute)
+            working = asyncio.create_task(worker.run())
+            await _until(
+                lambda: part.count("reminders_dispatch_skips_total", reason="deleted") >= entries,
+                60,
+            )
+            all_done_after = (datetime.now(UTC) - due).total_seconds()
+            worker.stop()
+            await working
+            return all_done_after
+
+    # The old pacing: one entry a second once past its due, ~150 s.
+    assert asyncio.run(scenario()) < 30
