@@ -697,6 +697,20 @@ def test_a_batch_whose_call_fails_unexpectedly_answers_each_ring_retryable() -> 
     asyncio.run(scenario())
 
 
+async def _entries_without_rows(session: Session, due: datetime, count: int) -> datetime:
+    """`count` entries of part 0 due at `due` whose rows are gone (a purge): each is read,
+    then skipped as deleted. Returns their minute."""
+    minute = floor_minute(due)
+    insert = session.prepare(
+        "INSERT INTO due_buckets (minute, part, written_at, reminder_id, user_id, due)"
+        " VALUES (?, 0, now(), ?, 'u-busy', ?)"
+    )
+    await asyncio.gather(
+        *(aio.execute(session, insert, (minute, uuid.uuid4(), due)) for _ in range(count))
+    )
+    return minute
+
+
 def test_a_busy_minute_keeps_only_the_rings_under_way_as_tasks(
     own_keyspace: CassandraConnection,
 ) -> None:
@@ -708,18 +722,7 @@ def test_a_busy_minute_keeps_only_the_rings_under_way_as_tasks(
     async def scenario() -> None:
         async with leased_part(own_keyspace, max_in_flight=4) as part:
             due = (datetime.now(UTC) + timedelta(seconds=8)).replace(microsecond=0)
-            minute = floor_minute(due)
-            # Entries whose rows are gone (a purge): each is read, then skipped.
-            insert = own_keyspace.session.prepare(
-                "INSERT INTO due_buckets (minute, part, written_at, reminder_id, user_id, due)"
-                " VALUES (?, 0, now(), ?, 'u-busy', ?)"
-            )
-            await asyncio.gather(
-                *(
-                    aio.execute(own_keyspace.session, insert, (minute, uuid.uuid4(), due))
-                    for _ in range(entries)
-                )
-            )
+            minute = await _entries_without_rows(own_keyspace.session, due, entries)
             worker = await worker_from(part, own_keyspace.session, minute)
             before = len(asyncio.all_tasks())
             most = 0
@@ -755,17 +758,7 @@ def test_a_busy_minutes_rings_waiting_their_turn_are_not_paced_as_a_backlog(
         ) as part:
             await _with_room_left_in_the_minute(40)
             due = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
-            minute = floor_minute(due)
-            insert = own_keyspace.session.prepare(
-                "INSERT INTO due_buckets (minute, part, written_at, reminder_id, user_id, due)"
-                " VALUES (?, 0, now(), ?, 'u-busy-live', ?)"
-            )
-            await asyncio.gather(
-                *(
-                    aio.execute(own_keyspace.session, insert, (minute, uuid.uuid4(), due))
-                    for _ in range(entries)
-                )
-            )
+            minute = await _entries_without_rows(own_keyspace.session, due, entries)
             worker = await worker_from(part, own_keyspace.session, minute)
             working = asyncio.create_task(worker.run())
             await _until(
