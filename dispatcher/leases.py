@@ -50,12 +50,21 @@ class PartState:
 
 
 class PartLeases:
-    def __init__(self, session: Session, owner: str, lease: timedelta) -> None:
+    def __init__(
+        self,
+        session: Session,
+        owner: str,
+        lease: timedelta,
+        renew_timeout: timedelta | None = None,
+    ) -> None:
         self._session = session
         self.owner = owner
         self._lease_s = int(lease.total_seconds())
         # A frozen process must not act on a lease it may have lost: keep a margin.
         self._margin_s = max(1.0, self._lease_s / 5)
+        # A renewal that hangs (a node that stopped answering) is given up in time for the
+        # next one, not after the driver's request timeout, which may exceed the lease.
+        self._renew_timeout_s = renew_timeout.total_seconds() if renew_timeout else None
         prepare = session.prepare
         self._heartbeat = prepare(
             "INSERT INTO dispatcher_members (scope, dispatcher_id, seen)"
@@ -147,6 +156,7 @@ class PartLeases:
                         self.owner,
                         lease.epoch,
                     ),
+                    timeout_s=self._renew_timeout_s,
                 )
             )
             .one()

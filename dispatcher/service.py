@@ -1,7 +1,10 @@
 """The dispatcher process: leases parts, works them, serves health and metrics.
 
-Part balance: every `lease_renew_every`, renew the leases held (a lease that cannot be
-renewed is dropped and its worker cancelled), release the leases of parts whose work
+Leases: every `lease_renew_every`, all leases held are renewed at once, in a task of
+their own (a lease that cannot be renewed is dropped and its worker cancelled): a slow
+statement of the balance, the clock check or one part's renewal delays no other renewal.
+
+Part balance: every `lease_renew_every`, release the leases of parts whose work
 ended, write a heartbeat (with a TTL) into `dispatcher_members`, then take free parts
 while holding fewer than ceil(P / live dispatchers); hold more than that and the extra
 parts are handed over. A dispatcher whose clock is off by more than the bound is not
@@ -17,6 +20,7 @@ still running after the shutdown grace is cancelled, letting its claims go.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import signal
@@ -88,7 +92,12 @@ class Dispatcher:
             return (
                 ReminderStore(session, self.settings.retention),
                 DeliveryHistory(session, self.settings.retention.history),
-                PartLeases(session, self.settings.dispatcher_id, self.settings.lease),
+                PartLeases(
+                    session,
+                    self.settings.dispatcher_id,
+                    self.settings.lease,
+                    renew_timeout=self.settings.lease_renew_every,
+                ),
                 BucketReader(session),
             )
 
@@ -106,11 +115,17 @@ class Dispatcher:
         batcher = HandoffBatcher(self._notifier, self.settings.batch_size)
         self._ringer = Ringer(store, history, batcher, self.clock, self.settings, self.metrics)
         self._catch_up = RateLimiter(self.settings.catch_up_minutes_per_s)
+        renewing = asyncio.create_task(self._keep_renewing(), name="lease-renewals")
         try:
             while not self._stopping.is_set():
+                if renewing.done():
+                    renewing.result()  # failed unexpectedly: fail the process, as a tick would
                 await self._tick()
                 await self._until_next_tick()
         finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
             await self._drain()
 
     def stop(self) -> None:
@@ -137,7 +152,7 @@ class Dispatcher:
         ready = self.clock.ready()
         self.metrics.clock_offset.set(self.clock.offset_s)
         await self._health.set_ready(ready)
-        await self._renew()
+        await self._tend()
         try:
             await self._balance()
         except STORAGE_ERRORS as error:
@@ -146,29 +161,44 @@ class Dispatcher:
             log.warning("part balance skipped: storage did not answer (%s)", type(error).__name__)
         self._report()
 
-    async def _renew(self) -> None:
-        """Renew the leases of parts being worked or wound down; release those of parts whose
-        work ended; cut short a wind-down that outlasted the shutdown grace."""
+    async def _keep_renewing(self) -> None:
+        period_s = self.settings.lease_renew_every.total_seconds()
+        while True:
+            await self._renew()
+            await asyncio.sleep(period_s)
+
+    async def _tend(self) -> None:
+        """Release the leases of parts whose work ended; cut short a wind-down that
+        outlasted the shutdown grace."""
         grace_s = self.settings.shutdown_grace.total_seconds()
         for part, (worker, task) in list(self._workers.items()):
             if task.done():
                 del self._workers[part]
                 await self._release(worker, task)
-                continue
-            if worker.shift.stopped_for_s() > grace_s and not task.cancelling():
+            elif worker.shift.stopped_for_s() > grace_s and not task.cancelling():
                 task.cancel()  # its rings let their claims go as they are cancelled
-            if worker.lease.ended:
-                continue  # known lost: its worker is winding down
-            try:
-                renewed = await self._leases.renew(worker.lease)
-            except STORAGE_ERRORS as error:
-                # Not renewed this time; the lease's local deadline stops the work if this
-                # keeps failing.
-                log.warning("part %d: lease renewal failed (%s)", part, type(error).__name__)
-                continue
-            if not renewed:
-                self.metrics.leases_lost.inc()
-                task.cancel()
+
+    async def _renew(self) -> None:
+        """Renew, all at once, the leases of parts being worked or wound down."""
+        await asyncio.gather(
+            *(
+                self._renew_one(part, worker, task)
+                for part, (worker, task) in list(self._workers.items())
+                if not task.done() and not worker.lease.ended  # ended: known lost
+            )
+        )
+
+    async def _renew_one(self, part: int, worker: PartWorker, task: asyncio.Task[None]) -> None:
+        try:
+            renewed = await self._leases.renew(worker.lease)
+        except STORAGE_ERRORS as error:
+            # Not renewed this time; the lease's local deadline stops the work if this
+            # keeps failing.
+            log.warning("part %d: lease renewal failed (%s)", part, type(error).__name__)
+            return
+        if not renewed and not task.done():  # done: released meanwhile, not lost
+            self.metrics.leases_lost.inc()
+            task.cancel()
 
     async def _release(self, worker: PartWorker, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
@@ -250,6 +280,7 @@ class Dispatcher:
         # Until every part is done: keep the leases, release each as its part is done.
         renew_s = self.settings.lease_renew_every.total_seconds()
         while self._workers:
+            await self._tend()
             await self._renew()
             running = [task for _, task in self._workers.values()]
             if running:

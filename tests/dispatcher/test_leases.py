@@ -14,7 +14,9 @@ from cassandra import OperationTimedOut
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement
 
-from dispatcher.leases import PartLeases
+from dispatcher.leases import PartLeases, PartState
+from dispatcher.service import Dispatcher, Stores
+from dispatcher.settings import DispatcherSettings
 from reminders_svc.storage.session import CassandraConnection
 
 MINUTE = datetime(2026, 10, 26, 13, 0, tzinfo=UTC)
@@ -119,3 +121,69 @@ def test_a_take_whose_reply_is_lost_is_settled_not_left_to_lapse(
             assert 7 not in states
 
     asyncio.run(scenario())
+
+
+class _BalanceHangs(Dispatcher):
+    """A dispatcher whose part balance hangs once, 12 s, on its read of the parts' states
+    (a node that stopped answering without closing its connections)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.hang = asyncio.Event()
+        self.hung = asyncio.Event()
+
+    async def _connect(self) -> Stores:
+        store, history, leases, reader = await super()._connect()
+        states = leases.states
+
+        async def slow_states() -> list[PartState]:
+            if self.hang.is_set() and not self.hung.is_set():
+                self.hung.set()
+                await asyncio.sleep(12)
+            return await states()
+
+        leases.states = slow_states  # type: ignore[method-assign]
+        return store, history, leases, reader
+
+
+def test_a_hanging_balance_delays_no_lease_renewal(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """Renewals run on their own: a statement of the balance that hangs past the lease
+    (6 s here; its local deadline 4.8 s) costs no part its lease, so no part is dropped
+    and taken again (a new epoch) with its open minutes."""
+    settings = DispatcherSettings(
+        dispatcher_id="d",
+        port=0,
+        metrics_port=0,
+        lease=timedelta(seconds=6),
+        lease_renew_every=timedelta(seconds=2),
+    )
+
+    def epochs() -> dict[int, int]:
+        rows = own_keyspace.session.execute("SELECT part, epoch, owner FROM dispatch_parts")
+        return {row.part: row.epoch for row in rows if row.owner == "d"}
+
+    async def scenario() -> tuple[dict[int, int], dict[int, int], float]:
+        dispatcher = _BalanceHangs(settings, own_keyspace.settings)
+        running = asyncio.create_task(dispatcher.run())
+        try:
+            async with asyncio.timeout(60):
+                while len(before := await asyncio.to_thread(epochs)) < 64:  # noqa: ASYNC110
+                    await asyncio.sleep(0.5)
+            dispatcher.hang.set()
+            await asyncio.wait_for(dispatcher.hung.wait(), timeout=10)
+            await asyncio.sleep(14)  # the hang, and a tick after it
+            after = await asyncio.to_thread(epochs)
+            takeovers = dispatcher.metrics.registry.get_sample_value(
+                "reminders_dispatch_lease_takeovers_total"
+            )
+            return before, after, takeovers or 0.0
+        finally:
+            dispatcher.stop()
+            await running
+
+    before, after, takeovers = asyncio.run(scenario())
+
+    assert after == before
+    assert takeovers == 0
