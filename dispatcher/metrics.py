@@ -59,7 +59,8 @@ class DispatcherMetrics:
         )
         self.leases_lost = Counter(
             "reminders_dispatch_leases_lost_total",
-            "Leases lost before release (a renewal or a checkpoint refused).",
+            "Leases lost before release (a renewal or a checkpoint refused, or no renewal"
+            " landed before the lease's local deadline).",
             registry=r,
         )
         self.checkpoint_lag = Gauge(

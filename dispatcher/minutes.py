@@ -316,6 +316,11 @@ class PartWorker:
                 self.metrics.leases_lost.inc()
                 return
             self.metrics.minutes_done.inc()
+        if not self.lease.ended:
+            # Its local deadline passed before a renewal landed (storage did not answer the
+            # renewals in time): lost as far as this process can tell.
+            log.warning("part %d: lease not renewed in time; stopping", self.lease.part)
+            self.metrics.leases_lost.inc()
 
     async def _checkpoint(self, minute: datetime) -> bool:
         """Checkpoint `minute` under the lease, tried again while storage does not answer

@@ -135,7 +135,7 @@ def snooze(reminder: Reminder, until: datetime, now: datetime) -> Reminder:
     While sending, the claim stays: the dispatcher's finalize sees the snooze and keeps it.
     """
     if reminder.status not in (Status.PENDING, Status.SENDING, Status.DONE):
-        raise FailedPrecondition(f"a {reminder.status} reminder cannot be snoozed")
+        raise FailedPrecondition(f"a {reminder.status} reminder cannot be snoozed", field="id")
     if reminder.status is Status.SENDING:
         return _changed(reminder, now, snooze_until=until)
     return _changed(
@@ -151,14 +151,16 @@ def pause(reminder: Reminder, now: datetime) -> Reminder:
     if reminder.status is Status.PAUSED:
         return reminder  # already paused: nothing to change, no new version
     if reminder.status not in (Status.PENDING, Status.SENDING):
-        raise FailedPrecondition(f"a {reminder.status} reminder cannot be paused")
+        raise FailedPrecondition(f"a {reminder.status} reminder cannot be paused", field="id")
     return _changed(reminder, now, status=Status.PAUSED, due=None, claim=None)
 
 
 def resume(reminder: Reminder, now: datetime) -> Reminder:
     """A repeat continues from its next occurrence after now; a passed one-off is refused."""
     if reminder.status is not Status.PAUSED:
-        raise FailedPrecondition(f"only a paused reminder can be resumed (it is {reminder.status})")
+        raise FailedPrecondition(
+            f"only a paused reminder can be resumed (it is {reminder.status})", field="id"
+        )
     snooze_until = reminder.snooze_until if _in_future(reminder.snooze_until, now) else None
     if isinstance(reminder.schedule, OneOff):
         if not _in_future(reminder.occurrence, now) and snooze_until is None:

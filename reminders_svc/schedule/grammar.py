@@ -15,6 +15,7 @@ TIME is [at] HH:MM (24-hour). Words are case-insensitive.
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -66,9 +67,14 @@ class _Token:
     suffixed: bool = False  # "1st", "2nd": an ordinal
 
 
+# The grammar's words are ASCII. str.lower() may lengthen a string ("İ" becomes two
+# characters), which would shift every position reported after it.
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
 def _tokenize(expression: str) -> list[_Token]:
     tokens: list[_Token] = []
-    lowered, offset = expression.lower(), 0
+    lowered, offset = expression.translate(_ASCII_LOWER), 0
     while lowered[offset:].strip():
         match = _TOKEN.match(lowered, offset)
         if match is None:

@@ -179,6 +179,12 @@ CASES: list[tuple[str, Callable[[Api, str, str], Any], str]] = [
         "reminder.schedule.repeat.expression",
     ),
     (
+        # str.lower() makes "İ" two characters: the position of the error was past the end.
+        "expression with a letter that lowercases to two",
+        _create(pb.Reminder(text="t", schedule=_repeat(expression="every day 09:00 İ"))),
+        "reminder.schedule.repeat.expression",
+    ),
+    (
         "rrule more often than hourly",
         _create(pb.Reminder(text="t", schedule=_repeat(rrule="FREQ=MINUTELY"))),
         "reminder.schedule.repeat.rrule",
@@ -458,6 +464,12 @@ REFUSALS: list[Any] = [
         "request_id",
         id="create: request_id reused for another reminder",
     ),
+    pytest.param(
+        _at_version("ResumeReminder", 0),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "id",
+        id="resume: a reminder that is not paused",
+    ),
 ]
 
 
@@ -524,6 +536,23 @@ def test_resuming_a_passed_one_off_names_the_reminder_and_changes_nothing(
 
     with pytest.raises(grpc.RpcError) as refused:
         api.reminders.ResumeReminder(pb.ResumeReminderRequest(id=created.id), metadata=md)
+
+    _assert_refused(refused.value, grpc.StatusCode.FAILED_PRECONDITION, "id")
+    assert _snapshot(cassandra, user) == before
+
+
+def test_snoozing_a_paused_reminder_names_the_reminder_and_changes_nothing(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    md = api.as_user(user)
+    created = api.reminders.CreateReminder(
+        pb.CreateReminderRequest(reminder=GOOD, request_id="r"), metadata=md
+    )
+    api.reminders.PauseReminder(pb.PauseReminderRequest(id=created.id), metadata=md)
+    before = _snapshot(cassandra, user)
+
+    with pytest.raises(grpc.RpcError) as refused:
+        _snooze(duration=Duration(seconds=600))(api, created.id, user)
 
     _assert_refused(refused.value, grpc.StatusCode.FAILED_PRECONDITION, "id")
     assert _snapshot(cassandra, user) == before

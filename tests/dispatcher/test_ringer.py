@@ -720,7 +720,7 @@ def test_a_busy_minute_keeps_only_the_rings_under_way_as_tasks(
     entries = 2000
 
     async def scenario() -> None:
-        async with leased_part(own_keyspace, max_in_flight=4) as part:
+        async with leased_part(own_keyspace, max_in_flight=4, lease=timedelta(seconds=120)) as part:
             due = (datetime.now(UTC) + timedelta(seconds=8)).replace(microsecond=0)
             minute = await _entries_without_rows(own_keyspace.session, due, entries)
             worker = await worker_from(part, own_keyspace.session, minute)
@@ -772,3 +772,19 @@ def test_a_busy_minutes_rings_waiting_their_turn_are_not_paced_as_a_backlog(
 
     # The old pacing: one entry a second once past its due, ~150 s.
     assert asyncio.run(scenario()) < 30
+
+
+def test_a_part_whose_lease_ran_out_unrenewed_stops_and_counts_it_lost(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """Nothing renews this lease (as when storage answers no renewal in time): past its
+    local deadline the part's work stops, and the loss is counted, not silent."""
+
+    async def scenario() -> float:
+        async with leased_part(own_keyspace, lease=timedelta(seconds=3)) as part:
+            minute = floor_minute(datetime.now(UTC))
+            worker = await worker_from(part, own_keyspace.session, minute)
+            await asyncio.wait_for(worker.run(), timeout=20)
+            return part.count("reminders_dispatch_leases_lost_total")
+
+    assert asyncio.run(scenario()) == 1

@@ -91,6 +91,9 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
     ("bad time", repeat("every day 24:00"), "repeat",
      "at character 11 ('24:00'): expected a time HH:MM between 00:00 and 23:59"),
     ("bad char", repeat("every day 08:00 !"), "repeat", "at character 17: unexpected '!'"),
+    # str.lower() turns "İ" into two characters: positions must count the caller's.
+    ("dotted capital I", repeat("every day 08:00 İ"), "repeat", "at character 17: unexpected 'İ'"),
+    ("after a dotted I", repeat("every İİ 09:00"), "repeat", "at character 7: unexpected 'İ'"),
     ("trailing", repeat("every day 08:00 please"), "repeat",
      "at character 17 ('please'): expected the end, or 'until YYYY-MM-DD' or 'for N times'"),
     ("month without on", repeat("every month 09:00"), "repeat",
