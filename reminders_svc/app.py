@@ -235,8 +235,17 @@ class RemindersApp:
         deleted = await self._apply(user_id, reminder_id, version, step)
         return Deleted(deleted, was_sending)
 
-    async def _visible(self, user_id: str, reminder_id: uuid.UUID) -> StoredReminder:
-        stored = await self._store.get(user_id, reminder_id)
+    async def _visible(
+        self, user_id: str, reminder_id: uuid.UUID, *, newer_than: int = 0, serial: bool = False
+    ) -> StoredReminder:
+        """The row as the caller may see it. A plain read (LOCAL_QUORUM) can lag a change
+        another data centre made (or an LWT still in flight): before answering NOT_FOUND,
+        or with a version older than `newer_than` (one the caller has already seen), read
+        through Paxos instead, which sees every change committed anywhere."""
+        read = self._store.get_serial if serial else self._store.get
+        stored = await read(user_id, reminder_id)
+        if not serial and (stored is None or stored.reminder.version < newer_than):
+            stored = await self._store.get_serial(user_id, reminder_id)
         if stored is None or stored.reminder.status is Status.DELETED:
             raise NotFound("reminder not found")
         return stored
@@ -260,7 +269,11 @@ class RemindersApp:
     ) -> Reminder:
         for attempt in range(_MAX_ATTEMPTS):
             await _backoff(attempt)
-            stored = await self._visible(user_id, reminder_id)
+            # After a lost compare-and-set, read what it lost to through Paxos: a plain read
+            # may still show the row it was compared with.
+            stored = await self._visible(
+                user_id, reminder_id, newer_than=version or 0, serial=attempt > 0
+            )
             current = stored.reminder
             if version is not None and current.version != version:
                 raise VersionConflict(

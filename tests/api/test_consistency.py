@@ -29,10 +29,10 @@ from reminders_svc.api.settings import Limits
 from reminders_svc.app import RemindersApp
 from reminders_svc.config import CassandraSettings, Retention
 from reminders_svc.domain import dispatch
-from reminders_svc.domain.errors import QuotaExceeded
+from reminders_svc.domain.errors import QuotaExceeded, VersionConflict
 from reminders_svc.domain.reminder import Reminder, Status
 from reminders_svc.schedule import parse_repeat
-from reminders_svc.storage.reminders_store import CreateRecord, ReminderStore
+from reminders_svc.storage.reminders_store import CreateRecord, ReminderStore, StoredReminder
 from reminders_svc.storage.rows import utc
 from reminders_svc.storage.session import CassandraConnection
 from tests.api.conftest import (
@@ -743,3 +743,47 @@ def test_a_create_that_loses_the_last_slot_is_refused_and_leaves_no_record(
     assert rows[0].reminder_id not in store.proposed  # the other server's reminder
     assert rows[0].active_count == 1
     assert _create_records(cassandra, user) == {"other"}
+
+
+class _LaggingReplicas(ReminderStore):
+    """Plain reads answered from what another data centre's replicas held a moment ago
+    (`lagging`: id -> that row, None for not there yet); reads through Paxos (SERIAL) see
+    every committed change, as they do across data centres."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(session, Retention())
+        self.lagging: dict[uuid.UUID, StoredReminder | None] = {}
+
+    async def get(self, user_id: str, reminder_id: uuid.UUID) -> StoredReminder | None:
+        if reminder_id in self.lagging:
+            return self.lagging[reminder_id]
+        return await super().get(user_id, reminder_id)
+
+
+def test_a_read_that_lags_another_data_centres_change_answers_from_paxos(
+    cassandra: CassandraConnection, user: str
+) -> None:
+    """A reminder just made, or a version just returned, through an API server in one data
+    centre is found, and accepted, by one in another whose plain read still lags: never
+    NOT_FOUND for what exists, nor ABORTED for the version the caller was just given."""
+    store = _LaggingReplicas(cassandra.session)
+    app = RemindersApp(store, Limits(), FakeClock(SEED_NOW))
+
+    async def scenario() -> None:
+        made = await app.create(user, "lag", "call mom", _WEEKLY, b"lag")
+        store.lagging[made.reminder_id] = None  # not replicated here yet
+        assert (await app.get(user, made.reminder_id)).text == "call mom"
+
+        first = await store.get_serial(user, made.reminder_id)
+        edited = await app.update(user, made.reminder_id, made.version, "call dad", None)
+        store.lagging[made.reminder_id] = first  # still at the version before the edit
+        again = await app.update(user, made.reminder_id, edited.version, "call mum", None)
+        assert (again.text, again.version) == ("call mum", edited.version + 1)
+
+        # A caller that is itself behind is refused with the version that is current.
+        with pytest.raises(VersionConflict, match=f"at version {again.version}$"):
+            await app.update(user, made.reminder_id, made.version, "call gran", None)
+
+    asyncio.run(scenario())
+    [row] = _rows(cassandra, user)
+    assert row.version == 3
