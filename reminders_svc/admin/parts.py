@@ -121,7 +121,8 @@ async def grow(admin: Admin, to: int, lead: timedelta) -> GrowResult:
     """Store P = `to` from the first whole minute at least `lead` from now.
 
     Refuses a P not above the latest stored (or scheduled) one, and a lead under the
-    floor. Run one at a time: two concurrent grows are caught after the fact.
+    floor. Run one at a time: of two concurrent grows, one taking effect later with a
+    smaller P is caught after the fact; with a larger P both stand (`_seed`).
     """
     floor = min_lead()
     if lead < floor:
@@ -153,6 +154,10 @@ async def grow(admin: Admin, to: int, lead: timedelta) -> GrowResult:
     return GrowResult(latest.parts, to, effective, tuple(seeded))
 
 
+# A seed's compare-and-set loses only to another grow or a dispatcher's checkpoint.
+_SEED_ATTEMPTS = 5
+
+
 def _shrinks(counts: tuple[PartCount, ...]) -> bool:
     ordered = sorted(counts, key=lambda count: count.from_minute)
     return any(later.parts <= earlier.parts for earlier, later in itertools.pairwise(ordered))
@@ -170,14 +175,30 @@ async def _insert_count(admin: Admin, count: PartCount) -> bool:
 async def _seed(admin: Admin, part: int, effective: datetime) -> bool:
     """A new part's row: never leased, finished up to the minute before it takes effect.
 
-    By LWT, as every write of `dispatch_parts`, and only where no row exists yet.
+    By LWT, as every write of `dispatch_parts`. Where a row exists with a later checkpoint
+    (a concurrent grow taking effect later seeded it first), it is moved back to ours:
+    the part's entries from our minute on must be read. Moving a checkpoint back only
+    makes minutes read again (the rows decide, the keys dedupe), never skipped.
     """
-    row = await aio.execute(
+    checkpoint = effective - MINUTE
+    result = await aio.execute(
         admin.session,
         "INSERT INTO dispatch_parts (part, checkpoint) VALUES (%s, %s) IF NOT EXISTS",
-        (part, effective - MINUTE),
+        (part, checkpoint),
     )
-    return bool(row.one().applied)
+    for _ in range(_SEED_ATTEMPTS):
+        row = result.one()
+        if row.applied:
+            return True
+        found = row.checkpoint.replace(tzinfo=UTC) if row.checkpoint is not None else None
+        if found is None or found <= checkpoint:
+            return False  # already read from our minute on, or earlier
+        result = await aio.execute(
+            admin.session,
+            "UPDATE dispatch_parts SET checkpoint = %s WHERE part = %s IF checkpoint = %s",
+            (checkpoint, part, row.checkpoint),
+        )
+    raise AdminError(f"part {part}: its checkpoint kept changing while it was seeded; run again")
 
 
 def lead_seconds(text: str) -> timedelta:

@@ -143,3 +143,29 @@ def test_grow_stores_the_new_p_from_a_minute_ahead_and_seeds_the_new_parts(
     assert parse(again["effective_minute"]) > effective
     assert again["seeded_parts"] == list(range(96, 128))
     assert admin("parts", "grow", "--to", "100").code == 2
+
+
+def test_a_grow_moves_back_new_parts_a_concurrent_later_grow_seeded_first(
+    own_keyspace: CassandraConnection, admin: AdminRunner
+) -> None:
+    """Two grows at once, both from P = 64: one to 96 from a minute ~3 min ahead, one to
+    128 an hour later whose seeds of parts 64-95 landed first (an hour on). Parts 64-95 are
+    in force from the earlier minute, so they must be read from it: their checkpoints are
+    moved back, and none of that hour's entries is skipped."""
+    later = ceil_minute(datetime.now(UTC) + timedelta(hours=1))
+    for part in range(64, 128):
+        own_keyspace.session.execute(
+            "INSERT INTO dispatch_parts (part, checkpoint) VALUES (%s, %s) IF NOT EXISTS",
+            (part, later - timedelta(minutes=1)),
+        )
+
+    grown = admin("parts", "--json", "grow", "--to", "96").json()
+
+    effective = parse(grown["effective_minute"])
+    assert grown["seeded_parts"] == list(range(64, 96))
+    checkpoints = {
+        row.part: row.checkpoint.replace(tzinfo=UTC)
+        for row in own_keyspace.session.execute("SELECT part, checkpoint FROM dispatch_parts")
+    }
+    assert {checkpoints[part] for part in range(64, 96)} == {effective - timedelta(minutes=1)}
+    assert {checkpoints[part] for part in range(96, 128)} == {later - timedelta(minutes=1)}
