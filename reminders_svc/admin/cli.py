@@ -52,6 +52,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"(default {parts.DEFAULT_LEAD.total_seconds():g}, at least "
         f"{parts.MIN_LEAD.total_seconds():g}: every process caches part counts for 30 s)",
     )
+    grow_parser.add_argument(
+        "--force",
+        action="store_true",
+        help=f"allow a P over {parts.MAX_GROWTH} times the latest (P never shrinks)",
+    )
     # `admin parts --json grow` as well as `admin parts grow --json`.
     _json_flag(grow_parser, inherited=True)
     _command(grow_parser, _grow)
@@ -181,7 +186,7 @@ def _marked(report: dict[str, object]) -> dict[str, object]:
 
 
 async def _grow(args: argparse.Namespace, admin: Admin) -> int:
-    result = await parts.grow(admin, args.to, args.effective_in)
+    result = await parts.grow(admin, args.to, args.effective_in, force=args.force)
     if args.json:
         print_json(result.as_dict())
         return 0

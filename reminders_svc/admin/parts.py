@@ -38,6 +38,11 @@ MIN_LEAD_ENV = "REMINDERS_ADMIN_GROW_MIN_LEAD_S"
 _SCOPE = "dispatch"
 # The history starts here when it only held the code's default until now.
 _BEGINNING = datetime(1970, 1, 1, tzinfo=UTC)
+# One grow raises P at most this many times over, unless forced (64 -> 1,024 is the
+# production step of the runbook).
+MAX_GROWTH = 16
+# A seed's compare-and-set loses only to another grow or a dispatcher's checkpoint.
+_SEED_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -117,7 +122,7 @@ class GrowResult:
         return document
 
 
-async def grow(admin: Admin, to: int, lead: timedelta) -> GrowResult:
+async def grow(admin: Admin, to: int, lead: timedelta, *, force: bool = False) -> GrowResult:
     """Store P = `to` from the first whole minute at least `lead` from now.
 
     Refuses a P not above the latest stored (or scheduled) one, and a lead under the
@@ -137,6 +142,13 @@ async def grow(admin: Admin, to: int, lead: timedelta) -> GrowResult:
             f"P only grows: the latest P is {latest.parts} (from {iso(latest.from_minute)}); "
             f"--to {to} must be greater"
         )
+    if to > latest.parts * MAX_GROWTH and not force:
+        # A typo (10240 for 1024) would be for good: every dispatcher would read and
+        # checkpoint that many parts every minute from then on.
+        raise AdminError(
+            f"--to {to} is over {MAX_GROWTH} times the latest P ({latest.parts}); "
+            "P never shrinks: check the number, and add --force if it is meant"
+        )
     # After any change already scheduled, so the stored sequence never shrinks.
     effective = max(ceil_minute(admin.now() + lead), latest.from_minute + MINUTE)
     if not counts:
@@ -152,10 +164,6 @@ async def grow(admin: Admin, to: int, lead: timedelta) -> GrowResult:
         )
     seeded = [part for part in range(latest.parts, to) if await _seed(admin, part, effective)]
     return GrowResult(latest.parts, to, effective, tuple(seeded))
-
-
-# A seed's compare-and-set loses only to another grow or a dispatcher's checkpoint.
-_SEED_ATTEMPTS = 5
 
 
 def _shrinks(counts: tuple[PartCount, ...]) -> bool:

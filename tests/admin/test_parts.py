@@ -94,6 +94,20 @@ def test_grow_refuses_a_p_not_above_the_latest(
     assert [row.parts for row in rows] == [4]
 
 
+def test_grow_refuses_over_16_times_the_latest_p_unless_forced(
+    own_keyspace: CassandraConnection, admin: AdminRunner
+) -> None:
+    """P never shrinks, so a typo (10240 for 1024) would be for good."""
+    store_parts(own_keyspace, 4)
+    refused = admin("parts", "grow", "--to", "65")
+    assert refused.code == 2
+    assert "--to 65 is over 16 times the latest P (4)" in refused.err
+    rows = list(own_keyspace.session.execute("SELECT parts FROM part_counts"))
+    assert [row.parts for row in rows] == [4]
+
+    assert admin("parts", "--json", "grow", "--to", "65", "--force").json()["parts"] == 65
+
+
 def test_grow_refuses_a_lead_under_two_minutes(
     own_keyspace: CassandraConnection, admin: AdminRunner
 ) -> None:
