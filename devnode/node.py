@@ -210,11 +210,28 @@ def _jvm_options() -> list[str]:
 
 
 def _read_pid(settings: NodeSettings) -> int | None:
+    """The pid of this home's running node, or None. A pid file outlives its node (a
+    machine restarted, a session ended) and pids are reused: the pid counts only while
+    it is this home's CassandraDaemon, never a process that took the number since."""
     try:
         pid = int(settings.pid_file.read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
-    return pid if _alive(pid) else None
+    if _alive(pid) and _is_node_of(pid, settings.home):
+        return pid
+    settings.pid_file.unlink(missing_ok=True)
+    return None
+
+
+def _is_node_of(pid: int, home: Path) -> bool:
+    try:
+        arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return (
+        b"org.apache.cassandra.service.CassandraDaemon" in arguments
+        and f"-Dcassandra.storagedir={home}".encode() in arguments
+    )
 
 
 def _alive(pid: int) -> bool:

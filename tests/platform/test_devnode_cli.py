@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -69,9 +70,19 @@ def test_a_requested_stop_exits_0_even_when_a_child_stops_with_an_error() -> Non
     assert stack.supervise([("a", SLEEPER), ("b", sigterm_exits_1)], os.environ, stop) == 0
 
 
-def test_ctrl_c_stops_the_stack_and_its_children_with_0() -> None:
-    # As a terminal delivers Ctrl-C: SIGINT to the whole process group, children included.
-    ready = _python("import time; print('ready', flush=True); time.sleep(60)")
+def test_ctrl_c_stops_the_stack_and_its_children_with_0_the_last_started_first() -> None:
+    # As a terminal delivers Ctrl-C: SIGINT to its foreground process group. The children
+    # do not hear it; the stack stops them with SIGTERM, in reverse order (the dispatcher
+    # before the notifier and the API it hands off to).
+    ready = _python(
+        "import signal, sys, time\n"
+        "def stop(*_):\n"
+        "    print('stopping', flush=True)\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
     script = (
         "import os, sys, threading\n"
         "from devnode.stack import supervise\n"
@@ -89,9 +100,10 @@ def test_ctrl_c_stops_the_stack_and_its_children_with_0() -> None:
     up = {process.stdout.readline().strip() for _ in range(2)}
     assert up == {"[a] ready", "[b] ready"}
     os.killpg(process.pid, signal.SIGINT)
-    _, err = process.communicate(timeout=20)
+    out, err = process.communicate(timeout=20)
 
     assert process.returncode == 0, err
+    assert out.splitlines() == ["[b] stopping", "[a] stopping"]
 
 
 def _client_env(environ: dict[str, str]) -> dict[str, str]:
@@ -181,3 +193,21 @@ def test_demo_without_a_running_stack_says_so_in_one_line() -> None:
     )
     assert result.stdout == ""
     assert time.monotonic() - began < 15
+
+
+def test_a_pid_file_left_by_a_node_long_gone_names_no_other_process(tmp_path: Path) -> None:
+    """A pid file outlives its node (the machine or session ended) and pids are reused:
+    a process that took the number is neither waited for as the node nor signalled."""
+    home = tmp_path / "node"
+    home.mkdir()
+    other = subprocess.Popen(SLEEPER, start_new_session=True)
+    try:
+        (home / "cassandra.pid").write_text(str(other.pid))
+        env = {"REMINDERS_NODE_HOME": str(home)}
+
+        assert run_cli("cassandra", "stop", env=env, timeout=30).stdout == "not running\n"
+        assert other.poll() is None  # not signalled
+        assert not (home / "cassandra.pid").exists()
+    finally:
+        other.kill()
+        other.wait()
