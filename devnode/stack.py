@@ -63,7 +63,10 @@ def run_stack(settings: NodeSettings) -> int:
     if subprocess.run([reminders, "migrate"], env=env, check=False).returncode != 0:
         return 1
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # A closed terminal (SIGHUP) stops the stack too: the children, in groups of their
+    # own, would not hear it and would outlive it.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda *_: stop.set())
     print(f"stack up: API {DEFAULT_TARGET}, notifier {NOTIFIER_TARGET}; Ctrl-C stops it")
     return supervise([(name, [reminders, *args]) for name, args in _SERVICES], env, stop)
 
@@ -84,8 +87,14 @@ def supervise(
     code = 0
     try:
         for name, command in commands:
+            # A process group of its own: Ctrl-C (SIGINT to the terminal's group) reaches
+            # only the stack, which stops the children in order, the dispatcher first.
             child = subprocess.Popen(
-                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+                command,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                process_group=0,
             )
             assert child.stdout is not None
             relay = threading.Thread(target=_relay, args=(name, child.stdout), daemon=True)
