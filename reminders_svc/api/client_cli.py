@@ -293,7 +293,9 @@ def run(args: argparse.Namespace) -> int:
                 return response
 
             response = command(call, args)
-    except (ConfigError, UsageError, OSError) as error:
+    # ValueError and OverflowError: a number or time no request field can hold (a page
+    # size past int32, a year past 9999 once in UTC), refused as the request is built.
+    except (ConfigError, UsageError, OSError, ValueError, OverflowError) as error:
         print(f"reminders {args.command}: {error}", file=sys.stderr)
         return 2
     except grpc.RpcError as error:

@@ -93,6 +93,25 @@ def test_bad_durations(text: str) -> None:
         client_cli.parse_duration(text)
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("list", "--page-size", "3000000000"),
+        ("pause", "r1", "--version", "99999999999999999999"),
+        ("snooze", "r1", "--for", "99999999999999999999s"),
+        ("snooze", "r1", "--until", "9999-12-31T23:30:00-05:00"),
+    ],
+    ids=["page size past int32", "version past int64", "duration too long", "past year 9999"],
+)
+def test_a_value_no_request_can_hold_is_one_line_not_a_traceback(argv: tuple[str, ...]) -> None:
+    # Refused as the request is built: no server is reached (nothing listens there).
+    done = run_cli(*argv, "--user", "alice", "--target", "127.0.0.1:1", timeout=60)
+
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"reminders {argv[0]}: ")
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
 def cli_json(target: str, *argv: str) -> dict[str, object]:
     done = run_cli(*argv, "--target", target, env={"REMINDERS_ENV": "dev"}, timeout=60)
     assert done.returncode == 0, done.stderr
