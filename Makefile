@@ -5,7 +5,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 BUF_VERSION := 1.75.0
-BUF    := .cache/buf/node_modules/.bin/buf
+# The path names the version, so a new pin installs anew (as for the Go tools below).
+BUF    := .cache/buf-$(BUF_VERSION)/node_modules/.bin/buf
 
 KUSTOMIZE_VERSION := v5.8.1
 KUSTOMIZE := .cache/go/kustomize-$(KUSTOMIZE_VERSION)/kustomize
@@ -54,8 +55,8 @@ test: $(TEST_NODE) $(BUF) $(KUSTOMIZE) $(PROMTOOL)
 
 # buf (the proto linter) comes from npm, pinned, into a cache inside the checkout.
 $(BUF):
-	mkdir -p .cache/buf
-	cd .cache/buf && npm install --silent --no-audit --no-fund --no-save @bufbuild/buf@$(BUF_VERSION)
+	mkdir -p .cache/buf-$(BUF_VERSION)
+	cd .cache/buf-$(BUF_VERSION) && npm install --silent --no-audit --no-fund --no-save @bufbuild/buf@$(BUF_VERSION)
 
 buf: $(BUF)
 

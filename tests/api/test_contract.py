@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 from tests.ci import unavailable
+from tests.pins import makefile_pin
 
 ROOT = Path(__file__).resolve().parents[2]
-BUF = ROOT / ".cache" / "buf" / "node_modules" / ".bin" / "buf"
 
 
 def test_generated_code_matches_the_proto_files(tmp_path: Path) -> None:
@@ -32,8 +32,14 @@ def test_generated_code_matches_the_proto_files(tmp_path: Path) -> None:
 
 
 def test_buf_lint_is_clean() -> None:
-    buf = str(BUF) if BUF.exists() else shutil.which("buf")
+    version = makefile_pin("BUF_VERSION")
+    # Where `make buf` installs the pinned version (the path names it, so a new pin
+    # installs anew), else one on PATH of the same version.
+    pinned = ROOT / ".cache" / f"buf-{version}" / "node_modules" / ".bin" / "buf"
+    buf = str(pinned) if pinned.exists() else shutil.which("buf")
     if buf is None:
-        unavailable("buf is not installed (`make buf` installs it from npm)")
+        unavailable(f"buf {version} is not installed (`make buf` installs it from npm)")
+    printed = subprocess.run([buf, "--version"], capture_output=True, text=True).stdout.strip()
+    assert printed == version, f"{buf} says {printed!r}, the Makefile pins {version}"
     result = subprocess.run([buf, "lint"], cwd=ROOT / "proto", capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr

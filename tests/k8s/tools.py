@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ import pytest
 import yaml
 
 from tests.ci import unavailable
+from tests.pins import makefile_pin
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "k8s"
@@ -38,16 +38,9 @@ PROMETHEUS_OPERATOR_VERSION = "v0.85.0"
 Obj = dict[str, Any]
 
 
-def kustomize_version() -> str:
-    """The version the Makefile pins (KUSTOMIZE_VERSION), the one source of truth."""
-    match = re.search(r"^KUSTOMIZE_VERSION\s*:=\s*(\S+)", (REPO / "Makefile").read_text(), re.M)
-    assert match, "Makefile: KUSTOMIZE_VERSION := vX.Y.Z"
-    return match.group(1)
-
-
 def kustomize() -> Path:
     """The pinned kustomize binary where `make kustomize` puts it."""
-    version = kustomize_version()
+    version = makefile_pin("KUSTOMIZE_VERSION")
     binary = REPO / ".cache" / "go" / f"kustomize-{version}" / "kustomize"
     if not binary.is_file():
         unavailable(f"kustomize {version} is not built: run `make kustomize` ({binary})")
