@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
 from zoneinfo import ZoneInfo
 
@@ -88,7 +88,7 @@ def _join(values: tuple[int, ...]) -> str:
 _BYDAY_ENTRY = re.compile(r"([+-]?\d{1,2})?(MO|TU|WE|TH|FR|SA|SU)")
 _INTEGER = re.compile(r"[+-]?\d{1,9}")
 _UNTIL = re.compile(r"(\d{4})(\d{2})(\d{2})(?:T(\d{2})(\d{2})(\d{2})(Z?))?")
-_END_OF_DAY = time(23, 59, 59)
+_ONE_SECOND = timedelta(seconds=1)
 _SUPPORTED = (
     "FREQ", "INTERVAL", "COUNT", "UNTIL", "BYMONTH", "BYMONTHDAY", "BYDAY",
     "BYHOUR", "BYMINUTE", "BYSECOND", "BYSETPOS", "WKST",
@@ -252,5 +252,10 @@ def parse_until(value: str, zone: ZoneInfo) -> datetime:
 
 
 def end_of_day(on: date, zone: ZoneInfo) -> datetime:
-    """The UTC instant ending local day ``on``: "until <date>" includes that day."""
-    return to_utc_in(datetime.combine(on, _END_OF_DAY), zone)
+    """The UTC instant ending local day ``on``: "until <date>" includes that day.
+
+    A second before the next day's midnight, not the day's 23:59:59: where clocks spring
+    forward at 23:00 (America/Nuuk), 23:59:59 lies in the gap, and the gap rule pushed it
+    into the next day, whose 00:30 ring then went out too.
+    """
+    return to_utc_in(datetime.combine(on + timedelta(days=1), time(0)), zone) - _ONE_SECOND
