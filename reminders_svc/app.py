@@ -29,6 +29,7 @@ from reminders_svc.domain.errors import (
 )
 from reminders_svc.domain.reminder import Reminder, Status
 from reminders_svc.schedule import Schedule, ScheduleError, validate_new
+from reminders_svc.schedule.zones import upcoming_utc
 from reminders_svc.storage.reminders_store import CreateRecord, ReminderStore, StoredReminder
 
 Clock = Callable[[], datetime]
@@ -209,8 +210,16 @@ class RemindersApp:
     async def snooze(
         self, user_id: str, reminder_id: uuid.UUID, until: datetime | timedelta, field: str
     ) -> Reminder:
+        """`until`: a duration from now, an instant, or a naive local time in the
+        reminder's zone (the gap rule applies; of a repeated time, the one ahead)."""
+
         def step(current: Reminder, now: datetime) -> Reminder:
-            at = now + until if isinstance(until, timedelta) else until
+            if isinstance(until, timedelta):
+                at = now + until
+            elif until.tzinfo is None:
+                at = upcoming_utc(until, current.schedule.zone, now)
+            else:
+                at = until
             ahead = at - now
             if not self._limits.min_snooze <= ahead <= self._limits.max_snooze:
                 raise InvalidArgument(field, f"must be {self._limits.snooze_range} from now")

@@ -23,7 +23,7 @@ from reminders_svc.app import Clock, RemindersApp, utc_now
 from reminders_svc.domain.errors import DeadlineExceeded, InvalidArgument
 from reminders_svc.domain.reminder import Reminder
 from reminders_svc.schedule import occurrences, tzdata_version
-from reminders_svc.schedule.zones import load_zone, to_utc
+from reminders_svc.schedule.zones import load_zone
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.migrations import require_current_schema
 from reminders_svc.storage.reminders_store import ReminderStore
@@ -179,9 +179,8 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         elif which == "snooze_until_time":
             until = convert.instant_of(request.snooze_until_time, which)
         else:
-            local = convert.local_time(request.snooze_until_local_time, which)
-            current = await self._app.get(user, target)
-            until = to_utc(local, current.schedule.zone)  # the gap and fold rules apply
+            # Naive: a local time in the reminder's zone, read as the app snoozes it.
+            until = convert.local_time(request.snooze_until_local_time, which)
         async with self._within_write_deadline():
             snoozed = await self._app.snooze(user, target, until, which)
         return convert.reminder_to_proto(snoozed)

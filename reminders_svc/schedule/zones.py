@@ -107,6 +107,19 @@ def to_utc(local: datetime, zone: str) -> datetime:
     return to_utc_in(local, load_zone(zone))
 
 
+def upcoming_utc(local: datetime, zone: str, now: datetime) -> datetime:
+    """A local time meant as one ahead (a snooze "until 01:40"): the engine's instant
+    (to_utc), unless that is the first of a repeated time that has passed while the
+    second is still to come. Named during the repeated hour, 01:40 means the one ahead,
+    not the one an hour ago."""
+    first = to_utc(local, zone)
+    if first > now:
+        return first
+    aware = local.replace(tzinfo=load_zone(zone), fold=1)
+    second = aware.astimezone(UTC).replace(microsecond=0)
+    return second if second > now else first
+
+
 def to_local(instant: datetime, zone: ZoneInfo) -> datetime:
     """The naive wall time in ``zone`` at an aware instant."""
     return instant.astimezone(zone).replace(tzinfo=None)

@@ -293,6 +293,20 @@ def test_snooze_to_a_local_time_follows_the_zone_rules(api: Api, user: str) -> N
     assert snoozed.snooze_until_time.ToDatetime(tzinfo=Z) == at("2026-11-01T05:30:00")
 
 
+def test_snooze_during_the_repeated_hour_to_a_time_in_it_takes_the_one_ahead(
+    api: Api, user: str
+) -> None:
+    """At 01:10 EST (the second 01:10 of the fall-back night), "until 01:40" is 30 minutes
+    ahead; the first 01:40 passed an hour ago, and the snooze was refused as past."""
+    created = create(api, user, weekly_monday_nine())
+    api.clock.now = at("2026-11-01T06:10:00")
+    snoozed = api.reminders.SnoozeReminder(
+        pb.SnoozeReminderRequest(id=created.id, snooze_until_local_time="2026-11-01T01:40:00"),
+        metadata=api.as_user(user),
+    )
+    assert snoozed.snooze_until_time.ToDatetime(tzinfo=Z) == at("2026-11-01T06:40:00")
+
+
 def test_pause_stops_and_resume_continues_from_the_next_occurrence(api: Api, user: str) -> None:
     created = create(api, user, weekly_monday_nine())
     md = api.as_user(user)

@@ -1,4 +1,5 @@
-"""Every offset change of every zone, 2000-2037: daily rings around each gap and fold.
+"""Every offset change of every zone, 2000-2037: daily rings around each gap and fold, and
+a local time in each fold meant as one ahead, and the end of each day around it.
 
 Expected rings are computed here from UTC offsets alone (no fold arithmetic): a local
 time L is the instants U with U + offset(U) == L; the first of those, or for none (a
@@ -14,7 +15,8 @@ from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from reminders_svc.schedule import load_zone, occurrences, parse_rrule
-from reminders_svc.schedule.zones import zone_names
+from reminders_svc.schedule.rule import end_of_day
+from reminders_svc.schedule.zones import upcoming_utc, zone_names
 
 FIRST, LAST = datetime(2000, 1, 1, tzinfo=UTC), datetime(2037, 12, 31, tzinfo=UTC)
 SCAN_STEP = timedelta(days=3)
@@ -68,10 +70,39 @@ def wall_times(change: Transition) -> list[datetime]:
     return [edge_early - timedelta(minutes=1), inside.replace(second=0, microsecond=0), edge_late]
 
 
+def check_time_ahead_in_fold(name: str, change: Transition) -> None:
+    """A local time of the repeated hour, meant as one ahead (a snooze to it): the first
+    instant while it is to come, the second once the first has passed, the first again
+    (in the past, to be refused) once both have."""
+    inside = (change.at + change.after + (change.before - change.after) / 2).replace(
+        tzinfo=None, microsecond=0
+    )
+    first = (inside - change.before).replace(tzinfo=UTC)
+    second = (inside - change.after).replace(tzinfo=UTC)
+    one_second = timedelta(seconds=1)
+    assert upcoming_utc(inside, name, first - one_second) == first, (name, change)
+    assert upcoming_utc(inside, name, first) == second, (name, change)
+    assert upcoming_utc(inside, name, second - one_second) == second, (name, change)
+    assert upcoming_utc(inside, name, second) == first, (name, change)
+
+
+def check_end_of_day(zone: ZoneInfo, change: Transition) -> None:
+    """ "until <date>" ends with the last second of that local date, whatever the change
+    does to its evening or the next midnight (Nuuk springs forward at 23:00)."""
+    for day in {(change.at + change.before).date(), (change.at + change.after).date()}:
+        end = end_of_day(day, zone)
+        # At most that date: a date the zone skipped (Apia, 2011-12-30) ends the day before.
+        assert end.astimezone(zone).date() <= day, (zone, change, day)
+        assert (end + timedelta(seconds=1)).astimezone(zone).date() > day, (zone, change, day)
+
+
 def check_zone(name: str) -> int:
     zone = load_zone(name)
     checked = 0
     for change in transitions(zone):
+        check_end_of_day(zone, change)
+        if change.after < change.before:  # a fold: clocks went back
+            check_time_ahead_in_fold(name, change)
         for wall in wall_times(change):
             first_day = wall.date() - timedelta(days=DAYS_AROUND)
             start = datetime.combine(first_day, time(wall.hour, wall.minute))
