@@ -283,28 +283,26 @@ def test_a_snooze_shorter_than_the_configured_minimum_is_refused_with_the_range(
         assert snoozed.snooze_until_time.ToDatetime(tzinfo=Z) == SEED_NOW + timedelta(seconds=5)
 
 
-def test_snooze_to_a_local_time_follows_the_zone_rules(api: Api, user: str) -> None:
-    created = create(api, user, weekly_monday_nine())
-    api.clock.now = at("2026-10-31T12:00:00")
-    snoozed = api.reminders.SnoozeReminder(
-        pb.SnoozeReminderRequest(id=created.id, snooze_until_local_time="2026-11-01T01:30:00"),
-        metadata=api.as_user(user),
-    )
-    assert snoozed.snooze_until_time.ToDatetime(tzinfo=Z) == at("2026-11-01T05:30:00")
-
-
-def test_snooze_during_the_repeated_hour_to_a_time_in_it_takes_the_one_ahead(
-    api: Api, user: str
+@pytest.mark.parametrize(
+    ("now", "local", "snoozed_until"),
+    [
+        ("2026-10-31T12:00:00", "2026-11-01T01:30:00", "2026-11-01T05:30:00"),
+        # At 01:10 EST (the second 01:10 of the fall-back night), "until 01:40" is 30
+        # minutes ahead; the first 01:40 passed an hour ago (it was refused as past).
+        ("2026-11-01T06:10:00", "2026-11-01T01:40:00", "2026-11-01T06:40:00"),
+    ],
+    ids=["the first of a repeated time", "the one ahead during the repeated hour"],
+)
+def test_snooze_to_a_local_time_follows_the_zone_rules(
+    api: Api, user: str, now: str, local: str, snoozed_until: str
 ) -> None:
-    """At 01:10 EST (the second 01:10 of the fall-back night), "until 01:40" is 30 minutes
-    ahead; the first 01:40 passed an hour ago, and the snooze was refused as past."""
     created = create(api, user, weekly_monday_nine())
-    api.clock.now = at("2026-11-01T06:10:00")
+    api.clock.now = at(now)
     snoozed = api.reminders.SnoozeReminder(
-        pb.SnoozeReminderRequest(id=created.id, snooze_until_local_time="2026-11-01T01:40:00"),
+        pb.SnoozeReminderRequest(id=created.id, snooze_until_local_time=local),
         metadata=api.as_user(user),
     )
-    assert snoozed.snooze_until_time.ToDatetime(tzinfo=Z) == at("2026-11-01T06:40:00")
+    assert snoozed.snooze_until_time.ToDatetime(tzinfo=Z) == at(snoozed_until)
 
 
 def test_pause_stops_and_resume_continues_from_the_next_occurrence(api: Api, user: str) -> None:
