@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from reminders_svc.schedule.model import OneOff, Repeat, Schedule
 from reminders_svc.schedule.rule import ByDay, Freq, Rule, parse_rule_text
 from reminders_svc.schedule.zones import load_zone, to_local
@@ -50,20 +52,37 @@ def _days(rule: Rule) -> str:
     return _listing(names)
 
 
-def _every(rule: Rule) -> str:
+def _every(rule: Rule, start: datetime) -> str:
+    """What RFC 5545 makes of the rule's day parts, in words: a plain weekday rings every
+    such day in the period (FREQ=MONTHLY;BYDAY=MO is every Monday), a yearly rule's month
+    days without months fall in every month, and a rule without day parts takes its day
+    (and a yearly one its month) from the start."""
     unit = _UNITS[rule.freq]
     every = f"Every {rule.interval} {unit}s" if rule.interval > 1 else f"Every {unit}"
-    plain_weekly = rule.freq is Freq.WEEKLY and rule.by_day and rule.interval == 1
-    if plain_weekly:
-        every = f"Every {_days(rule)}"
-    elif rule.by_day:
-        every += f" on the {_days(rule)}" if rule.freq is not Freq.WEEKLY else f" on {_days(rule)}"
-    months = [_MONTH_NAMES[month - 1] for month in rule.by_month]
-    if len(months) == 1 and len(rule.by_month_day) == 1 and rule.by_month_day[0] > 0:
-        return f"{every} on {months[0]} {rule.by_month_day[0]}"
-    on_days = [_ordinal(day) for day in rule.by_month_day]
-    if on_days:
-        every += f" on the {_listing(on_days)} day"
+    month_days, month_numbers = rule.by_month_day, rule.by_month
+    if not rule.by_day and not month_days and rule.freq in (Freq.MONTHLY, Freq.YEARLY):
+        month_days = (start.day,)
+        if rule.freq is Freq.YEARLY and not month_numbers:
+            month_numbers = (start.month,)
+    months = [_MONTH_NAMES[month - 1] for month in month_numbers]
+    if rule.by_day:
+        days = _days(rule)
+        plain = all(entry.ordinal is None for entry in rule.by_day)
+        if rule.freq is Freq.WEEKLY:
+            every = f"Every {days}" if rule.interval == 1 else f"{every} on {days}"
+        elif plain:
+            every = f"Every {days}" if rule.interval == 1 else f"Every {days} of {every.lower()}"
+        elif rule.freq is Freq.YEARLY and not months:
+            every += f" on the {days} of the year"
+        else:
+            every += f" on the {days}"
+    if len(months) == 1 and len(month_days) == 1 and month_days[0] > 0:
+        return f"{every} on {months[0]} {month_days[0]}"
+    if month_days:
+        if rule.freq is Freq.YEARLY and not months and not rule.by_day:
+            # The days of every month of the year.
+            every = "Every month" if rule.interval == 1 else f"Every month of {every.lower()}"
+        every += f" on the {_listing([_ordinal(day) for day in month_days])} day"
     if months:
         every += " in " + _listing(months)
     return every
@@ -85,7 +104,7 @@ def describe(schedule: Schedule) -> str:
             local = to_local(schedule.instant, load_zone(schedule.zone))
         return f"Once on {local:%Y-%m-%d} at {local:%H:%M}, {schedule.zone}"
     rule = parse_rule_text(schedule.rrule, load_zone(schedule.zone))
-    text = f"{_every(rule)} {_times(rule, schedule)}"
+    text = f"{_every(rule, schedule.start)} {_times(rule, schedule)}"
     if rule.by_set_pos:
         picked = _listing([_ordinal(position) for position in rule.by_set_pos])
         text += f", keeping the {picked} of each {_UNITS[rule.freq]}"

@@ -1,0 +1,66 @@
+"""Descriptions say what rings: RFC 5545's reading of each rule's day parts, in words."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from reminders_svc.schedule import occurrences, parse_repeat, parse_rrule
+from reminders_svc.schedule.describe import describe
+
+START = datetime(2027, 1, 31, 9, 0)  # a Sunday, the 31st: short months show
+
+
+@pytest.mark.parametrize(
+    ("rrule", "described"),
+    [
+        ("FREQ=DAILY", "Every day"),
+        ("FREQ=DAILY;BYDAY=MO,TU,WE,TH,FR", "Every weekday"),
+        ("FREQ=WEEKLY;BYDAY=MO", "Every Monday"),
+        ("FREQ=WEEKLY;INTERVAL=2;BYDAY=TU,TH", "Every 2 weeks on Tuesday and Thursday"),
+        # A plain weekday in a monthly or yearly rule is every such day of the period.
+        ("FREQ=MONTHLY;BYDAY=MO", "Every Monday"),
+        ("FREQ=MONTHLY;INTERVAL=2;BYDAY=MO", "Every Monday of every 2 months"),
+        ("FREQ=YEARLY;BYDAY=MO", "Every Monday"),
+        ("FREQ=MONTHLY;BYDAY=-1FR", "Every month on the last Friday"),
+        ("FREQ=YEARLY;BYDAY=20MO", "Every year on the 20th Monday of the year"),
+        ("FREQ=YEARLY;BYMONTH=10;BYDAY=-1FR", "Every year on the last Friday in October"),
+        # A yearly rule's month days without months fall in every month.
+        ("FREQ=YEARLY;BYMONTHDAY=15", "Every month on the 15th day"),
+        ("FREQ=YEARLY;INTERVAL=2;BYMONTHDAY=15", "Every month of every 2 years on the 15th day"),
+        ("FREQ=MONTHLY;BYMONTHDAY=-1", "Every month on the last day"),
+        ("FREQ=YEARLY;BYMONTH=10;BYMONTHDAY=26", "Every year on October 26"),
+        # Without day parts, the day (and a yearly rule's month) is the start's.
+        ("FREQ=MONTHLY", "Every month on the 31st day"),
+        ("FREQ=YEARLY", "Every year on January 31"),
+        ("FREQ=YEARLY;BYMONTH=1,3", "Every year on the 31st day in January and March"),
+    ],
+)
+def test_a_rule_is_described_as_it_rings(rrule: str, described: str) -> None:
+    assert describe(parse_rrule(rrule, "UTC", START)) == (
+        f"{described} at 09:00, from 2027-01-31, UTC"
+    )
+
+
+def test_what_the_descriptions_of_rfc_5545s_readings_claim_is_what_rings() -> None:
+    def first(rrule: str, count: int) -> list[str]:
+        rings = occurrences(parse_rrule(rrule, "UTC", START), START.replace(tzinfo=UTC), count)
+        return [f"{ring:%m-%d}" for ring in rings]
+
+    assert first("FREQ=YEARLY;BYDAY=MO", 3) == ["02-01", "02-08", "02-15"]  # every Monday
+    assert first("FREQ=YEARLY;BYMONTHDAY=15", 3) == ["02-15", "03-15", "04-15"]  # every month
+    assert first("FREQ=MONTHLY", 3) == ["01-31", "03-31", "05-31"]  # the 31st: short skipped
+    assert first("FREQ=MONTHLY;BYDAY=MO", 2) == ["02-01", "02-08"]  # every Monday
+
+
+def test_the_grammars_expressions_read_back_as_written() -> None:
+    for expression, described in [
+        ("every weekday 07:30", "Every weekday at 07:30"),
+        ("every month on the last Fri 17:00", "Every month on the last Friday at 17:00"),
+        ("every month on the 2nd Tue 09:00", "Every month on the 2nd Tuesday at 09:00"),
+        ("every year on Oct 26 09:00", "Every year on October 26 at 09:00"),
+        ("every 2 weeks on Tue,Thu 18:00", "Every 2 weeks on Tuesday and Thursday at 18:00"),
+    ]:
+        text = describe(parse_repeat(expression, "UTC", START))
+        assert text == f"{described}, from 2027-01-31, UTC", expression
