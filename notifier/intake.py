@@ -109,11 +109,12 @@ class Intake:
             result = self._overloaded(notification)
         else:
             result = await self._delivery_of(notification)
-        self._metrics.items.labels(result.outcome.value).inc()
+        self.count(result)
         return result
 
-    def count_refused(self, result: ItemResult) -> None:
-        """Count an answer given without this intake (an item the server could not read)."""
+    def count(self, result: ItemResult) -> None:
+        """Count an answer: every one this intake gives, and those given without it (an
+        item the server could not read)."""
         self._metrics.items.labels(result.outcome.value).inc()
 
     async def _delivery_of(self, notification: Notification) -> ItemResult:

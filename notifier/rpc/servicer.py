@@ -87,7 +87,7 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
     def _refused(self, message: pb.Notification, reason: str) -> ItemResult:
         """An item rejected before the intake sees it, counted like those it rejects."""
         result = ItemResult(message.idempotency_key, Outcome.REJECTED, reason)
-        self._intake.count_refused(result)
+        self._intake.count(result)
         return result
 
     @translated

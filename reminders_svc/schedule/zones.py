@@ -89,14 +89,15 @@ def check_year(value: date, field: str) -> None:
         raise ScheduleError(field, f"the year must be {MIN_YEAR} to {MAX_YEAR}")
 
 
-def to_utc_in(local: datetime, zone: ZoneInfo) -> datetime:
+def to_utc_in(local: datetime, zone: ZoneInfo, fold: int = 0) -> datetime:
     """Map a naive local wall time to a UTC instant with the engine's rules.
 
     fold=0 picks the first of a repeated time; for a time in a gap, fold=0 applies the
     offset in force before the gap (PEP 495), which is the same as shifting the wall time
-    forward by the gap's length (02:30 -> 03:30).
+    forward by the gap's length (02:30 -> 03:30). fold=1 picks the second of a repeated
+    time (only `upcoming_utc` asks for it).
     """
-    aware = local.replace(tzinfo=zone, fold=0)
+    aware = local.replace(tzinfo=zone, fold=fold)
     return aware.astimezone(UTC).replace(microsecond=0)
 
 
@@ -115,8 +116,7 @@ def upcoming_utc(local: datetime, zone: str, now: datetime) -> datetime:
     first = to_utc(local, zone)
     if first > now:
         return first
-    aware = local.replace(tzinfo=load_zone(zone), fold=1)
-    second = aware.astimezone(UTC).replace(microsecond=0)
+    second = to_utc_in(local, load_zone(zone), fold=1)
     return second if second > now else first
 
 

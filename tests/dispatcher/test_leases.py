@@ -17,6 +17,7 @@ from cassandra.query import BatchStatement
 from dispatcher.leases import PartLeases, PartState
 from dispatcher.service import Dispatcher, Stores
 from dispatcher.settings import DispatcherSettings
+from reminders_svc.storage.parts import DEFAULT_PARTS
 from reminders_svc.storage.session import CassandraConnection
 
 MINUTE = datetime(2026, 10, 26, 13, 0, tzinfo=UTC)
@@ -169,7 +170,7 @@ def test_a_hanging_balance_delays_no_lease_renewal(
         running = asyncio.create_task(dispatcher.run())
         try:
             async with asyncio.timeout(60):
-                while len(before := await asyncio.to_thread(epochs)) < 64:  # noqa: ASYNC110
+                while len(before := await asyncio.to_thread(epochs)) < DEFAULT_PARTS:  # noqa: ASYNC110
                     await asyncio.sleep(0.5)
             dispatcher.hang.set()
             await asyncio.wait_for(dispatcher.hung.wait(), timeout=10)

@@ -749,6 +749,7 @@ def test_a_busy_minutes_rings_waiting_their_turn_are_not_paced_as_a_backlog(
     entries = 150
 
     async def scenario() -> float:
+        await _with_room_left_in_the_minute(40)
         async with leased_part(
             own_keyspace,
             max_in_flight=1,
@@ -756,7 +757,6 @@ def test_a_busy_minutes_rings_waiting_their_turn_are_not_paced_as_a_backlog(
             catch_up_rings_per_s=1.0,
             lease=timedelta(seconds=120),
         ) as part:
-            await _with_room_left_in_the_minute(40)
             due = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
             minute = await _entries_without_rows(own_keyspace.session, due, entries)
             worker = await worker_from(part, own_keyspace.session, minute)
