@@ -9,6 +9,9 @@ that zone. It is read once per process, at first use of a zone, so every process
 must agree (API, dispatchers, `reminders admin replan`) needs the same directory from
 its start. It serves an urgent rule change ahead of a tzdata release, and tests that
 change a zone's rules; it cannot add zone names the pinned database does not know.
+Processes that compute dues check the directory at their start (`check_override_dir`), and
+the version they report names the zones it replaces: a mistyped path must not pass for
+rules in force.
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import os
+from collections.abc import Mapping
 from datetime import UTC, date, datetime
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+from reminders_svc.config import ConfigError
 from reminders_svc.schedule.errors import ScheduleError
 
 OVERRIDE_DIR_ENV = "REMINDERS_TZ_OVERRIDE_DIR"
@@ -38,6 +43,26 @@ def zone_names() -> frozenset[str]:
 def _override_dir() -> Path | None:
     configured = os.environ.get(OVERRIDE_DIR_ENV, "")
     return Path(configured) if configured else None
+
+
+def check_override_dir(environ: Mapping[str, str]) -> None:
+    """ConfigError when REMINDERS_TZ_OVERRIDE_DIR is set to anything but a directory holding
+    at least one zone's file: without the check, every zone would quietly keep the pinned
+    rules."""
+    configured = environ.get(OVERRIDE_DIR_ENV, "")
+    if not configured:
+        return
+    if not Path(configured).is_dir():
+        raise ConfigError(f"{OVERRIDE_DIR_ENV}={configured!r}: not a directory")
+    if not _overridden_zones(Path(configured)):
+        raise ConfigError(
+            f"{OVERRIDE_DIR_ENV}={configured!r}: holds no zone file (want e.g. "
+            "<dir>/America/Sao_Paulo, a TZif file named as the zone)"
+        )
+
+
+def _overridden_zones(directory: Path) -> list[str]:
+    return sorted(name for name in zone_names() if directory.joinpath(*name.split("/")).is_file())
 
 
 def _zone_file(name: str) -> Traversable:
@@ -71,8 +96,11 @@ def tzdata_version() -> str:
     release = header.removeprefix("# version").strip()
     pinned = f"{release} (tzdata {importlib.metadata.version('tzdata')})"
     override = _override_dir()
-    # Operators must see when some zones do not come from the pinned release.
-    return pinned if override is None else f"{pinned} + overrides from {override}"
+    if override is None:
+        return pinned
+    # Operators must see which zones do not come from the pinned release.
+    zones = ", ".join(_overridden_zones(override)) or "no zone files"
+    return f"{pinned} + overrides from {override} ({zones})"
 
 
 # The years a schedule's dates and times (and the API's instants) may name: far wider

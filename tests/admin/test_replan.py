@@ -82,7 +82,35 @@ def test_the_override_takes_precedence_from_a_process_start(
     assert pinned[:2] == ["2027-01-04T14:00:00+00:00", "2027-01-04T08:00:00+00:00"]
     assert overridden[:2] == ["2027-01-04T15:00:00+00:00", "2027-01-04T08:00:00+00:00"]
     assert "overrides" not in pinned[2]
-    assert overridden[2] == f"{pinned[2]} + overrides from {chicago_rules_for_new_york}"
+    assert overridden[2] == (
+        f"{pinned[2]} + overrides from {chicago_rules_for_new_york} (America/New_York)"
+    )
+
+
+@pytest.mark.parametrize("command", [["serve-api"], ["dispatch"]])
+def test_a_process_computing_dues_refuses_an_override_that_is_no_directory(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """A mistyped path would leave every zone on the pinned rules while the operator
+    believes the override in force: the process stops at its start, naming the variable."""
+    env = {"REMINDERS_ENV": "dev", "REMINDERS_TZ_OVERRIDE_DIR": str(tmp_path / "missing")}
+    refused = reminders(command, env)
+    assert refused.returncode == 2
+    assert f"REMINDERS_TZ_OVERRIDE_DIR={str(tmp_path / 'missing')!r}: not a directory" in (
+        refused.stderr
+    )
+    assert "Traceback" not in refused.stderr
+
+
+def test_replan_refuses_an_override_directory_without_zone_files(
+    own_keyspace: CassandraConnection, tmp_path: Path
+) -> None:
+    (tmp_path / "America").mkdir()
+    (tmp_path / "America" / "New_Yrok").write_bytes(b"TZif")  # misnamed: no zone's file
+    env = {**cassandra_env(own_keyspace.settings), "REMINDERS_TZ_OVERRIDE_DIR": str(tmp_path)}
+    refused = reminders(["admin", "replan", "--zone", ZONE, "--dry-run"], env)
+    assert refused.returncode == 1
+    assert "holds no zone file" in refused.stderr
 
 
 def daily_at_nine(zone: str) -> Schedule:
@@ -126,7 +154,9 @@ def test_replan_moves_the_future_dues_of_the_zone_and_nothing_else(
     report = json.loads(replan.stdout)
     assert report["outcomes"] == {"moved": 4, "unchanged": 1}
     assert report["scanned"] >= len(rows)
-    assert report["rules"].endswith(f"+ overrides from {chicago_rules_for_new_york}")
+    assert report["rules"].endswith(
+        f"+ overrides from {chicago_rules_for_new_york} (America/New_York)"
+    )
     assert SECRET_TEXT not in replan.stdout + replan.stderr
 
     def now_stored(name: str) -> Reminder:
