@@ -166,9 +166,10 @@ def test_replay_is_rate_limited(own_keyspace: CassandraConnection, admin: AdminR
     make_minute_of_every_kind(own_keyspace, minute)
     started = datetime.now(UTC)
     # 64 part reads + 7 row reads + 2 writes at 40 per second: about 1.8 s at least.
-    admin(
+    replayed = admin(
         "replay", "--from", whole_minute(minute), "--to", whole_minute(minute), "--ops-per-s", "40"
     )
+    assert replayed.code == 0, replayed.err
     assert datetime.now(UTC) - started >= timedelta(seconds=1.7)
 
 

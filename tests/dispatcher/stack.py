@@ -292,13 +292,16 @@ def closing(stack: Stack, request: pytest.FixtureRequest | None = None) -> Itera
 def running_stack(
     cassandra: CassandraSettings, *dispatchers: str, request: pytest.FixtureRequest
 ) -> Iterator[Stack]:
-    """API, notifier and the named dispatchers, all up; everything stopped afterwards (see
-    `closing` for the logs)."""
+    """API, notifier and the named dispatchers, all up and holding every part between them;
+    everything stopped afterwards (see `closing` for the logs)."""
     with closing(Stack(cassandra), request) as stack:
         stack.start_api()
         stack.start_notifier()
         for name in dispatchers:
             stack.start_dispatcher(name)
+        if dispatchers:
+            # Else a first test's ring due in seconds races the dispatchers' start.
+            wait_owning(stack, set(dispatchers), timeout_s=60)
         yield stack
 
 

@@ -55,17 +55,23 @@ def test_a_one_off_created_3_s_ahead_rings_once_not_early(stack: Stack, user: st
 
 def test_a_one_off_that_has_rung_can_be_snoozed_to_ring_again(stack: Stack, user: str) -> None:
     created = stack.create_at(user, soon(2))
-    stack.wait_for_pushes(1, user, created.id)
-    stack.wait_status(user, created.id, "done")
+    assert len(stack.wait_for_pushes(1, user, created.id)) == 1
+    assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
 
     snoozed = stack.api.SnoozeReminder(
-        pb.SnoozeReminderRequest(id=created.id, duration=Duration(seconds=600)),
+        pb.SnoozeReminderRequest(id=created.id, duration=Duration(seconds=6)),
         metadata=stack.md(user),
     )
 
     assert snoozed.state == pb.Reminder.STATE_PENDING
     assert snoozed.next_ring_time == snoozed.snooze_until_time
-    assert snoozed.next_ring_time.ToDatetime(tzinfo=UTC) > soon(590)
+    snooze_until = snoozed.snooze_until_time.ToDatetime(tzinfo=UTC)
+    pushes = stack.wait_for_pushes(2, user, created.id)
+    assert len(pushes) == 2, "the snooze did not ring"
+    # Its own ring (a key of its own), at or after the snooze's time, not before.
+    assert len({p.idempotency_key for p in pushes}) == 2
+    assert max(p.push_time.ToDatetime(tzinfo=UTC) for p in pushes) >= snooze_until
+    assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
 
 
 def test_a_repeat_rings_and_re_arms_at_its_next_occurrence(stack: Stack, user: str) -> None:

@@ -210,15 +210,18 @@ def test_services_route_to_the_ports_the_code_binds(
     overlays: dict[str, list[Obj]], overlay: str
 ) -> None:
     objects = overlays[overlay]
+    checked = 0
     for service in find(objects, "Service"):
         selector = service["spec"]["selector"]
         if selector.get("app.kubernetes.io/name") != "reminders":
             continue
+        checked += 1
         deployment = selected_deployment(objects, service["metadata"]["name"], selector)
         (container,) = deployment["spec"]["template"]["spec"]["containers"]
         named = {port["name"]: port["containerPort"] for port in container["ports"]}
         for port in service["spec"]["ports"]:
             assert named[port["targetPort"]] == port["port"], f"{overlay} {port}"
+    assert checked == 2, f"{overlay}: the API's and the notifier's Services"
 
 
 @pytest.mark.parametrize(("overlay", "name"), SERVING)

@@ -57,17 +57,27 @@ def test_a_child_that_ends_on_its_own_fails_the_stack_with_its_code(
         assert "[crash] boom" in out
 
 
-def test_a_requested_stop_exits_0_even_when_a_child_stops_with_an_error() -> None:
+def test_a_requested_stop_exits_0_even_when_a_child_stops_with_an_error(tmp_path: Path) -> None:
     # A service may exit non-zero when told to stop; the stack asked, so it is no failure.
+    ready = tmp_path / "ready"
     sigterm_exits_1 = _python(
-        "import signal, sys, time\n"
+        "import pathlib, signal, sys, time\n"
         "signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
         "time.sleep(60)"
     )
     stop = threading.Event()
-    threading.Timer(1.0, stop.set).start()
+
+    def stop_once_ready() -> None:  # not before its handler is in: else no exit 1 to forgive
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.set()
+
+    threading.Thread(target=stop_once_ready, daemon=True).start()
 
     assert stack.supervise([("a", SLEEPER), ("b", sigterm_exits_1)], os.environ, stop) == 0
+    assert ready.exists()
 
 
 def test_ctrl_c_stops_the_stack_and_its_children_with_0_the_last_started_first() -> None:
