@@ -4,7 +4,8 @@ Pointing one process (a dispatcher, say) at Cassandra through it lets a test tak
 database away from that process while the rest of the stack, and the test itself, keep
 theirs. `cut()` closes every connection through it and refuses new ones until
 `restore()`; `hold_replies()` lets requests through but drops what the database answers,
-so a request can land while its sender never hears of it.
+so a request can land while its sender never hears of it; `break_next_reply()` passes on
+half of the next reply and then closes the connection, as a node dying mid-answer does.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class TcpProxy:
         self._open: set[socket.socket] = set()
         self._cut = False
         self._holding = False
+        self._breaking = False
         self._closed = False
         threading.Thread(target=self._accept, name="proxy-accept", daemon=True).start()
 
@@ -33,6 +35,9 @@ class TcpProxy:
 
     def hold_replies(self) -> None:
         self._holding = True
+
+    def break_next_reply(self) -> None:
+        self._breaking = True
 
     def restore(self) -> None:
         with self._lock:
@@ -78,6 +83,10 @@ class TcpProxy:
     def _pump(self, source: socket.socket, sink: socket.socket, is_reply: bool) -> None:
         try:
             while data := source.recv(65536):
+                if is_reply and self._breaking:
+                    self._breaking = False
+                    sink.sendall(data[: len(data) // 2])
+                    return  # closes both sides, with the reply's tail never sent
                 if not (is_reply and self._holding):
                     sink.sendall(data)
         except OSError:

@@ -173,9 +173,13 @@ class LoopConnection(Connection):  # type: ignore[misc]  # the driver is untyped
     # -- reads --------------------------------------------------------------------------
 
     def _read(self) -> None:
+        ended = False  # the node closed the connection
         try:
             while True:
                 chunk = self._socket.recv(self.in_buffer_size)
+                if not chunk:
+                    ended = True
+                    break
                 self._iobuf.write(chunk)
                 if len(chunk) < self.in_buffer_size:
                     break
@@ -190,8 +194,10 @@ class LoopConnection(Connection):  # type: ignore[misc]  # the driver is untyped
                 return  # woken with nothing to read
         if self._iobuf.tell():
             self.process_io_buffer()
-        else:
-            self.close()  # the node closed the connection
+        if ended:
+            # Even with part of a frame still buffered: its rest will never come, and the
+            # requests waiting on it must fail now, not at their timeouts.
+            self.close()
 
     # -- shutdown -----------------------------------------------------------------------
 

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import pytest
 from cassandra import OperationTimedOut
+from cassandra.cluster import NoHostAvailable
+from cassandra.connection import ConnectionException
 from cassandra.query import SimpleStatement
 
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage import aio
 from reminders_svc.storage.loop_reactor import LoopConnection, connect_on_loop, connected_on_loop
 from reminders_svc.storage.session import CassandraConnection
+from tests.tcp_proxy import TcpProxy
 
 T = TypeVar("T")
 
@@ -96,6 +101,31 @@ def test_a_request_timeout_fires_from_the_loop(migrated_settings: CassandraSetti
         await aio.execute(connection.session, "SELECT release_version FROM system.local")
 
     on_loop(body, migrated_settings)
+
+
+def test_a_connection_closed_mid_reply_fails_its_request_at_once(
+    migrated_settings: CassandraSettings,
+) -> None:
+    """A node that dies while answering leaves half a frame in the buffer: the connection
+    must close on the end of the stream (not wait for more of it, waking the loop for
+    every empty read), so the request fails now, not at its timeout."""
+    proxy = TcpProxy(migrated_settings.contact_points[0], migrated_settings.port)
+    settings = dataclasses.replace(migrated_settings, port=proxy.port, request_timeout_s=60)
+
+    async def body(connection: CassandraConnection) -> float:
+        query = "SELECT * FROM system_schema.columns"  # a reply of many reads
+        await aio.execute(connection.session, query)
+        proxy.break_next_reply()
+        began = time.monotonic()
+        with pytest.raises((ConnectionException, NoHostAvailable, OperationTimedOut)):
+            await aio.execute(connection.session, query)
+        return time.monotonic() - began
+
+    try:
+        failed_after_s = on_loop(body, settings)
+    finally:
+        proxy.close()
+    assert failed_after_s < 20  # the request timeout is 60 s
 
 
 def test_closing_after_the_loop_is_gone_does_not_raise(
