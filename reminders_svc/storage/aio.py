@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from cassandra import OperationTimedOut, WriteFailure, WriteTimeout, WriteType
@@ -68,20 +68,34 @@ async def execute(
     return await done
 
 
-async def execute_all(
+async def pages(
     session: Session, statement: Any, params: Params = None, *, timeout_s: float | None = None
-) -> list[Any]:
-    """Every row, page after page, each page awaited (never a blocking fetch)."""
-    rows: list[Any] = []
+) -> AsyncIterator[list[Any]]:
+    """The rows page by page, each page awaited (never a blocking fetch), none kept: a
+    partition of millions of rows is read in the memory of one page."""
     paging_state: bytes | None = None
     while True:
         page = await execute(
             session, statement, params, timeout_s=timeout_s, paging_state=paging_state
         )
-        rows.extend(page.current_rows)
+        yield page.current_rows
         if not page.has_more_pages:
-            return rows
+            return
         paging_state = page.paging_state
+
+
+async def execute_all(
+    session: Session, statement: Any, params: Params = None, *, timeout_s: float | None = None
+) -> list[Any]:
+    """Every row, page after page (for results known to be small)."""
+    return [
+        row async for rows in pages(session, statement, params, timeout_s=timeout_s) for row in rows
+    ]
+
+
+async def count_all(session: Session, statement: Any, params: Params = None) -> int:
+    """How many rows `statement` reads, counted page by page without keeping them."""
+    return sum([len(rows) async for rows in pages(session, statement, params)])
 
 
 def outcome_unknown(error: BaseException) -> bool:

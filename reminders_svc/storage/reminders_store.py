@@ -391,31 +391,30 @@ class ReminderStore:
         Returns (reminder rows removed, create records removed). Bucket entries are left
         to expire: they then point at nothing and dispatchers skip them.
         """
-        rows = await aio.execute_all(
-            self._session, "SELECT reminder_id FROM reminders WHERE user_id = %s", (user_id,)
-        )
         removed = 0
-        for row in rows:
-            if row.reminder_id is None:
-                continue
-            deleted = await aio.execute(
-                self._session,
-                "DELETE FROM reminders WHERE user_id = %s AND reminder_id = %s IF EXISTS",
-                (user_id, row.reminder_id),
-            )
-            removed += bool(deleted.one().applied)
+        listing = "SELECT reminder_id FROM reminders WHERE user_id = %s"
+        async for rows in aio.pages(self._session, listing, (user_id,)):
+            for row in rows:
+                if row.reminder_id is None:
+                    continue
+                deleted = await aio.execute(
+                    self._session,
+                    "DELETE FROM reminders WHERE user_id = %s AND reminder_id = %s IF EXISTS",
+                    (user_id, row.reminder_id),
+                )
+                removed += bool(deleted.one().applied)
         await aio.execute(
             self._session,
             "DELETE active_count FROM reminders WHERE user_id = %s IF EXISTS",
             (user_id,),
         )
-        requests = await aio.execute_all(
+        requests = await aio.count_all(
             self._session, "SELECT request_id FROM create_requests WHERE user_id = %s", (user_id,)
         )
         await aio.execute(
             self._session, "DELETE FROM create_requests WHERE user_id = %s", (user_id,)
         )
-        return removed, len(requests)
+        return removed, requests
 
     # -- the dispatcher's claim --------------------------------------------------------
 

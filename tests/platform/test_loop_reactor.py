@@ -146,15 +146,17 @@ def test_a_result_is_never_paged_by_blocking_on_the_loop(
     """`execute` gives the first page and refuses to fetch more (a blocking fetch on the
     loop that does the driver's I/O would never return); `execute_all` awaits every page."""
 
-    async def body(connection: CassandraConnection) -> tuple[int, int]:
+    async def body(connection: CassandraConnection) -> tuple[int, int, int]:
         query = SimpleStatement("SELECT keyspace_name FROM system_schema.tables", fetch_size=5)
         all_rows = await aio.execute_all(connection.session, query)
+        counted = await aio.count_all(connection.session, query)
         first_page = await aio.execute(connection.session, query)
         with pytest.raises(RuntimeError, match="execute_all"):
             list(first_page)
-        return len(all_rows), len(first_page.current_rows)
+        return len(all_rows), counted, len(first_page.current_rows)
 
-    every, first = on_loop(body, migrated_settings)
+    every, counted, first = on_loop(body, migrated_settings)
 
     assert first == 5
     assert every > 5
+    assert counted == every  # every page counted, none kept
