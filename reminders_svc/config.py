@@ -192,7 +192,7 @@ class CassandraSettings:
         env = Env(os.environ if environ is None else environ, "REMINDERS_CASSANDRA_")
         tls = TlsSettings.from_env(env)
         password = env.raw("PASSWORD")
-        return cls(
+        settings = cls(
             contact_points=tuple(
                 p.strip() for p in env.text("CONTACT_POINTS", "127.0.0.1").split(",") if p.strip()
             ),
@@ -213,6 +213,29 @@ class CassandraSettings:
             replication=Replication.parse(env.text("REPLICATION", "SimpleStrategy:1")),
             connect_timeout_s=env.number("CONNECT_TIMEOUT", 10, low=0.1, high=600),
             request_timeout_s=env.number("REQUEST_TIMEOUT", 12, low=0.1, high=600),
+        )
+        _check_consistency(settings)
+        return settings
+
+
+def _check_consistency(settings: CassandraSettings) -> None:
+    """Refuse levels at which a read may miss a write made before it (DESIGN.md invariant
+    3: the dispatcher's re-read after the grace must see every bucket entry and row change
+    written by then)."""
+    level, factors = settings.consistency, settings.replication.factors
+    if level in ("ONE", "LOCAL_ONE") and any(factor > 1 for _, factor in factors):
+        raise ConfigError(
+            f"REMINDERS_CASSANDRA_CONSISTENCY={level}: with a replication factor above 1 a "
+            "read at it may miss a write at it; use LOCAL_QUORUM or QUORUM"
+        )
+    several_dcs = settings.replication.strategy == "NetworkTopologyStrategy" and len(factors) > 1
+    if several_dcs and settings.serial_consistency == "SERIAL" and level.startswith("LOCAL_"):
+        # SERIAL says writers sit in several data centres; a LOCAL_ level then acknowledges
+        # their writes in one, and another's dispatcher may read past them.
+        raise ConfigError(
+            f"REMINDERS_CASSANDRA_CONSISTENCY={level} with SERIAL across several data "
+            "centres: use QUORUM (writers in several data centres), or LOCAL_SERIAL "
+            "(every writer in one)"
         )
 
 

@@ -75,6 +75,40 @@ def _tls_env(**files: Path | str) -> dict[str, str]:
     return {f"REMINDERS_CASSANDRA_TLS_{name}": str(path) for name, path in files.items()}
 
 
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"CONSISTENCY": "ONE", "REPLICATION": "NetworkTopologyStrategy:dc1=3"}, "may miss"),
+        ({"CONSISTENCY": "LOCAL_ONE", "REPLICATION": "SimpleStrategy:3"}, "may miss"),
+        (
+            {"REPLICATION": "NetworkTopologyStrategy:dc1=3,dc2=3", "SERIAL_CONSISTENCY": "SERIAL"},
+            "use QUORUM",
+        ),
+    ],
+)
+def test_levels_at_which_a_read_may_miss_an_earlier_write_are_refused(
+    settings: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        CassandraSettings.from_env({f"REMINDERS_CASSANDRA_{k}": v for k, v in settings.items()})
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"CONSISTENCY": "ONE"},  # one local node: every read sees every write
+        {"REPLICATION": "NetworkTopologyStrategy:dc1=3"},  # SERIAL in one DC is LOCAL_SERIAL
+        {"REPLICATION": "NetworkTopologyStrategy:dc1=3,dc2=3", "CONSISTENCY": "QUORUM"},
+        {
+            "REPLICATION": "NetworkTopologyStrategy:dc1=3,dc2=3",
+            "SERIAL_CONSISTENCY": "LOCAL_SERIAL",
+        },
+    ],
+)
+def test_levels_that_see_every_earlier_write_are_accepted(settings: dict[str, str]) -> None:
+    CassandraSettings.from_env({f"REMINDERS_CASSANDRA_{k}": v for k, v in settings.items()})
+
+
 def test_cassandra_tls_files_without_tls_on_are_refused(tmp_path: Path) -> None:
     """Else the process would connect in plaintext, its credentials with it."""
     pki = issue_pki(tmp_path)
