@@ -15,11 +15,11 @@ from typing import Any, TypeVar
 from cassandra import OperationTimedOut, WriteFailure, WriteTimeout, WriteType
 from cassandra.cluster import ResultSet, Session
 from cassandra.connection import ConnectionException
-from cassandra.protocol import ErrorMessage, ServerError
+from cassandra.protocol import ServerError
+
+from reminders_svc.storage.errors import CasWriteUnknown
 
 Params = Sequence[Any] | dict[str, Any] | None
-
-_CAS_WRITE_UNKNOWN = 0x1700
 
 
 class OnePage(ResultSet):  # type: ignore[misc]  # the driver is untyped
@@ -107,9 +107,9 @@ def outcome_unknown(error: BaseException) -> bool:
     if isinstance(error, WriteTimeout | WriteFailure):
         # A failure too: some replicas may have accepted the Paxos proposal (Paxos v2).
         return error.write_type in (WriteType.CAS, WriteType.SIMPLE, WriteType.BATCH)
-    if isinstance(error, ErrorMessage) and error.code == _CAS_WRITE_UNKNOWN:
-        return True  # protocol v5's "CAS write unknown", which this driver does not name
-    return isinstance(error, OperationTimedOut | ConnectionException | ServerError)
+    return isinstance(
+        error, OperationTimedOut | ConnectionException | ServerError | CasWriteUnknown
+    )
 
 
 _T = TypeVar("_T")

@@ -10,10 +10,37 @@ and the API answers them INTERNAL, not UNAVAILABLE.
 
 from __future__ import annotations
 
+from typing import Any
+
 from cassandra import CoordinationFailure, OperationTimedOut, Timeout, Unavailable
 from cassandra.cluster import NoHostAvailable
 from cassandra.connection import ConnectionException
-from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage, ServerError
+from cassandra.protocol import (
+    IsBootstrappingErrorMessage,
+    OverloadedErrorMessage,
+    RequestExecutionException,
+    ServerError,
+    read_consistency_level,
+    read_int,
+)
+
+
+class CasWriteUnknown(RequestExecutionException):  # type: ignore[misc]  # untyped driver
+    """Protocol v5's CAS_WRITE_UNKNOWN: an LWT that may or may not have landed, which this
+    driver does not name. Defining the class registers it with the driver's decoder (its
+    metaclass files error classes by `error_code`), so the error arrives as this type, not
+    as a bare ErrorMessage that no `except STORAGE_ERRORS` catches."""
+
+    summary = "CAS write unknown"
+    error_code = 0x1700
+
+    @staticmethod
+    def recv_error_info(f: Any, protocol_version: int) -> dict[str, Any]:
+        return {
+            "consistency": read_consistency_level(f),
+            "received_responses": read_int(f),
+            "required_responses": read_int(f),
+        }
 
 
 class StorageUnavailable(RuntimeError):
@@ -31,5 +58,6 @@ STORAGE_ERRORS: tuple[type[Exception], ...] = (
     OverloadedErrorMessage,
     IsBootstrappingErrorMessage,
     ServerError,
+    CasWriteUnknown,  # an LWT of unknown outcome; settled ones are settled first (aio)
     OSError,  # sockets, and asyncio's TimeoutError
 )

@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import io
 import itertools
 import logging
+import struct
 import time
 import uuid
 from collections.abc import Iterator
@@ -215,12 +217,23 @@ def test_reconnection_never_gives_up_and_never_waits_long(cassandra: CassandraCo
     assert max(delays) <= 10 * 1.15  # its default waits up to 600 s (+/- 15% jitter)
 
 
+def _as_received(code: int, message: str, info: bytes) -> Exception:
+    """An ERROR message as the driver decodes it off the wire (protocol v5)."""
+    body = struct.pack(">iH", code, len(message)) + message.encode() + info
+    decoded: Exception = ErrorMessage.recv_body(io.BytesIO(body), 5, None, None)
+    return decoded
+
+
+# CAS_WRITE_UNKNOWN: consistency SERIAL (0x0008), 1 of 2 replies.
+CAS_WRITE_UNKNOWN = _as_received(0x1700, "CAS write unknown", struct.pack(">Hii", 8, 1, 2))
+
+
 @pytest.mark.parametrize(
     ("error", "unknown", "storage"),
     [
         (WriteTimeout("t", write_type=WriteType.CAS), True, True),
         (WriteFailure("f", write_type=WriteType.CAS), True, True),  # Paxos v2: some accepted
-        (ErrorMessage(0x1700, "CAS write unknown", None), True, False),
+        (CAS_WRITE_UNKNOWN, True, True),  # as decoded from the wire
         (ConnectionShutdown("gone"), True, True),
         (ReadTimeout("t"), False, True),
         (Unavailable("u"), False, True),
