@@ -21,12 +21,17 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from reminders_svc.domain import errors
-from reminders_svc.storage.errors import STORAGE_ERRORS
+from reminders_svc.storage.errors import STORAGE_ERRORS, WriteOutcomeUnknown
 
 log = logging.getLogger(__name__)
 # Characters of one message or description: the status travels twice (grpc-message and the
 # details trailer, base64), far below gRPC's default 8 KiB metadata limit.
 MAX_MESSAGE_CHARS = 300
+# A change storage may or may not have applied (past the write deadline, or unsettled).
+MAY_HAVE_BEEN_APPLIED = (
+    "may have been applied: read the reminder before retrying"
+    " (a create: repeat it with its request_id)"
+)
 
 _CODES: dict[type[errors.ReminderError], grpc.StatusCode] = {
     errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
@@ -103,6 +108,12 @@ def translated(method: Handler) -> Handler:
             return await method(self, request, context)
         except errors.ReminderError as error:
             await abort(context, error)
+        except WriteOutcomeUnknown:
+            log.warning(
+                "%s: a write's outcome is unknown: storage did not settle it", method.__name__
+            )
+            unsettled = f"storage did not confirm the change, which {MAY_HAVE_BEEN_APPLIED}"
+            await abort(context, errors.DeadlineExceeded(unsettled))
         except STORAGE_ERRORS as error:
             log.warning("%s: storage unavailable: %s", method.__name__, type(error).__name__)
             await abort(context, errors.Unavailable("storage unavailable; retry with backoff"))

@@ -17,7 +17,7 @@ from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
 from reminders_svc.api import convert
 from reminders_svc.api.auth import Authenticator
-from reminders_svc.api.errors import translated
+from reminders_svc.api.errors import MAY_HAVE_BEEN_APPLIED, translated
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.app import Clock, RemindersApp, utc_now
 from reminders_svc.domain.errors import DeadlineExceeded, InvalidArgument
@@ -68,8 +68,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
             if not deadline.expired():
                 raise  # the driver's own timeout: a storage error, answered as such
             raise DeadlineExceeded(
-                "the change did not finish in time and may have been applied: read the"
-                " reminder before retrying (a create: repeat it with its request_id)"
+                f"the change did not finish in time and {MAY_HAVE_BEEN_APPLIED}"
             ) from error
 
     def _page_size(self, requested: int) -> int:

@@ -17,7 +17,7 @@ from cassandra.cluster import ResultSet, Session
 from cassandra.connection import ConnectionException
 from cassandra.protocol import ServerError
 
-from reminders_svc.storage.errors import CasWriteUnknown
+from reminders_svc.storage.errors import STORAGE_ERRORS, CasWriteUnknown, WriteOutcomeUnknown
 
 Params = Sequence[Any] | dict[str, Any] | None
 
@@ -123,7 +123,13 @@ async def or_settled(attempt: Awaitable[_T], settle: Callable[[], Awaitable[_T]]
     except Exception as error:
         if not outcome_unknown(error):
             raise
-        return await settle()
+        try:
+            return await settle()
+        except STORAGE_ERRORS as unsettled:
+            raise WriteOutcomeUnknown(
+                f"a conditional write of unknown outcome ({type(error).__name__}) could not "
+                f"be settled ({type(unsettled).__name__})"
+            ) from unsettled
 
 
 async def applied_or_settled(

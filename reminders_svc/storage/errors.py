@@ -43,6 +43,14 @@ class CasWriteUnknown(RequestExecutionException):  # type: ignore[misc]  # untyp
         }
 
 
+class WriteOutcomeUnknown(RuntimeError):
+    """An LWT of unknown outcome that its SERIAL read could not settle either (storage
+    went away in between): the write may or may not have landed. Callers that re-read
+    before acting treat it as storage trouble; the API answers DEADLINE_EXCEEDED ("read
+    before retrying"), never UNAVAILABLE's "retry", which a non-idempotent change (a snooze
+    by a duration, a resume) would turn into a second change or a refusal."""
+
+
 class StorageUnavailable(RuntimeError):
     """Cassandra cannot be reached; the message names the contact points tried."""
 
@@ -59,5 +67,6 @@ STORAGE_ERRORS: tuple[type[Exception], ...] = (
     IsBootstrappingErrorMessage,
     ServerError,
     CasWriteUnknown,  # an LWT of unknown outcome; settled ones are settled first (aio)
+    WriteOutcomeUnknown,  # ... and one whose settling read failed too
     OSError,  # sockets, and asyncio's TimeoutError
 )

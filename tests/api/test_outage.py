@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import grpc
 import pytest
+from cassandra import ConsistencyLevel, ReadTimeout, WriteTimeout, WriteType
 from cassandra.cluster import Session
 from google.protobuf import duration_pb2, field_mask_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -308,3 +309,103 @@ def test_an_edit_outrunning_the_write_deadline_is_answered_as_possibly_applied(
         assert "may have been applied" in (answered.value.details() or "")
         got = api.reminders.GetReminder(pb.GetReminderRequest(id=made.id), metadata=metadata)
         assert (got.text, got.version) == ("after", made.version + 1)
+
+
+class UnsettledCas:
+    """A session whose next compare-and-set, once `armed`, lands but is answered with a
+    write timeout, and whose SERIAL reads fail while `serial_fails`: storage gone between
+    the write and the read that would settle it."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self.armed = False
+        self.serial_fails = False
+
+    def execute_async(self, statement: Any, params: Any = None, **options: Any) -> Any:
+        level = getattr(statement, "consistency_level", None)
+        if self.serial_fails and level in SERIAL_LEVELS:
+            return _Failing(ReadTimeout("injected: the settling read timed out"))
+        response = self._session.execute_async(statement, params, **options)
+        if self.armed and is_conditional(statement):
+            self.armed = False
+            self.serial_fails = True
+            return _AnsweredWith(response, WriteTimeout("injected", write_type=WriteType.CAS))
+        return response
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+
+SERIAL_LEVELS = (ConsistencyLevel.SERIAL, ConsistencyLevel.LOCAL_SERIAL)
+
+
+class _Failing:
+    def __init__(self, error: Exception) -> None:
+        self._error = error
+
+    def add_callbacks(
+        self,
+        callback: Callable[..., Any],
+        errback: Callable[..., Any],
+        callback_args: tuple[Any, ...] = (),
+        errback_args: tuple[Any, ...] = (),
+    ) -> None:
+        errback(self._error, *errback_args)
+
+
+class _AnsweredWith:
+    """The statement runs; whatever it answers, the caller hears `error`."""
+
+    def __init__(self, response: Any, error: Exception) -> None:
+        self._response = response
+        self._error = error
+
+    def add_callbacks(
+        self,
+        callback: Callable[..., Any],
+        errback: Callable[..., Any],
+        callback_args: tuple[Any, ...] = (),
+        errback_args: tuple[Any, ...] = (),
+    ) -> None:
+        def fail(_: Any) -> None:
+            errback(self._error, *errback_args)
+
+        self._response.add_callbacks(fail, fail)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._response, name)
+
+
+def test_a_change_whose_outcome_storage_cannot_settle_is_answered_as_possibly_applied(
+    migrated_settings: CassandraSettings,
+) -> None:
+    """The snooze's LWT lands, its reply is lost, and the SERIAL read that would settle it
+    fails too: DEADLINE_EXCEEDED, "read before retrying". UNAVAILABLE's "retry" would have
+    the caller snooze a second time, 10 minutes later than it asked."""
+    sessions: list[UnsettledCas] = []
+
+    def build(
+        connection: CassandraConnection, auth: Authenticator, api: ApiSettings, clock: FakeClock
+    ) -> ApiServicers:
+        sessions.append(UnsettledCas(connection.session))
+        unsettled = dataclasses.replace(connection, session=cast(Session, sessions[-1]))
+        return build_servicers(unsettled, auth, api, clock)
+
+    with running_api(migrated_settings, FakeClock(SEED_NOW), build=build) as api:
+        metadata = api.as_user(f"unsettled-{uuid.uuid4().hex[:10]}")
+        made = api.reminders.CreateReminder(
+            create_request(f"req-{uuid.uuid4()}", "call mom"), metadata=metadata, timeout=10
+        )
+        snooze = pb.SnoozeReminderRequest(id=made.id, duration=duration_pb2.Duration(seconds=600))
+        sessions[0].armed = True
+
+        with pytest.raises(grpc.RpcError) as answered:
+            api.reminders.SnoozeReminder(snooze, metadata=metadata, timeout=10)
+
+        assert answered.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert "may have been applied" in (answered.value.details() or "")
+        sessions[0].serial_fails = False
+        got = api.reminders.GetReminder(pb.GetReminderRequest(id=made.id), metadata=metadata)
+        assert got.snooze_until_time.ToDatetime() == SEED_NOW.replace(tzinfo=None) + timedelta(
+            minutes=10
+        )
