@@ -58,6 +58,7 @@ def _reused(request_id: str) -> FailedPrecondition:
     return FailedPrecondition(
         "request_id was already used for a different reminder: use a new request_id",
         field="request_id",
+        reason="REQUEST_ID_REUSED",
     )
 
 
@@ -121,7 +122,7 @@ class RemindersApp:
                 )
                 break
         else:
-            raise Unavailable("too much contention on this request_id; retry")
+            raise Unavailable("too much contention on this request_id; retry", reason="CONTENTION")
         try:
             return await self._insert(proposed)
         except QuotaExceeded:
@@ -177,7 +178,9 @@ class RemindersApp:
                     return existing.reminder
                 if refused is not None:
                     raise refused
-        raise Unavailable("too much contention on this user's reminders; retry")
+        raise Unavailable(
+            "too much contention on this user's reminders; retry", reason="CONTENTION"
+        )
 
     async def get(self, user_id: str, reminder_id: uuid.UUID) -> Reminder:
         return (await self._visible(user_id, reminder_id)).reminder
@@ -294,4 +297,4 @@ class RemindersApp:
                 return current
             if await self._store.replace(stored, changed, now):
                 return changed
-        raise Unavailable("too much contention on this reminder; retry")
+        raise Unavailable("too much contention on this reminder; retry", reason="CONTENTION")

@@ -167,7 +167,10 @@ def bearer_token(metadata: Metadata) -> str:
     """The token of the one `authorization: Bearer ...` entry, or Unauthenticated."""
     values = [value for name, value in metadata if name.lower() == "authorization"]
     if not values:
-        raise Unauthenticated("missing authorization metadata: expected 'Bearer <token>'")
+        raise Unauthenticated(
+            "missing authorization metadata: expected 'Bearer <token>'",
+            reason="CREDENTIALS_MISSING",
+        )
     if len(values) > 1:
         raise Unauthenticated("more than one authorization metadata entry")
     raw = values[0]
@@ -231,7 +234,7 @@ class Authenticator:
                 options={"require": ["exp", "iat", "sub", "aud"]},
             )
         except jwt.ExpiredSignatureError:
-            raise Unauthenticated("token expired") from None
+            raise Unauthenticated("token expired", reason="TOKEN_EXPIRED") from None
         except jwt.InvalidAudienceError:
             raise Unauthenticated("token audience not accepted") from None
         except jwt.InvalidSignatureError:

@@ -13,8 +13,8 @@ otherwise) and signs with the development secret. That is safe to assume on this
 only a server started with REMINDERS_ENV=dev accepts such tokens.
 
 Results print as JSON on stdout (proto field names, times RFC 3339 with seconds). A
-failed call prints {"error": {"code", "message", "field_violations"}} on stderr and
-exits 1.
+failed call prints {"error": {"code", "message", "reason", "field_violations"}} on stderr
+and exits 1.
 """
 
 from __future__ import annotations
@@ -258,13 +258,18 @@ def _channel(target: str, env: Mapping[str, str]) -> grpc.Channel:
 
 
 def error_json(error: grpc.RpcError) -> dict[str, Any]:
-    """The status of a failed call, with the fields a google.rpc.BadRequest names."""
+    """The status of a failed call: its code, message, reason (google.rpc.ErrorInfo) and
+    the fields a google.rpc.BadRequest names."""
     code: grpc.StatusCode = error.code()
-    body: dict[str, Any] = {"code": code.name, "message": error.details()}
+    body: dict[str, Any] = {"code": code.name, "message": error.details(), "reason": ""}
     status = rpc_status.from_call(error)
     violations: list[dict[str, str]] = []
     for detail in status.details if status is not None else ():
-        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            body["reason"] = info.reason
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
             bad_request = error_details_pb2.BadRequest()
             detail.Unpack(bad_request)
             violations.extend(

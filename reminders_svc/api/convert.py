@@ -184,14 +184,14 @@ def _repeat(message: pb.Repeat, zone: str, local_now: datetime, field: str) -> R
 
 
 def _schedule_field(engine_field: str, message: pb.Schedule, field: str) -> str:
+    # The engine's "repeat" and "rrule" errors are the rule's, whichever form the caller
+    # sent it in; a start it did not send is the rule's default, so the rule is at fault.
     rule_field = "repeat." + (message.repeat.WhichOneof("rule") or "expression")
     mapping = {
         "zone": "time_zone",
         "at": "once.local_time" if message.once.HasField("local_time") else "once.instant",
         "instant": "once.instant",
-        "start": "repeat.start_local_time",
-        "repeat": "repeat.expression",
-        "rrule": "repeat.rrule",
+        "start": "repeat.start_local_time" if message.repeat.start_local_time else rule_field,
     }
     return f"{field}.{mapping.get(engine_field, rule_field)}"
 

@@ -1,5 +1,6 @@
-"""Domain errors -> gRPC status codes, with google.rpc.BadRequest naming the field at fault
-(google.rpc.QuotaFailure naming the quota, for RESOURCE_EXHAUSTED).
+"""Domain errors -> gRPC status codes with google.rpc details (AIP-193): an ErrorInfo naming
+the error's reason, and a BadRequest naming the field at fault of an INVALID_ARGUMENT (a
+PreconditionFailure for FAILED_PRECONDITION, a QuotaFailure for RESOURCE_EXHAUSTED).
 
 Anything unexpected is logged (without request contents) and answered INTERNAL, never
 UNKNOWN and never with a stack trace. Every text of a status is capped: a message may
@@ -27,6 +28,8 @@ log = logging.getLogger(__name__)
 # Characters of one message or description: the status travels twice (grpc-message and the
 # details trailer, base64), far below gRPC's default 8 KiB metadata limit.
 MAX_MESSAGE_CHARS = 300
+# ErrorInfo's domain: the service that names the reasons (AIP-193).
+DOMAIN = "reminders.v1"
 # A change storage may or may not have applied (past the write deadline, or unsettled).
 MAY_HAVE_BEEN_APPLIED = (
     "may have been applied: read the reminder before retrying"
@@ -58,31 +61,36 @@ def capped(text: str, longest: int = MAX_MESSAGE_CHARS) -> str:
     return text if len(text) <= longest else text[: longest - 1] + "…"
 
 
-def _detail_of(error: errors.ReminderError) -> Message | None:
-    """The google.rpc detail the status carries: the field at fault (BadRequest), or the
-    quota used up (QuotaFailure, for RESOURCE_EXHAUSTED)."""
+def _details_of(error: errors.ReminderError) -> list[Message]:
+    """The google.rpc details the status carries (AIP-193): always an ErrorInfo with the
+    error's reason; then the field at fault of an INVALID_ARGUMENT (BadRequest), the
+    subject of a FAILED_PRECONDITION (PreconditionFailure), or the quota used up
+    (QuotaFailure, for RESOURCE_EXHAUSTED)."""
     description = capped(error.description)
-    if error.field is not None:
+    details: list[Message] = [error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN)]
+    if isinstance(error, errors.InvalidArgument):
         violation = error_details_pb2.BadRequest.FieldViolation(
             field=capped(error.field), description=description
         )
-        bad_request: Message = error_details_pb2.BadRequest(field_violations=[violation])
-        return bad_request
-    if isinstance(error, errors.QuotaExceeded):
+        details.append(error_details_pb2.BadRequest(field_violations=[violation]))
+    elif isinstance(error, errors.FailedPrecondition):
+        failed = error_details_pb2.PreconditionFailure.Violation(
+            type=error.reason, subject=capped(error.field or ""), description=description
+        )
+        details.append(error_details_pb2.PreconditionFailure(violations=[failed]))
+    elif isinstance(error, errors.QuotaExceeded):
         used_up = error_details_pb2.QuotaFailure.Violation(
             subject=error.subject, description=description
         )
-        quota_failure: Message = error_details_pb2.QuotaFailure(violations=[used_up])
-        return quota_failure
-    return None
+        details.append(error_details_pb2.QuotaFailure(violations=[used_up]))
+    return details
 
 
 def status_of(error: errors.ReminderError) -> grpc.Status:
-    """The status answering `error`: its code and message, and its detail if any."""
+    """The status answering `error`: its code and message, and its details."""
     code = code_of(error)
     status = status_pb2.Status(code=getattr(code_pb2, code.name), message=capped(error.message))
-    detail = _detail_of(error)
-    if detail is not None:
+    for detail in _details_of(error):
         status.details.add().Pack(detail)
     answer: grpc.Status = rpc_status.to_status(status)  # untyped: packs the details trailer
     return answer

@@ -24,9 +24,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from genproto.reminders.v1 import reminders_pb2, reminders_pb2_grpc
 from reminders_svc.api.auth import Authenticator
+from reminders_svc.api.errors import abort
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import CassandraSettings
 from reminders_svc.connections import SERVER_OPTIONS
+from reminders_svc.domain.errors import Unavailable
 from reminders_svc.health import ProcessHealth
 from reminders_svc.runtime import MetricsEndpoint, run_until_signal
 from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
@@ -193,7 +195,7 @@ class _HandlerRecorder:
 
 
 async def _storage_not_ready(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-    await context.abort(grpc.StatusCode.UNAVAILABLE, "storage not reachable yet; retry")
+    await abort(context, Unavailable("storage not reachable yet; retry"))
 
 
 class StorageBoundHandlers(grpc.GenericRpcHandler):

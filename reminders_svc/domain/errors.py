@@ -1,8 +1,9 @@
 """The service's error hierarchy. The gRPC layer maps each class to one status code.
 
 Every error carries a message safe to show the caller (never a reminder text, never a
-stack trace). `InvalidArgument` names the request field at fault; any other error may
-name one too (e.g. the reused `request_id` of a FailedPrecondition).
+stack trace) and a stable `reason`. `InvalidArgument` names the request field at fault;
+a FailedPrecondition names what its precondition is about (e.g. the reused
+`request_id`).
 """
 
 from __future__ import annotations
@@ -12,20 +13,29 @@ class ReminderError(Exception):
     """Base of every error the API answers on purpose.
 
     `field`, when set, is the path in the request of the field at fault, e.g.
-    "reminder.text"; `description` says what is wrong with it.
+    "reminder.text"; `description` says what is wrong with it. `reason` is the error's
+    stable, machine-readable name (google.rpc.ErrorInfo, AIP-193): clients branch on it,
+    never on the message. Each class has one; a raise may name a more specific one.
     """
 
-    def __init__(self, message: str, *, field: str | None = None) -> None:
+    reason = "ERROR"
+
+    def __init__(
+        self, message: str, *, field: str | None = None, reason: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
         self.description = message
+        if reason is not None:
+            self.reason = reason
 
 
 class InvalidArgument(ReminderError):
     """The request is malformed; `field` is its path in the request, e.g. "reminder.text"."""
 
     field: str
+    reason = "INVALID_FIELD"
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}", field=field)
@@ -35,18 +45,27 @@ class InvalidArgument(ReminderError):
 class NotFound(ReminderError):
     """No such reminder for this caller (missing and not-owned look the same)."""
 
+    reason = "REMINDER_NOT_FOUND"
+
 
 class VersionConflict(ReminderError):
     """The caller's version is stale: re-read and retry (gRPC ABORTED, HTTP 409)."""
 
+    reason = "VERSION_STALE"
+
 
 class FailedPrecondition(ReminderError):
-    """Valid, but not in the reminder's current state (or a reused request_id)."""
+    """Valid, but not in the reminder's current state (or a reused request_id); `field`
+    names what the precondition is about (google.rpc.PreconditionFailure's subject)."""
+
+    reason = "WRONG_STATE"
 
 
 class QuotaExceeded(ReminderError):
     """A quota is used up; `subject` names whose (e.g. "user"), for the
     google.rpc.QuotaFailure that RESOURCE_EXHAUSTED carries (AIP-193)."""
+
+    reason = "ACTIVE_REMINDERS_CAP"
 
     def __init__(self, message: str, *, subject: str) -> None:
         super().__init__(message)
@@ -56,15 +75,23 @@ class QuotaExceeded(ReminderError):
 class Unauthenticated(ReminderError):
     """Missing, malformed, expired or wrongly signed credentials."""
 
+    reason = "CREDENTIALS_INVALID"
+
 
 class PermissionDenied(ReminderError):
     """Authenticated, but not allowed (e.g. a user token on an admin RPC)."""
+
+    reason = "ADMIN_CREDENTIAL_REQUIRED"
 
 
 class DeadlineExceeded(ReminderError):
     """A change outran the API's write deadline: it may or may not have been applied, so
     the caller reads before retrying (a create is repeated with its request_id)."""
 
+    reason = "OUTCOME_UNKNOWN"
+
 
 class Unavailable(ReminderError):
     """Storage cannot be reached or did not answer in time; safe to retry."""
+
+    reason = "STORAGE_UNAVAILABLE"

@@ -135,7 +135,9 @@ def snooze(reminder: Reminder, until: datetime, now: datetime) -> Reminder:
     While sending, the claim stays: the dispatcher's finalize sees the snooze and keeps it.
     """
     if reminder.status not in (Status.PENDING, Status.SENDING, Status.DONE):
-        raise FailedPrecondition(f"a {reminder.status} reminder cannot be snoozed", field="id")
+        raise FailedPrecondition(
+            f"a {reminder.status} reminder cannot be snoozed", field="id", reason="NOT_SNOOZABLE"
+        )
     if reminder.status is Status.SENDING:
         return _changed(reminder, now, snooze_until=until)
     return _changed(
@@ -151,7 +153,9 @@ def pause(reminder: Reminder, now: datetime) -> Reminder:
     if reminder.status is Status.PAUSED:
         return reminder  # already paused: nothing to change, no new version
     if reminder.status not in (Status.PENDING, Status.SENDING):
-        raise FailedPrecondition(f"a {reminder.status} reminder cannot be paused", field="id")
+        raise FailedPrecondition(
+            f"a {reminder.status} reminder cannot be paused", field="id", reason="NOT_PAUSABLE"
+        )
     return _changed(reminder, now, status=Status.PAUSED, due=None, claim=None)
 
 
@@ -159,7 +163,9 @@ def resume(reminder: Reminder, now: datetime) -> Reminder:
     """A repeat continues from its next occurrence after now; a passed one-off is refused."""
     if reminder.status is not Status.PAUSED:
         raise FailedPrecondition(
-            f"only a paused reminder can be resumed (it is {reminder.status})", field="id"
+            f"only a paused reminder can be resumed (it is {reminder.status})",
+            field="id",
+            reason="NOT_PAUSED",
         )
     snooze_until = reminder.snooze_until if _in_future(reminder.snooze_until, now) else None
     if isinstance(reminder.schedule, OneOff):
@@ -167,6 +173,7 @@ def resume(reminder: Reminder, now: datetime) -> Reminder:
             raise FailedPrecondition(
                 "this one-off reminder's time has passed: edit its time instead of resuming",
                 field="id",
+                reason="ONE_OFF_PASSED",
             )
         occurrence = reminder.occurrence if _in_future(reminder.occurrence, now) else None
     else:

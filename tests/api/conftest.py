@@ -17,7 +17,9 @@ from typing import Any
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_status import rpc_status
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
@@ -141,6 +143,19 @@ def code_of(call: Callable[[], Any]) -> grpc.StatusCode:
     except grpc.RpcError as error:
         return error.code()
     return grpc.StatusCode.OK
+
+
+def reason_of(call: Callable[[], Any]) -> str:
+    """The google.rpc.ErrorInfo reason of the error `call` raises (AIP-193)."""
+    try:
+        call()
+    except grpc.RpcError as error:
+        status = rpc_status.from_call(error)
+        assert status is not None, "no google.rpc.Status in the trailers"
+        info = error_details_pb2.ErrorInfo()
+        assert status.details[0].Unpack(info), "the first detail is no ErrorInfo"
+        return str(info.reason)
+    raise AssertionError("the call succeeded")
 
 
 def weekly_monday_nine(zone: str = "America/New_York") -> pb.Schedule:

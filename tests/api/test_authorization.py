@@ -16,7 +16,7 @@ from google.protobuf.field_mask_pb2 import FieldMask
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.api.auth import TokenKey
-from tests.api.conftest import Api, code_of, weekly_monday_nine
+from tests.api.conftest import Api, code_of, reason_of, weekly_monday_nine
 
 Metadata = tuple[tuple[str, str], ...]
 Call = Callable[[Api, str, Metadata], Any]
@@ -136,6 +136,33 @@ def test_targeted_rpcs(api: Api, user: str, rpc: str) -> None:
     assert unchanged == before  # nothing a refused call did changed the reminder
     # Resume of a pending reminder is a valid call in the wrong state.
     assert own == (grpc.StatusCode.FAILED_PRECONDITION if rpc == "ResumeReminder" else OK)
+
+
+def test_a_client_tells_an_expired_token_from_a_bad_one_by_the_reason(api: Api, user: str) -> None:
+    """Every refusal carries an ErrorInfo reason (AIP-193): a client refreshes an expired
+    token, asks for one when it sent none, and does not retry a forged or wrong one."""
+    reminder = _owned_reminder(api, user)
+    get = CALLS["GetReminder"]
+    reasons = {
+        name: reason_of(lambda md=md: get(api, reminder.id, md))  # type: ignore[misc]
+        for name, md in _credentials(api.auth.user, user).items()
+    }
+    reasons["another user's"] = reason_of(
+        lambda: get(api, reminder.id, api.as_user(f"{user}-mallory"))
+    )
+    reasons["a user's token on the admin RPC"] = reason_of(
+        lambda: api.admin.DeleteUserData(
+            pb.DeleteUserDataRequest(user_id=user), metadata=api.as_user(user)
+        )
+    )
+
+    assert reasons == {
+        "no token": "CREDENTIALS_MISSING",
+        "bad signature": "CREDENTIALS_INVALID",
+        "expired": "TOKEN_EXPIRED",
+        "another user's": "REMINDER_NOT_FOUND",
+        "a user's token on the admin RPC": "ADMIN_CREDENTIAL_REQUIRED",
+    }
 
 
 @pytest.mark.parametrize("rpc", sorted(UNTARGETED))

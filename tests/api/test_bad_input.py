@@ -205,6 +205,29 @@ CASES: list[tuple[str, Callable[[Api, str, str], Any], str]] = [
         "reminder.schedule.repeat.rrule",
     ),
     (
+        # Valid from its start, but its end passed before now: the rule the caller sent.
+        "rrule that ended before now",
+        _create(
+            pb.Reminder(
+                text="t",
+                schedule=_repeat("2026-10-01T10:00:00", rrule="FREQ=DAILY;UNTIL=20261010T000000Z"),
+            )
+        ),
+        "reminder.schedule.repeat.rrule",
+    ),
+    (
+        "expression that ended before now",
+        _create(
+            pb.Reminder(
+                text="t",
+                schedule=_repeat(
+                    "2026-10-01T10:00:00", expression="every day 09:00 until 2026-10-10"
+                ),
+            )
+        ),
+        "reminder.schedule.repeat.expression",
+    ),
+    (
         "rrule UNTIL in year 9999",
         _create(pb.Reminder(text="t", schedule=_repeat(rrule="FREQ=DAILY;UNTIL=99991231"))),
         "reminder.schedule.repeat.rrule",
@@ -457,17 +480,19 @@ CASES: list[tuple[str, Callable[[Api, str, str], Any], str]] = [
 
 # Rejections with another code than INVALID_ARGUMENT still name the field at fault.
 REFUSALS: list[Any] = [
-    *(pytest.param(call, INVALID, field, id=name) for name, call, field in CASES),
+    *(pytest.param(call, INVALID, field, "INVALID_FIELD", id=name) for name, call, field in CASES),
     pytest.param(
         _create(pb.Reminder(text="another", schedule=weekly_monday_nine()), EXISTING_REQUEST),
         grpc.StatusCode.FAILED_PRECONDITION,
         "request_id",
+        "REQUEST_ID_REUSED",
         id="create: request_id reused for another reminder",
     ),
     pytest.param(
         _at_version("ResumeReminder", 0),
         grpc.StatusCode.FAILED_PRECONDITION,
         "id",
+        "NOT_PAUSED",
         id="resume: a reminder that is not paused",
     ),
 ]
@@ -484,21 +509,34 @@ def _snapshot(cassandra: CassandraConnection, user: str) -> list[tuple[Any, ...]
     return [tuple(row) for query in queries for row in cassandra.session.execute(query, (user,))]
 
 
-def _assert_refused(error: grpc.RpcError, code: grpc.StatusCode, field: str) -> None:
-    """`error` has `code` and a google.rpc.BadRequest naming just `field`."""
+def _assert_refused(error: grpc.RpcError, code: grpc.StatusCode, field: str, reason: str) -> None:
+    """`error` has `code`, an ErrorInfo with `reason`, and names just `field`: in a
+    google.rpc.BadRequest (INVALID_ARGUMENT) or as a PreconditionFailure's subject."""
     assert error.code() == code, error.details()
     status = rpc_status.from_call(error)
     assert status is not None, "no google.rpc.Status in the trailers"
-    bad_request = error_details_pb2.BadRequest()
-    assert status.details[0].Unpack(bad_request)
-    assert [v.field for v in bad_request.field_violations] == [field]
+    info, about_field = error_details_pb2.ErrorInfo(), _FIELD_DETAIL[code]()
+    assert len(status.details) == 2
+    assert status.details[0].Unpack(info)
+    assert status.details[1].Unpack(about_field)
+    assert (info.reason, info.domain) == (reason, "reminders.v1")
+    if isinstance(about_field, error_details_pb2.BadRequest):
+        assert [v.field for v in about_field.field_violations] == [field]
+    else:
+        assert [(v.type, v.subject) for v in about_field.violations] == [(reason, field)]
+
+
+_FIELD_DETAIL: dict[grpc.StatusCode, type[Any]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: error_details_pb2.BadRequest,
+    grpc.StatusCode.FAILED_PRECONDITION: error_details_pb2.PreconditionFailure,
+}
 
 
 def test_the_table_has_at_least_30_cases() -> None:
     assert len(CASES) >= 30
 
 
-@pytest.mark.parametrize(("call", "code", "field"), REFUSALS)
+@pytest.mark.parametrize(("call", "code", "field", "reason"), REFUSALS)
 def test_bad_input_is_refused_with_its_field_and_changes_nothing(
     api: Api,
     user: str,
@@ -506,6 +544,7 @@ def test_bad_input_is_refused_with_its_field_and_changes_nothing(
     call: Callable[[Api, str, str], Any],
     code: grpc.StatusCode,
     field: str,
+    reason: str,
 ) -> None:
     existing = api.reminders.CreateReminder(
         pb.CreateReminderRequest(reminder=GOOD, request_id=EXISTING_REQUEST),
@@ -516,7 +555,7 @@ def test_bad_input_is_refused_with_its_field_and_changes_nothing(
     with pytest.raises(grpc.RpcError) as refused:
         call(api, existing.id, user)
 
-    _assert_refused(refused.value, code, field)
+    _assert_refused(refused.value, code, field, reason)
     assert _snapshot(cassandra, user) == before
 
 
@@ -537,7 +576,7 @@ def test_resuming_a_passed_one_off_names_the_reminder_and_changes_nothing(
     with pytest.raises(grpc.RpcError) as refused:
         api.reminders.ResumeReminder(pb.ResumeReminderRequest(id=created.id), metadata=md)
 
-    _assert_refused(refused.value, grpc.StatusCode.FAILED_PRECONDITION, "id")
+    _assert_refused(refused.value, grpc.StatusCode.FAILED_PRECONDITION, "id", "ONE_OFF_PASSED")
     assert _snapshot(cassandra, user) == before
 
 
@@ -554,7 +593,7 @@ def test_snoozing_a_paused_reminder_names_the_reminder_and_changes_nothing(
     with pytest.raises(grpc.RpcError) as refused:
         _snooze(duration=Duration(seconds=600))(api, created.id, user)
 
-    _assert_refused(refused.value, grpc.StatusCode.FAILED_PRECONDITION, "id")
+    _assert_refused(refused.value, grpc.StatusCode.FAILED_PRECONDITION, "id", "NOT_SNOOZABLE")
     assert _snapshot(cassandra, user) == before
 
 

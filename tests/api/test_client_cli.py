@@ -151,12 +151,13 @@ def test_end_to_end_against_serve_api(migrated_settings: CassandraSettings) -> N
         missing = run_cli("get", reminder_id, *user, "--target", api.target, timeout=60)
         assert missing.returncode == 1
         assert json.loads(missing.stderr)["error"]["code"] == "NOT_FOUND"
+        assert json.loads(missing.stderr)["error"]["reason"] == "REMINDER_NOT_FOUND"
         bad_zone = run_cli(
             "create", *user, "--text", "t", "--at", "2027-01-01T09:00", "--zone", "Mars/Base",
             "--target", api.target, timeout=60,
         )  # fmt: skip
         assert bad_zone.returncode == 1
         error = json.loads(bad_zone.stderr)["error"]
-        assert error["code"] == "INVALID_ARGUMENT"
+        assert (error["code"], error["reason"]) == ("INVALID_ARGUMENT", "INVALID_FIELD")
         assert [v["field"] for v in error["field_violations"]] == ["reminder.schedule.time_zone"]
         assert api.terminate() == 0

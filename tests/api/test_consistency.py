@@ -683,8 +683,10 @@ def test_the_per_user_cap_holds_under_concurrent_creates(
             api.reminders.CreateReminder(_request(refused), metadata=md)
         status = rpc_status.from_call(at_cap.value)
         assert status is not None
-        failure = error_details_pb2.QuotaFailure()
-        assert status.details[0].Unpack(failure)
+        info, failure = error_details_pb2.ErrorInfo(), error_details_pb2.QuotaFailure()
+        assert status.details[0].Unpack(info)
+        assert info.reason == "ACTIVE_REMINDERS_CAP"
+        assert status.details[1].Unpack(failure)
         assert [(v.subject, v.description) for v in failure.violations] == [
             ("user", "at most 3 active reminders per user")
         ]
