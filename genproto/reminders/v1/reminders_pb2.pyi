@@ -7,13 +7,29 @@ Identity comes from the caller's credentials (`authorization: Bearer <JWT>`, the
 user is the token's `sub`), never from a request: no request here names a user.
 A reminder the caller does not own answers NOT_FOUND, exactly like a missing one.
 
-Errors: INVALID_ARGUMENT carries a google.rpc.BadRequest naming the field at fault;
-ABORTED means the version the caller sent is stale (re-read and retry);
-FAILED_PRECONDITION means the request is valid but not in this state;
-RESOURCE_EXHAUSTED means the per-user cap of active reminders is reached;
-UNAVAILABLE means storage could not be reached: retry with backoff;
-DEADLINE_EXCEEDED on a change means it may have been applied: read before retrying
-(a create: repeat it with the same request_id).
+Errors (AIP-193): every refusal carries a google.rpc.ErrorInfo (domain "reminders.v1")
+whose `reason` is stable: branch on it, never on the message. Codes and reasons:
+INVALID_ARGUMENT (INVALID_FIELD) carries a google.rpc.BadRequest naming the field at
+  fault, e.g. "reminder.schedule.time_zone"; nothing was written;
+UNAUTHENTICATED: CREDENTIALS_MISSING, TOKEN_EXPIRED (get a new token),
+  CREDENTIALS_INVALID; PERMISSION_DENIED: ADMIN_CREDENTIAL_REQUIRED;
+NOT_FOUND (REMINDER_NOT_FOUND): missing, deleted, or another user's;
+ABORTED (VERSION_STALE): the version the caller sent is stale: re-read and retry;
+FAILED_PRECONDITION: valid, but not in this state, with a google.rpc.PreconditionFailure
+  whose subject is the field it is about: REQUEST_ID_REUSED (request_id), NOT_SNOOZABLE,
+  NOT_PAUSABLE, NOT_PAUSED, ONE_OFF_PASSED (id);
+RESOURCE_EXHAUSTED (ACTIVE_REMINDERS_CAP, with a google.rpc.QuotaFailure): the per-user
+  cap is reached (every reminder not deleted counts, done ones included); a
+  RESOURCE_EXHAUSTED without ErrorInfo is gRPC's own (a request over the size limit);
+UNAVAILABLE (STORAGE_UNAVAILABLE, CONTENTION): nothing was changed: retry with backoff;
+DEADLINE_EXCEEDED (OUTCOME_UNKNOWN) on a change: it may have been applied: read
+  before retrying (a create: repeat it with the same request_id).
+
+Retrying: Get, List, PreviewSchedule and ListDeliveries are safe to repeat; Create is,
+with the same request_id (kept 7 days by default); Pause of a paused reminder changes nothing.
+The others are not: a repeated Snooze by a duration moves the ring again (snooze to
+an absolute time to retry safely), a repeated Resume is NOT_PAUSED, a repeated Delete
+is NOT_FOUND, a repeated Update with the old version is ABORTED.
 """
 
 from collections import abc as _abc
@@ -52,13 +68,17 @@ class Reminder(_message.Message):
         STATE_PENDING: Reminder._State.ValueType  # 1
         """Waiting for its next ring."""
         STATE_SENDING: Reminder._State.ValueType  # 2
-        """Being handed to the notification service right now."""
+        """Being handed to the notification service right now; next_ring_time is then the
+        ring in flight (already past).
+        """
         STATE_DONE: Reminder._State.ValueType  # 3
         """Nothing left to ring (a one-off that rang, or a series that ended)."""
         STATE_PAUSED: Reminder._State.ValueType  # 4
         """Paused by its owner."""
         STATE_DELETED: Reminder._State.ValueType  # 5
-        """Deleted (only seen in a DeleteReminder answer)."""
+        """Deleted: seen in a DeleteReminder answer, and in a repeated CreateReminder's
+        answer for a reminder deleted since. Not a filter ListReminders takes.
+        """
 
     class State(_State, metaclass=_StateEnumTypeWrapper):
         """The lifecycle of a reminder."""
@@ -68,13 +88,17 @@ class Reminder(_message.Message):
     STATE_PENDING: Reminder.State.ValueType  # 1
     """Waiting for its next ring."""
     STATE_SENDING: Reminder.State.ValueType  # 2
-    """Being handed to the notification service right now."""
+    """Being handed to the notification service right now; next_ring_time is then the
+    ring in flight (already past).
+    """
     STATE_DONE: Reminder.State.ValueType  # 3
     """Nothing left to ring (a one-off that rang, or a series that ended)."""
     STATE_PAUSED: Reminder.State.ValueType  # 4
     """Paused by its owner."""
     STATE_DELETED: Reminder.State.ValueType  # 5
-    """Deleted (only seen in a DeleteReminder answer)."""
+    """Deleted: seen in a DeleteReminder answer, and in a repeated CreateReminder's
+    answer for a reminder deleted since. Not a filter ListReminders takes.
+    """
 
     ID_FIELD_NUMBER: _builtins.int
     TEXT_FIELD_NUMBER: _builtins.int
@@ -93,8 +117,11 @@ class Reminder(_message.Message):
     state: Global___Reminder.State.ValueType
     """Output only."""
     version: _builtins.int
-    """The version, bumped by every change. Output only, except on update where it is
-    the version the caller last saw.
+    """The version, bumped by every change made through this API (an update, snooze,
+    pause, resume, delete); rings change state and times without bumping it, so a ring
+    between a read and an update never makes the update ABORTED. Output only, except on
+    update (and optionally delete, pause, resume) where it is the version the caller
+    last saw.
     """
     @_builtins.property
     def schedule(self) -> Global___Schedule:
@@ -120,7 +147,7 @@ class Reminder(_message.Message):
 
     @_builtins.property
     def update_time(self) -> _timestamp_pb2.Timestamp:
-        """Output only."""
+        """Output only. When a change made through this API last landed (rings do not count)."""
 
     def __init__(
         self,
@@ -194,7 +221,9 @@ class OneOff(_message.Message):
     INSTANT_FIELD_NUMBER: _builtins.int
     local_time: _builtins.str
     """A local wall time in the schedule's zone, ISO 8601 without offset,
-    e.g. "2026-11-01T01:30:00".
+    e.g. "2026-11-01T01:30:00". A time that happens twice (a clock set back) rings at
+    the first; one that never happens (a clock set forward) is moved forward by the
+    gap (02:30 -> 03:30).
     """
     @_builtins.property
     def instant(self) -> _timestamp_pb2.Timestamp:
@@ -219,7 +248,8 @@ Global___OneOff: _TypeAlias = OneOff  # noqa: Y015
 @_typing.final
 class Repeat(_message.Message):
     """A repeating ring. An end ("until 2027-06-30", "for 10 times", UNTIL=, COUNT=) is part
-    of the expression or rule.
+    of the expression or rule. Answers always carry the rule as `rrule` (canonical) with
+    `start_local_time` filled in, whichever form was sent: show `Schedule.description`.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -322,9 +352,13 @@ class ListRemindersRequest(_message.Message):
     page_size: _builtins.int
     """At most this many (default 50, at most 500)."""
     page_token: _builtins.str
-    """From a previous response's next_page_token."""
+    """From a previous response's next_page_token, with the same `state`. Opaque: do not
+    parse or build one. It does not expire.
+    """
     state: Global___Reminder.State.ValueType
-    """Only reminders in this state (unset: all but deleted)."""
+    """Only reminders in this state (unset: all but deleted; STATE_DELETED is
+    INVALID_ARGUMENT).
+    """
     def __init__(
         self,
         *,
@@ -470,7 +504,9 @@ class SnoozeReminderRequest(_message.Message):
     id: _builtins.str
     """Required."""
     snooze_until_local_time: _builtins.str
-    """A local wall time in the reminder's zone (ISO 8601 without offset)."""
+    """A local wall time in the reminder's zone (ISO 8601 without offset). A time that
+    happens twice means the next of the two to come.
+    """
     @_builtins.property
     def duration(self) -> _duration_pb2.Duration:
         """From now: 1 minute to 7 days."""

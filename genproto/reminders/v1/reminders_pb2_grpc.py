@@ -93,7 +93,9 @@ class RemindersServiceServicer:
 
     def CreateReminder(self, request, context):
         """Creates a reminder. Idempotent per `request_id`: the same request again returns the
-        same reminder; the same `request_id` with a different payload is FAILED_PRECONDITION.
+        same reminder as it is now (edited, done, or STATE_DELETED if deleted since); the
+        same `request_id` with a different payload is FAILED_PRECONDITION. A request_id is
+        remembered for 7 days (by default): after that the same request creates a new reminder.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -107,7 +109,8 @@ class RemindersServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListReminders(self, request, context):
-        """Lists the caller's reminders in a stable order, a page at a time.
+        """Lists the caller's reminders a page at a time, in a stable order that is the ids'
+        (arbitrary, not by time: sort on the client).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -115,7 +118,8 @@ class RemindersServiceServicer:
 
     def UpdateReminder(self, request, context):
         """Changes text and/or schedule. Needs the version the caller last saw (ABORTED if
-        stale). A new schedule recomputes the next ring and clears a pending snooze.
+        stale). A new schedule recomputes the next ring and clears a pending snooze. While
+        SENDING, the ring in flight cannot be recalled: it goes out with the old text.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -131,22 +135,27 @@ class RemindersServiceServicer:
 
     def SnoozeReminder(self, request, context):
         """Adds one extra ring at a later time, leaving the series untouched. Allowed while
-        pending, while ringing, and on a one-off that has rung. Needs no version.
+        pending, while ringing (SENDING), and when DONE (a one-off that rang, or a series that
+        ended); a PAUSED reminder is FAILED_PRECONDITION (NOT_SNOOZABLE). A second snooze
+        replaces the first. Needs no version.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def PauseReminder(self, request, context):
-        """Stops a reminder from ringing until it is resumed.
+        """Stops a reminder from ringing until it is resumed. Pausing a paused reminder changes
+        nothing (same version). While SENDING, the ring in flight cannot be recalled.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ResumeReminder(self, request, context):
-        """Continues a paused repeat from its next occurrence after now; a paused one-off
-        whose time has passed is FAILED_PRECONDITION (edit its time instead).
+        """Continues a paused repeat from its next occurrence after now (STATE_DONE when its
+        series ended while paused); a paused one-off whose time has passed is
+        FAILED_PRECONDITION (ONE_OFF_PASSED: edit its time instead); a reminder not paused
+        is FAILED_PRECONDITION (NOT_PAUSED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -7,13 +7,29 @@ Identity comes from the caller's credentials (`authorization: Bearer <JWT>`, the
 user is the token's `sub`), never from a request: no request here names a user.
 A reminder the caller does not own answers NOT_FOUND, exactly like a missing one.
 
-Errors: INVALID_ARGUMENT carries a google.rpc.BadRequest naming the field at fault;
-ABORTED means the version the caller sent is stale (re-read and retry);
-FAILED_PRECONDITION means the request is valid but not in this state;
-RESOURCE_EXHAUSTED means the per-user cap of active reminders is reached;
-UNAVAILABLE means storage could not be reached: retry with backoff;
-DEADLINE_EXCEEDED on a change means it may have been applied: read before retrying
-(a create: repeat it with the same request_id).
+Errors (AIP-193): every refusal carries a google.rpc.ErrorInfo (domain "reminders.v1")
+whose `reason` is stable: branch on it, never on the message. Codes and reasons:
+INVALID_ARGUMENT (INVALID_FIELD) carries a google.rpc.BadRequest naming the field at
+  fault, e.g. "reminder.schedule.time_zone"; nothing was written;
+UNAUTHENTICATED: CREDENTIALS_MISSING, TOKEN_EXPIRED (get a new token),
+  CREDENTIALS_INVALID; PERMISSION_DENIED: ADMIN_CREDENTIAL_REQUIRED;
+NOT_FOUND (REMINDER_NOT_FOUND): missing, deleted, or another user's;
+ABORTED (VERSION_STALE): the version the caller sent is stale: re-read and retry;
+FAILED_PRECONDITION: valid, but not in this state, with a google.rpc.PreconditionFailure
+  whose subject is the field it is about: REQUEST_ID_REUSED (request_id), NOT_SNOOZABLE,
+  NOT_PAUSABLE, NOT_PAUSED, ONE_OFF_PASSED (id);
+RESOURCE_EXHAUSTED (ACTIVE_REMINDERS_CAP, with a google.rpc.QuotaFailure): the per-user
+  cap is reached (every reminder not deleted counts, done ones included); a
+  RESOURCE_EXHAUSTED without ErrorInfo is gRPC's own (a request over the size limit);
+UNAVAILABLE (STORAGE_UNAVAILABLE, CONTENTION): nothing was changed: retry with backoff;
+DEADLINE_EXCEEDED (OUTCOME_UNKNOWN) on a change: it may have been applied: read
+  before retrying (a create: repeat it with the same request_id).
+
+Retrying: Get, List, PreviewSchedule and ListDeliveries are safe to repeat; Create is,
+with the same request_id (kept 7 days by default); Pause of a paused reminder changes nothing.
+The others are not: a repeated Snooze by a duration moves the ring again (snooze to
+an absolute time to retry safely), a repeated Resume is NOT_PAUSED, a repeated Delete
+is NOT_FOUND, a repeated Update with the old version is ABORTED.
 """
 
 from collections import abc as _abc
@@ -48,15 +64,20 @@ class RemindersServiceStub:
     def __new__(cls, channel: _aio.Channel) -> RemindersServiceAsyncStub: ...
     CreateReminder: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.CreateReminderRequest, _reminders_pb2.Reminder]
     """Creates a reminder. Idempotent per `request_id`: the same request again returns the
-    same reminder; the same `request_id` with a different payload is FAILED_PRECONDITION.
+    same reminder as it is now (edited, done, or STATE_DELETED if deleted since); the
+    same `request_id` with a different payload is FAILED_PRECONDITION. A request_id is
+    remembered for 7 days (by default): after that the same request creates a new reminder.
     """
     GetReminder: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.GetReminderRequest, _reminders_pb2.Reminder]
     """Returns one of the caller's reminders (deleted ones are NOT_FOUND)."""
     ListReminders: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.ListRemindersRequest, _reminders_pb2.ListRemindersResponse]
-    """Lists the caller's reminders in a stable order, a page at a time."""
+    """Lists the caller's reminders a page at a time, in a stable order that is the ids'
+    (arbitrary, not by time: sort on the client).
+    """
     UpdateReminder: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.UpdateReminderRequest, _reminders_pb2.Reminder]
     """Changes text and/or schedule. Needs the version the caller last saw (ABORTED if
-    stale). A new schedule recomputes the next ring and clears a pending snooze.
+    stale). A new schedule recomputes the next ring and clears a pending snooze. While
+    SENDING, the ring in flight cannot be recalled: it goes out with the old text.
     """
     DeleteReminder: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.DeleteReminderRequest, _reminders_pb2.DeleteReminderResponse]
     """Deletes a reminder. If a ring was already handed off (`was_sending`), it cannot be
@@ -64,13 +85,19 @@ class RemindersServiceStub:
     """
     SnoozeReminder: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.SnoozeReminderRequest, _reminders_pb2.Reminder]
     """Adds one extra ring at a later time, leaving the series untouched. Allowed while
-    pending, while ringing, and on a one-off that has rung. Needs no version.
+    pending, while ringing (SENDING), and when DONE (a one-off that rang, or a series that
+    ended); a PAUSED reminder is FAILED_PRECONDITION (NOT_SNOOZABLE). A second snooze
+    replaces the first. Needs no version.
     """
     PauseReminder: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.PauseReminderRequest, _reminders_pb2.Reminder]
-    """Stops a reminder from ringing until it is resumed."""
+    """Stops a reminder from ringing until it is resumed. Pausing a paused reminder changes
+    nothing (same version). While SENDING, the ring in flight cannot be recalled.
+    """
     ResumeReminder: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.ResumeReminderRequest, _reminders_pb2.Reminder]
-    """Continues a paused repeat from its next occurrence after now; a paused one-off
-    whose time has passed is FAILED_PRECONDITION (edit its time instead).
+    """Continues a paused repeat from its next occurrence after now (STATE_DONE when its
+    series ended while paused); a paused one-off whose time has passed is
+    FAILED_PRECONDITION (ONE_OFF_PASSED: edit its time instead); a reminder not paused
+    is FAILED_PRECONDITION (NOT_PAUSED).
     """
     PreviewSchedule: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.PreviewScheduleRequest, _reminders_pb2.PreviewScheduleResponse]
     """Computes the occurrences of a schedule without storing anything."""
@@ -84,15 +111,20 @@ class RemindersServiceAsyncStub(RemindersServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     CreateReminder: _aio.UnaryUnaryMultiCallable[_reminders_pb2.CreateReminderRequest, _reminders_pb2.Reminder]  # type: ignore[assignment]
     """Creates a reminder. Idempotent per `request_id`: the same request again returns the
-    same reminder; the same `request_id` with a different payload is FAILED_PRECONDITION.
+    same reminder as it is now (edited, done, or STATE_DELETED if deleted since); the
+    same `request_id` with a different payload is FAILED_PRECONDITION. A request_id is
+    remembered for 7 days (by default): after that the same request creates a new reminder.
     """
     GetReminder: _aio.UnaryUnaryMultiCallable[_reminders_pb2.GetReminderRequest, _reminders_pb2.Reminder]  # type: ignore[assignment]
     """Returns one of the caller's reminders (deleted ones are NOT_FOUND)."""
     ListReminders: _aio.UnaryUnaryMultiCallable[_reminders_pb2.ListRemindersRequest, _reminders_pb2.ListRemindersResponse]  # type: ignore[assignment]
-    """Lists the caller's reminders in a stable order, a page at a time."""
+    """Lists the caller's reminders a page at a time, in a stable order that is the ids'
+    (arbitrary, not by time: sort on the client).
+    """
     UpdateReminder: _aio.UnaryUnaryMultiCallable[_reminders_pb2.UpdateReminderRequest, _reminders_pb2.Reminder]  # type: ignore[assignment]
     """Changes text and/or schedule. Needs the version the caller last saw (ABORTED if
-    stale). A new schedule recomputes the next ring and clears a pending snooze.
+    stale). A new schedule recomputes the next ring and clears a pending snooze. While
+    SENDING, the ring in flight cannot be recalled: it goes out with the old text.
     """
     DeleteReminder: _aio.UnaryUnaryMultiCallable[_reminders_pb2.DeleteReminderRequest, _reminders_pb2.DeleteReminderResponse]  # type: ignore[assignment]
     """Deletes a reminder. If a ring was already handed off (`was_sending`), it cannot be
@@ -100,13 +132,19 @@ class RemindersServiceAsyncStub(RemindersServiceStub):
     """
     SnoozeReminder: _aio.UnaryUnaryMultiCallable[_reminders_pb2.SnoozeReminderRequest, _reminders_pb2.Reminder]  # type: ignore[assignment]
     """Adds one extra ring at a later time, leaving the series untouched. Allowed while
-    pending, while ringing, and on a one-off that has rung. Needs no version.
+    pending, while ringing (SENDING), and when DONE (a one-off that rang, or a series that
+    ended); a PAUSED reminder is FAILED_PRECONDITION (NOT_SNOOZABLE). A second snooze
+    replaces the first. Needs no version.
     """
     PauseReminder: _aio.UnaryUnaryMultiCallable[_reminders_pb2.PauseReminderRequest, _reminders_pb2.Reminder]  # type: ignore[assignment]
-    """Stops a reminder from ringing until it is resumed."""
+    """Stops a reminder from ringing until it is resumed. Pausing a paused reminder changes
+    nothing (same version). While SENDING, the ring in flight cannot be recalled.
+    """
     ResumeReminder: _aio.UnaryUnaryMultiCallable[_reminders_pb2.ResumeReminderRequest, _reminders_pb2.Reminder]  # type: ignore[assignment]
-    """Continues a paused repeat from its next occurrence after now; a paused one-off
-    whose time has passed is FAILED_PRECONDITION (edit its time instead).
+    """Continues a paused repeat from its next occurrence after now (STATE_DONE when its
+    series ended while paused); a paused one-off whose time has passed is
+    FAILED_PRECONDITION (ONE_OFF_PASSED: edit its time instead); a reminder not paused
+    is FAILED_PRECONDITION (NOT_PAUSED).
     """
     PreviewSchedule: _aio.UnaryUnaryMultiCallable[_reminders_pb2.PreviewScheduleRequest, _reminders_pb2.PreviewScheduleResponse]  # type: ignore[assignment]
     """Computes the occurrences of a schedule without storing anything."""
@@ -123,7 +161,9 @@ class RemindersServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_reminders_pb2.Reminder, _abc.Awaitable[_reminders_pb2.Reminder]]:
         """Creates a reminder. Idempotent per `request_id`: the same request again returns the
-        same reminder; the same `request_id` with a different payload is FAILED_PRECONDITION.
+        same reminder as it is now (edited, done, or STATE_DELETED if deleted since); the
+        same `request_id` with a different payload is FAILED_PRECONDITION. A request_id is
+        remembered for 7 days (by default): after that the same request creates a new reminder.
         """
 
     @_abc_1.abstractmethod
@@ -140,7 +180,9 @@ class RemindersServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _reminders_pb2.ListRemindersRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_reminders_pb2.ListRemindersResponse, _abc.Awaitable[_reminders_pb2.ListRemindersResponse]]:
-        """Lists the caller's reminders in a stable order, a page at a time."""
+        """Lists the caller's reminders a page at a time, in a stable order that is the ids'
+        (arbitrary, not by time: sort on the client).
+        """
 
     @_abc_1.abstractmethod
     def UpdateReminder(
@@ -149,7 +191,8 @@ class RemindersServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_reminders_pb2.Reminder, _abc.Awaitable[_reminders_pb2.Reminder]]:
         """Changes text and/or schedule. Needs the version the caller last saw (ABORTED if
-        stale). A new schedule recomputes the next ring and clears a pending snooze.
+        stale). A new schedule recomputes the next ring and clears a pending snooze. While
+        SENDING, the ring in flight cannot be recalled: it goes out with the old text.
         """
 
     @_abc_1.abstractmethod
@@ -169,7 +212,9 @@ class RemindersServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_reminders_pb2.Reminder, _abc.Awaitable[_reminders_pb2.Reminder]]:
         """Adds one extra ring at a later time, leaving the series untouched. Allowed while
-        pending, while ringing, and on a one-off that has rung. Needs no version.
+        pending, while ringing (SENDING), and when DONE (a one-off that rang, or a series that
+        ended); a PAUSED reminder is FAILED_PRECONDITION (NOT_SNOOZABLE). A second snooze
+        replaces the first. Needs no version.
         """
 
     @_abc_1.abstractmethod
@@ -178,7 +223,9 @@ class RemindersServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _reminders_pb2.PauseReminderRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_reminders_pb2.Reminder, _abc.Awaitable[_reminders_pb2.Reminder]]:
-        """Stops a reminder from ringing until it is resumed."""
+        """Stops a reminder from ringing until it is resumed. Pausing a paused reminder changes
+        nothing (same version). While SENDING, the ring in flight cannot be recalled.
+        """
 
     @_abc_1.abstractmethod
     def ResumeReminder(
@@ -186,8 +233,10 @@ class RemindersServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _reminders_pb2.ResumeReminderRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_reminders_pb2.Reminder, _abc.Awaitable[_reminders_pb2.Reminder]]:
-        """Continues a paused repeat from its next occurrence after now; a paused one-off
-        whose time has passed is FAILED_PRECONDITION (edit its time instead).
+        """Continues a paused repeat from its next occurrence after now (STATE_DONE when its
+        series ended while paused); a paused one-off whose time has passed is
+        FAILED_PRECONDITION (ONE_OFF_PASSED: edit its time instead); a reminder not paused
+        is FAILED_PRECONDITION (NOT_PAUSED).
         """
 
     @_abc_1.abstractmethod
