@@ -26,6 +26,7 @@ from tests.api.conftest import (
     FakeClock,
     code_of,
     one_off,
+    reason_of,
     running_api,
     weekly_monday_nine,
 )
@@ -234,6 +235,7 @@ def test_update_needs_the_current_version(api: Api, user: str) -> None:
     with pytest.raises(grpc.RpcError) as stale:
         update(1, "call grandma")
     assert stale.value.code() == grpc.StatusCode.ABORTED
+    assert reason_of(lambda: update(1, "call grandma")) == "VERSION_STALE"
     got = api.reminders.GetReminder(pb.GetReminderRequest(id=created.id), metadata=md)
     assert (got.text, got.version) == ("call dad", 2)
 
