@@ -201,18 +201,23 @@ def test_startup_refuses_unsafe_configuration(
 
 
 class _SlowServicers:
-    """GetReminder takes a while, to have a call in flight when shutdown starts.
-    (The stubs mark every RPC abstract; at run time the others answer UNIMPLEMENTED.)"""
+    """GetReminder takes a while, to have a call in flight when shutdown starts; `started`
+    is set once a call is in it. (The stubs mark every RPC abstract; at run time the
+    others answer UNIMPLEMENTED.)"""
 
     class Reminders(pb_grpc.RemindersServiceServicer):
+        def __init__(self, started: asyncio.Event) -> None:
+            self.started = started
+
         async def GetReminder(  # noqa: N802  (the RPC's name)
             self, request: pb.GetReminderRequest, context: Any
         ) -> pb.Reminder:
+            self.started.set()
             await asyncio.sleep(1.0)
             return pb.Reminder(id=request.id)
 
-    def __init__(self, *_: object) -> None:
-        self.reminders = self.Reminders()  # type: ignore[abstract]
+    def __init__(self, started: asyncio.Event) -> None:
+        self.reminders = self.Reminders(started)  # type: ignore[abstract]
         self.admin = pb_grpc.RemindersAdminServiceServicer()  # type: ignore[abstract]
 
 
@@ -226,10 +231,12 @@ def test_shutdown_finishes_in_flight_calls_and_refuses_new_ones(
         shutdown_grace=timedelta(seconds=10),
     )
 
+    started = asyncio.Event()  # bound to the loop of its first use: the scenario's
+
     def factory(
         connection: CassandraConnection, auth: Authenticator, api: ApiSettings
     ) -> _SlowServicers:
-        return _SlowServicers()
+        return _SlowServicers(started)
 
     async def scenario() -> None:
         auth = Authenticator(AuthSettings.from_env(DEV_ENV))
@@ -241,11 +248,14 @@ def test_shutdown_finishes_in_flight_calls_and_refuses_new_ones(
                 if (await health.Check(health_pb2.HealthCheckRequest())).status == SERVING:
                     break
                 await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("the server never served")
             stub = pb_grpc.RemindersServiceStub(channel)
             in_flight = asyncio.ensure_future(
                 stub.GetReminder(pb.GetReminderRequest(id="r1"), timeout=20)
             )
-            await asyncio.sleep(0.3)
+            async with asyncio.timeout(10):
+                await started.wait()  # the call is in the servicer
             stopping = asyncio.create_task(server.stop())
             await asyncio.sleep(0.2)
             with pytest.raises(grpc.RpcError) as refused:

@@ -305,6 +305,15 @@ def running_stack(
         yield stack
 
 
+def room_wait_s(room_s: float) -> float:
+    """How long to wait for at least `room_s` seconds left in the current minute: 0, or
+    until the next one's second 1. A test that must finish within one minute (a lease it
+    does not renew, a stop told apart from waiting for the minute's end) waits first."""
+    now = datetime.now(UTC)
+    left_s = (floor_minute(now) + timedelta(minutes=1) - now).total_seconds()
+    return 0.0 if left_s >= room_s else left_s + 1
+
+
 def soon(seconds: float) -> datetime:
     return (datetime.now(UTC) + timedelta(seconds=seconds)).replace(microsecond=0)
 

@@ -209,7 +209,9 @@ def test_a_key_write_landed_unheard_on_one_replica_is_pushed_once_by_another(
     tell A's failed attempts from live ones: it answers RETRYABLE while A might still
     deliver, then takes the keys over and pushes each once (it used to answer DUPLICATE,
     and the rings were lost)."""
-    takeover_after = timedelta(seconds=3)
+    # From A's writes landing to B's first judging of them: A's answer (after the cut) and
+    # B's call, with room for a loaded machine (at 3 s, B once found the bound passed).
+    takeover_after = timedelta(seconds=8)
     settings = dataclasses.replace(notifier_settings, key_takeover_after=takeover_after)
     adapter = RecordingPushAdapter(capacity=1000)
     with (
@@ -264,8 +266,9 @@ def test_a_notifier_started_before_its_database_waits_then_serves_or_stops_on_si
     try:
         # Waiting, its signal handlers set (a loaded machine starts Python slowly).
         deadline = time.monotonic() + 60
-        while "retrying in" not in log_path.read_text() and time.monotonic() < deadline:
+        while "retrying in" not in log_path.read_text():
             assert stopped_while_waiting.poll() is None, "exited without its database"
+            assert time.monotonic() < deadline, "never said it waits for its database"
             time.sleep(0.2)
         assert stopped_while_waiting.poll() is None, "exited without its database"
         stopped_while_waiting.send_signal(signal.SIGTERM)

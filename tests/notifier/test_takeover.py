@@ -49,11 +49,15 @@ def test_a_key_a_dead_holder_left_unsettled_is_retryable_then_taken_over_and_pus
     """What a notifier killed between recording a key and pushing it leaves behind: the
     key's row, unsettled. Within the takeover bound the holder might still push, so a
     retry is told to retry; past it, the retry takes the key over and pushes it."""
-    takeover_after = timedelta(seconds=2)
+    # Ample for one connect, one write and one call on a loaded machine (at 2 s, counted
+    # from before the notifier started, its startup could use the bound up).
+    takeover_after = timedelta(seconds=5)
     settings = dataclasses.replace(notifier_settings, key_takeover_after=takeover_after)
     message = item(user)
-    leave_unsettled_key(settings, message.idempotency_key, user, datetime.now(UTC))
     with running_notifier(settings) as notifier:
+        # Left behind just now: the bound runs from here, the notifier already serving.
+        accepted_at = datetime.now(UTC)
+        leave_unsettled_key(settings, message.idempotency_key, user, accepted_at)
         [held] = notifier.send_batch(message)
         assert (held.outcome, held.reason) == (
             RETRYABLE,
@@ -61,7 +65,9 @@ def test_a_key_a_dead_holder_left_unsettled_is_retryable_then_taken_over_and_pus
         )
         assert notifier.delivered(key=message.idempotency_key) == []
 
-        time.sleep(takeover_after.total_seconds())
+        # Until the bound has passed since the row's accepted_at, as the notifier counts it.
+        time.sleep(max(0.0, (accepted_at + takeover_after - datetime.now(UTC)).total_seconds()))
+        time.sleep(0.1)
         [taken] = notifier.send_batch(message)
         assert taken.outcome == ACCEPTED
         assert notifier.metrics()[TAKEOVERS] == 1
@@ -99,7 +105,9 @@ def test_a_notifier_stopping_hands_back_what_it_could_not_push_and_another_pushe
         started = time.monotonic()
         results = second.send_batch(in_push, queued)
         assert [r.outcome for r in results] == [ACCEPTED, ACCEPTED]
-        assert time.monotonic() - started < 5  # released: no takeover bound waited out
+        # Released: no takeover bound (a minute here) waited out, nor half of one.
+        waited_out = notifier_settings.key_takeover_after.total_seconds()
+        assert time.monotonic() - started < waited_out / 2
         assert sorted(p.idempotency_key for p in second.wait_delivered(2, user)) == sorted(
             [in_push.idempotency_key, queued.idempotency_key]
         )
@@ -204,7 +212,13 @@ def test_urgent_items_are_recorded_and_pushed_while_bulk_key_writes_hold_every_b
                 for _ in range(slots + 2)
             ]
             bulk_answers = asyncio.gather(*(intake.accept(n) for n in bulk))
-            await asyncio.sleep(0.2)
+            # Until every bulk slot is held (a loaded machine takes its time to get there).
+            deadline = asyncio.get_running_loop().time() + 10
+            while keys.bulk_waiting < slots:
+                assert asyncio.get_running_loop().time() < deadline, (
+                    f"only {keys.bulk_waiting} of {slots} bulk key writes ever started"
+                )
+                await asyncio.sleep(0.01)
             urgent = Notification(reminder_key(), user, Priority.URGENT, "title", "body")
             answer = await asyncio.wait_for(intake.accept(urgent), timeout=5)
             bulk_held = keys.bulk_waiting
