@@ -121,6 +121,7 @@ class Stack:
             **extra_env,
         }
         self.processes: list[subprocess.Popen[bytes]] = []
+        self._log_paths: dict[int, Path] = {}
         self.logs = Path(f"/tmp/reminders-e2e-{suffix}")
         self.logs.mkdir()
         print(f"process logs of this stack: {self.logs}")  # in a failing test's output
@@ -138,12 +139,24 @@ class Stack:
         self._auth = AuthSettings.from_env({"REMINDERS_ENV": "dev"})
 
     def spawn(self, name: str, *args: str, **env: str) -> subprocess.Popen[bytes]:
-        log = (self.logs / f"{name}-{len(self.processes)}.log").open("wb")
-        process = subprocess.Popen(
-            [REMINDERS, *args], env={**self.env, **env}, stdout=log, stderr=subprocess.STDOUT
-        )
+        path = self.logs / f"{name}-{len(self.processes)}.log"
+        with path.open("wb") as log:
+            process = subprocess.Popen(
+                [REMINDERS, *args], env={**self.env, **env}, stdout=log, stderr=subprocess.STDOUT
+            )
         self.processes.append(process)
+        self._log_paths[process.pid] = path
         return process
+
+    def wait_logged(
+        self, process: subprocess.Popen[bytes], text: str, timeout_s: float = 30
+    ) -> None:
+        """Until `process` has logged `text`: proof that it ran where a test then checks
+        that nothing came of it."""
+        deadline = time.monotonic() + timeout_s
+        while text not in self._log_paths[process.pid].read_text(errors="replace"):
+            assert time.monotonic() < deadline, f"{text!r} never logged"
+            time.sleep(0.2)
 
     def start_api(self) -> None:
         self.spawn("api", "serve-api")

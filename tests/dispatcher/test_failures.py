@@ -185,7 +185,9 @@ def test_a_dispatcher_frozen_right_after_its_claim_hands_nothing_off_when_it_wak
         assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
     finally:
         frozen.send_signal(signal.SIGCONT)
-    time.sleep(4)  # it carries on from right after its claim, past its lease
+    # It carries on from right after its claim, past its lease, and finds the lease gone.
+    stack.wait_logged(frozen, LEASE_GONE)
+    time.sleep(2)  # would a hand-off follow?
 
     assert frozen.poll() is None
     assert len(stack.pushes(user, created.id)) == 1
@@ -225,6 +227,9 @@ def test_a_ring_the_notifier_rejects_is_recorded_and_finalized_not_retried(
         (pb.Delivery.ANSWER_REJECTED, "fault injected")
     ]
     assert stack.pushes(user, created.id) == []
+
+
+LEASE_GONE = ": lease "  # "part N: lease lost" or "... lease not renewed in time"
 
 
 def _wait_frozen(process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
@@ -298,7 +303,10 @@ def test_a_frozen_dispatcher_past_its_lease_writes_nothing_when_it_wakes(stack: 
         assert min(checkpoints.values()) > rewound + timedelta(minutes=7)
     finally:
         frozen.send_signal(signal.SIGCONT)
-    time.sleep(8)  # the woken dispatcher runs its loops: renew, read, checkpoint, hand off
+    # The woken dispatcher runs its loops (renew, read, checkpoint, hand off) and finds
+    # its leases gone.
+    stack.wait_logged(frozen, LEASE_GONE)
+    time.sleep(4)  # would a checkpoint or a hand-off follow?
 
     assert frozen.poll() is None
     # Its old leases are dead: it may only come back through new ones (a higher epoch,
