@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 
-from reminders_svc.config import ConfigError, Env, MinuteTiming, Retention
-from reminders_svc.schedule import check_override_dir
+from reminders_svc.config import ConfigError, Env, MinuteTiming, Retention, check_tz_override
 from reminders_svc.tls import NOTIFIER_CLIENT_PREFIX, ClientTls
 
 # notification.v1's SendBatch takes 1 to 500 items (proto/notification/v1): a larger
@@ -126,5 +125,5 @@ class DispatcherSettings:
         )
         if settings.lease_renew_every * 2 >= settings.lease:
             raise ConfigError(f"{prefix}LEASE_RENEW_S must be under half of {prefix}LEASE_S")
-        check_override_dir(values)  # a finalize computes the next ring in its zone
+        check_tz_override(values)  # a finalize computes the next ring in its zone
         return settings

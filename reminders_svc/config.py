@@ -14,6 +14,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal, TypeVar
 
+from reminders_svc.schedule.zones import OVERRIDE_DIR_ENV, overridden_zones
+
 ConsistencyName = Literal["ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"]
 SerialConsistencyName = Literal["SERIAL", "LOCAL_SERIAL"]
 _Choice = TypeVar("_Choice", bound=str)
@@ -223,10 +225,12 @@ def _check_consistency(settings: CassandraSettings) -> None:
     3: the dispatcher's re-read after the grace must see every bucket entry and row change
     written by then)."""
     level, factors = settings.consistency, settings.replication.factors
-    if level in ("ONE", "LOCAL_ONE") and any(factor > 1 for _, factor in factors):
+    # ONE may be served by any replica anywhere; LOCAL_ONE by any in the local DC.
+    replicas = sum if level == "ONE" else max
+    if level in ("ONE", "LOCAL_ONE") and replicas(factor for _, factor in factors) > 1:
         raise ConfigError(
-            f"REMINDERS_CASSANDRA_CONSISTENCY={level}: with a replication factor above 1 a "
-            "read at it may miss a write at it; use LOCAL_QUORUM or QUORUM"
+            f"REMINDERS_CASSANDRA_CONSISTENCY={level}: with more than one replica a read at "
+            "it may miss a write at it; use LOCAL_QUORUM or QUORUM"
         )
     several_dcs = settings.replication.strategy == "NetworkTopologyStrategy" and len(factors) > 1
     if several_dcs and settings.serial_consistency == "SERIAL" and level.startswith("LOCAL_"):
@@ -367,3 +371,19 @@ def _choice(value: str | None, name: str, choices: tuple[_Choice, ...]) -> _Choi
         if value == choice:
             return choice
     raise ConfigError(f"{name}={value!r}: expected one of {', '.join(choices)}")
+
+
+def check_tz_override(environ: Mapping[str, str]) -> None:
+    """ConfigError when REMINDERS_TZ_OVERRIDE_DIR is set to anything but a directory holding
+    at least one zone's file: without the check, every zone would quietly keep the pinned
+    rules. Read where dues are computed (API, dispatchers, replan), at their start."""
+    configured = environ.get(OVERRIDE_DIR_ENV, "")
+    if not configured:
+        return
+    if not Path(configured).is_dir():
+        raise ConfigError(f"{OVERRIDE_DIR_ENV}={configured!r}: not a directory")
+    if not overridden_zones(Path(configured)):
+        raise ConfigError(
+            f"{OVERRIDE_DIR_ENV}={configured!r}: holds no zone file (want e.g. "
+            "<dir>/America/Sao_Paulo, a TZif file named as the zone)"
+        )

@@ -21,8 +21,8 @@ from dispatcher.settings import DispatcherSettings
 from reminders_svc.admin import inspect, parts, replan, replay
 from reminders_svc.admin.context import Admin, AdminError, open_admin
 from reminders_svc.admin.output import iso, print_counts, print_json, print_table
-from reminders_svc.config import CassandraSettings, ConfigError
-from reminders_svc.schedule import ScheduleError, check_override_dir, load_zone, tzdata_version
+from reminders_svc.config import CassandraSettings, ConfigError, check_tz_override
+from reminders_svc.schedule import ScheduleError, load_zone, tzdata_version
 from reminders_svc.storage.errors import STORAGE_ERRORS, StorageUnavailable
 
 Command = Callable[[argparse.Namespace, Admin], Awaitable[int]]
@@ -237,7 +237,7 @@ async def _inspect(args: argparse.Namespace, admin: Admin) -> int:
 
 
 async def _replan(args: argparse.Namespace, admin: Admin) -> int:
-    check_override_dir(os.environ)
+    check_tz_override(os.environ)
     load_zone(args.zone)
     settings = replan.ScanSettings(
         rows_per_s=args.rows_per_s,

@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from reminders_svc.config import ConfigError, Env, MinuteTiming, Retention
-from reminders_svc.schedule import check_override_dir
+from reminders_svc.config import ConfigError, Env, MinuteTiming, Retention, check_tz_override
 from reminders_svc.storage.reminders_store import LIST_SCAN_ROWS
 from reminders_svc.tls import API_PREFIX, ServerTls
 
@@ -69,7 +68,7 @@ class ApiSettings:
             "REMINDERS_API_WRITE_DEADLINE_S", cls.write_deadline, low=0, high=3600
         )
         _check_write_deadline(write_deadline, values)
-        check_override_dir(values)  # the zones every due is computed in
+        check_tz_override(values)  # the zones every due is computed in
         return cls(
             host=env.text("REMINDERS_API_HOST", "127.0.0.1"),
             port=env.port("REMINDERS_API_PORT", cls.port),

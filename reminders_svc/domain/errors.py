@@ -56,9 +56,13 @@ class VersionConflict(ReminderError):
 
 class FailedPrecondition(ReminderError):
     """Valid, but not in the reminder's current state (or a reused request_id); `field`
-    names what the precondition is about (google.rpc.PreconditionFailure's subject)."""
+    names what the precondition is about (google.rpc.PreconditionFailure's subject), and
+    `reason` which one failed: each is listed in the proto, so each raise names its own."""
 
-    reason = "WRONG_STATE"
+    field: str
+
+    def __init__(self, message: str, *, field: str, reason: str) -> None:
+        super().__init__(message, field=field, reason=reason)
 
 
 class QuotaExceeded(ReminderError):

@@ -21,7 +21,6 @@ from reminders_svc.schedule.expand import (
 from reminders_svc.schedule.grammar import parse_repeat
 from reminders_svc.schedule.model import OneOff, Repeat, Schedule
 from reminders_svc.schedule.zones import (
-    check_override_dir,
     check_year,
     load_zone,
     to_utc,
@@ -34,7 +33,6 @@ __all__ = [
     "Repeat",
     "Schedule",
     "ScheduleError",
-    "check_override_dir",
     "check_year",
     "describe",
     "latest_at_or_before",

@@ -9,9 +9,9 @@ that zone. It is read once per process, at first use of a zone, so every process
 must agree (API, dispatchers, `reminders admin replan`) needs the same directory from
 its start. It serves an urgent rule change ahead of a tzdata release, and tests that
 change a zone's rules; it cannot add zone names the pinned database does not know.
-Processes that compute dues check the directory at their start (`check_override_dir`), and
-the version they report names the zones it replaces: a mistyped path must not pass for
-rules in force.
+Processes that compute dues check the directory at their start
+(`reminders_svc.config.check_tz_override`), and the version they report names the zones
+it replaces: a mistyped path must not pass for rules in force.
 """
 
 from __future__ import annotations
@@ -19,14 +19,12 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import os
-from collections.abc import Mapping
 from datetime import UTC, date, datetime
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from reminders_svc.config import ConfigError
 from reminders_svc.schedule.errors import ScheduleError
 
 OVERRIDE_DIR_ENV = "REMINDERS_TZ_OVERRIDE_DIR"
@@ -45,30 +43,19 @@ def _override_dir() -> Path | None:
     return Path(configured) if configured else None
 
 
-def check_override_dir(environ: Mapping[str, str]) -> None:
-    """ConfigError when REMINDERS_TZ_OVERRIDE_DIR is set to anything but a directory holding
-    at least one zone's file: without the check, every zone would quietly keep the pinned
-    rules."""
-    configured = environ.get(OVERRIDE_DIR_ENV, "")
-    if not configured:
-        return
-    if not Path(configured).is_dir():
-        raise ConfigError(f"{OVERRIDE_DIR_ENV}={configured!r}: not a directory")
-    if not _overridden_zones(Path(configured)):
-        raise ConfigError(
-            f"{OVERRIDE_DIR_ENV}={configured!r}: holds no zone file (want e.g. "
-            "<dir>/America/Sao_Paulo, a TZif file named as the zone)"
-        )
+def _override_file(directory: Path, name: str) -> Path:
+    return directory.joinpath(*name.split("/"))
 
 
-def _overridden_zones(directory: Path) -> list[str]:
-    return sorted(name for name in zone_names() if directory.joinpath(*name.split("/")).is_file())
+def overridden_zones(directory: Path) -> list[str]:
+    """The zones a TZif file in `directory` replaces (see the module's docstring)."""
+    return sorted(name for name in zone_names() if _override_file(directory, name).is_file())
 
 
 def _zone_file(name: str) -> Traversable:
     override = _override_dir()
     if override is not None:
-        candidate = override.joinpath(*name.split("/"))
+        candidate = _override_file(override, name)
         if candidate.is_file():
             return candidate
     return resources.files("tzdata.zoneinfo").joinpath(*name.split("/"))
@@ -98,9 +85,15 @@ def tzdata_version() -> str:
     override = _override_dir()
     if override is None:
         return pinned
-    # Operators must see which zones do not come from the pinned release.
-    zones = ", ".join(_overridden_zones(override)) or "no zone files"
-    return f"{pinned} + overrides from {override} ({zones})"
+    # Operators must see which zones do not come from the pinned release (the first few:
+    # the string goes into every PreviewSchedule answer).
+    zones = overridden_zones(override)
+    named = ", ".join(zones[:_NAMED_OVERRIDES]) or "no zone files"
+    more = f" and {len(zones) - _NAMED_OVERRIDES} more" if len(zones) > _NAMED_OVERRIDES else ""
+    return f"{pinned} + overrides from {override} ({named}{more})"
+
+
+_NAMED_OVERRIDES = 5
 
 
 # The years a schedule's dates and times (and the API's instants) may name: far wider

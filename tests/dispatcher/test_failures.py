@@ -229,7 +229,8 @@ def test_a_ring_the_notifier_rejects_is_recorded_and_finalized_not_retried(
     assert stack.pushes(user, created.id) == []
 
 
-LEASE_GONE = ": lease "  # "part N: lease lost" or "... lease not renewed in time"
+# "part N: lease lost; stopping" or "part N: lease not renewed in time; stopping"
+LEASE_GONE = "; stopping"
 
 
 def _wait_frozen(process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:

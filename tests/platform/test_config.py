@@ -80,6 +80,15 @@ def _tls_env(**files: Path | str) -> dict[str, str]:
     [
         ({"CONSISTENCY": "ONE", "REPLICATION": "NetworkTopologyStrategy:dc1=3"}, "may miss"),
         ({"CONSISTENCY": "LOCAL_ONE", "REPLICATION": "SimpleStrategy:3"}, "may miss"),
+        # One replica in each of two DCs: a write at ONE in one, a read at ONE in the other.
+        (
+            {
+                "CONSISTENCY": "ONE",
+                "REPLICATION": "NetworkTopologyStrategy:dc1=1,dc2=1",
+                "SERIAL_CONSISTENCY": "LOCAL_SERIAL",
+            },
+            "may miss",
+        ),
         (
             {"REPLICATION": "NetworkTopologyStrategy:dc1=3,dc2=3", "SERIAL_CONSISTENCY": "SERIAL"},
             "use QUORUM",

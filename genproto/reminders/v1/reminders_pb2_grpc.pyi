@@ -7,8 +7,10 @@ Identity comes from the caller's credentials (`authorization: Bearer <JWT>`, the
 user is the token's `sub`), never from a request: no request here names a user.
 A reminder the caller does not own answers NOT_FOUND, exactly like a missing one.
 
-Errors (AIP-193): every refusal carries a google.rpc.ErrorInfo (domain "reminders.v1")
-whose `reason` is stable: branch on it, never on the message. Codes and reasons:
+Errors (AIP-193): every refusal by the service carries a google.rpc.ErrorInfo (domain
+"reminders.v1") whose `reason` is stable: branch on it, never on the message. A status
+without one is gRPC's own (a transport failure, a server shutting down, the caller's
+own deadline, a request over the size limit): handle it by its code. Codes and reasons:
 INVALID_ARGUMENT (INVALID_FIELD) carries a google.rpc.BadRequest naming the field at
   fault, e.g. "reminder.schedule.time_zone"; nothing was written;
 UNAUTHENTICATED: CREDENTIALS_MISSING, TOKEN_EXPIRED (get a new token),
@@ -19,14 +21,15 @@ FAILED_PRECONDITION: valid, but not in this state, with a google.rpc.Preconditio
   whose subject is the field it is about: REQUEST_ID_REUSED (request_id), NOT_SNOOZABLE,
   NOT_PAUSABLE, NOT_PAUSED, ONE_OFF_PASSED (id);
 RESOURCE_EXHAUSTED (ACTIVE_REMINDERS_CAP, with a google.rpc.QuotaFailure): the per-user
-  cap is reached (every reminder not deleted counts, done ones included); a
-  RESOURCE_EXHAUSTED without ErrorInfo is gRPC's own (a request over the size limit);
-UNAVAILABLE (STORAGE_UNAVAILABLE, CONTENTION): nothing was changed: retry with backoff;
+  cap is reached (every reminder not deleted counts, done ones included);
+UNAVAILABLE (STORAGE_UNAVAILABLE, CONTENTION): retry with backoff; the retry is safe
+  (the change was not made, or is completed by the retry);
 DEADLINE_EXCEEDED (OUTCOME_UNKNOWN) on a change: it may have been applied: read
   before retrying (a create: repeat it with the same request_id).
 
 Retrying: Get, List, PreviewSchedule and ListDeliveries are safe to repeat; Create is,
-with the same request_id (kept 7 days by default); Pause of a paused reminder changes nothing.
+with the same request_id (kept 7 days by default); Pause of a paused reminder (without a
+version) changes nothing.
 The others are not: a repeated Snooze by a duration moves the ring again (snooze to
 an absolute time to retry safely), a repeated Resume is NOT_PAUSED, a repeated Delete
 is NOT_FOUND, a repeated Update with the old version is ABORTED.
