@@ -83,7 +83,7 @@ def supervise(
     its own (128 + N if signal N killed it), so `make run` fails when a service crashed.
     """
     children: list[tuple[str, subprocess.Popen[bytes]]] = []
-    relays: list[threading.Thread] = []
+    relays: list[threading.Thread] = []  # one per child, in the same order
     code = 0
     try:
         for name, command in commands:
@@ -114,7 +114,7 @@ def supervise(
     except KeyboardInterrupt:
         pass
     finally:
-        for _, child in reversed(children):
+        for (_, child), relay in reversed(list(zip(children, relays, strict=True))):
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
                 try:
@@ -122,7 +122,7 @@ def supervise(
                 except subprocess.TimeoutExpired:
                     child.kill()
                     child.wait()
-        # A crashed child's last lines (its traceback) print before the stack exits.
-        for relay in relays:
+            # Its last lines (a shutdown's, a crash's traceback) print before the next
+            # child is stopped, and before the stack exits.
             relay.join(timeout=5)
     return code
