@@ -87,6 +87,24 @@ def test_the_override_takes_precedence_from_a_process_start(
     )
 
 
+def test_the_version_names_the_first_overridden_zones_and_counts_the_rest(
+    tmp_path: Path,
+) -> None:
+    """It goes into every PreviewSchedule answer: a whole tz release dropped into the
+    directory must not make it ~600 names long."""
+    zones = ["Europe/Berlin", "Europe/Paris", "Asia/Tokyo", "America/Chicago", "Africa/Cairo"]
+    zones += ["America/Denver", "Australia/Sydney"]
+    for zone in zones:
+        (tmp_path / zone).parent.mkdir(exist_ok=True)
+        (tmp_path / zone).write_bytes(
+            resources.files("tzdata.zoneinfo").joinpath(zone).read_bytes()
+        )
+    code = "from reminders_svc.schedule import tzdata_version; print(tzdata_version())"
+    [version] = engine_says(code, override=str(tmp_path))
+    named = ", ".join(sorted(zones)[:5])
+    assert version.endswith(f" + overrides from {tmp_path} ({named} and 2 more)")
+
+
 @pytest.mark.parametrize("command", [["serve-api"], ["dispatch"]])
 def test_a_process_computing_dues_refuses_an_override_that_is_no_directory(
     tmp_path: Path, command: list[str]
