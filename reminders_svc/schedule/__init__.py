@@ -20,12 +20,7 @@ from reminders_svc.schedule.expand import (
 )
 from reminders_svc.schedule.grammar import parse_repeat
 from reminders_svc.schedule.model import OneOff, Repeat, Schedule
-from reminders_svc.schedule.zones import (
-    check_year,
-    load_zone,
-    to_utc,
-    tzdata_version,
-)
+from reminders_svc.schedule.zones import check_year, load_zone, to_utc, tzdata_version
 
 __all__ = [
     "HORIZON_YEARS",

@@ -75,6 +75,10 @@ def load_zone(name: str) -> ZoneInfo:
     return _read_zone(name)
 
 
+# Overridden zones the version names; the rest it counts.
+_NAMED_OVERRIDES = 5
+
+
 @functools.cache
 def tzdata_version() -> str:
     """The tz database in use: its IANA release and the pinned package's version."""
@@ -91,9 +95,6 @@ def tzdata_version() -> str:
     named = ", ".join(zones[:_NAMED_OVERRIDES]) or "no zone files"
     more = f" and {len(zones) - _NAMED_OVERRIDES} more" if len(zones) > _NAMED_OVERRIDES else ""
     return f"{pinned} + overrides from {override} ({named}{more})"
-
-
-_NAMED_OVERRIDES = 5
 
 
 # The years a schedule's dates and times (and the API's instants) may name: far wider

@@ -324,7 +324,7 @@ class UnsettledCas:
     def execute_async(self, statement: Any, params: Any = None, **options: Any) -> Any:
         level = getattr(statement, "consistency_level", None)
         if self.serial_fails and level in SERIAL_LEVELS:
-            return _Failing(ReadTimeout("injected: the settling read timed out"))
+            return _AnsweredWith(None, ReadTimeout("injected: the settling read timed out"))
         response = self._session.execute_async(statement, params, **options)
         if self.armed and is_conditional(statement):
             self.armed = False
@@ -339,24 +339,11 @@ class UnsettledCas:
 SERIAL_LEVELS = (ConsistencyLevel.SERIAL, ConsistencyLevel.LOCAL_SERIAL)
 
 
-class _Failing:
-    def __init__(self, error: Exception) -> None:
-        self._error = error
-
-    def add_callbacks(
-        self,
-        callback: Callable[..., Any],
-        errback: Callable[..., Any],
-        callback_args: tuple[Any, ...] = (),
-        errback_args: tuple[Any, ...] = (),
-    ) -> None:
-        errback(self._error, *errback_args)
-
-
 class _AnsweredWith:
-    """The statement runs; whatever it answers, the caller hears `error`."""
+    """The caller hears `error`: once the statement has answered, or at once when it was
+    never sent (`response` None)."""
 
-    def __init__(self, response: Any, error: Exception) -> None:
+    def __init__(self, response: Any | None, error: Exception) -> None:
         self._response = response
         self._error = error
 
@@ -367,10 +354,13 @@ class _AnsweredWith:
         callback_args: tuple[Any, ...] = (),
         errback_args: tuple[Any, ...] = (),
     ) -> None:
-        def fail(_: Any) -> None:
+        def fail(_: Any = None) -> None:
             errback(self._error, *errback_args)
 
-        self._response.add_callbacks(fail, fail)
+        if self._response is None:
+            fail()
+        else:
+            self._response.add_callbacks(fail, fail)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._response, name)
