@@ -26,6 +26,9 @@ from reminders_svc.schedule import ScheduleError, load_zone, tzdata_version
 from reminders_svc.storage.errors import STORAGE_ERRORS, StorageUnavailable
 
 Command = Callable[[argparse.Namespace, Admin], Awaitable[int]]
+# A check of a command's input that needs no database: it runs before connecting, so a
+# mistyped zone or setting is refused at once, even with the cluster unreachable.
+Precheck = Callable[[argparse.Namespace], None]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -97,7 +100,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     replan_parser.add_argument("--dry-run", action="store_true", help="count, write nothing")
     _json_flag(replan_parser)
-    _command(replan_parser, _replan)
+    _command(replan_parser, _replan, precheck=_replan_precheck)
 
 
 def minute_arg(text: str) -> datetime:
@@ -140,11 +143,15 @@ def _json_flag(parser: argparse.ArgumentParser, *, inherited: bool = False) -> N
     parser.add_argument("--json", action="store_true", default=default, help="print JSON")
 
 
-def _command(parser: argparse.ArgumentParser, command: Command) -> None:
+def _command(
+    parser: argparse.ArgumentParser, command: Command, precheck: Precheck | None = None
+) -> None:
     name = parser.prog
 
     def handler(args: argparse.Namespace) -> int:
         try:
+            if precheck is not None:
+                precheck(args)
             return asyncio.run(_with_admin(args, command))
         except (AdminError, ScheduleError) as error:
             print(f"{name}: {error}", file=sys.stderr)
@@ -236,9 +243,12 @@ async def _inspect(args: argparse.Namespace, admin: Admin) -> int:
     return 0
 
 
-async def _replan(args: argparse.Namespace, admin: Admin) -> int:
+def _replan_precheck(args: argparse.Namespace) -> None:
     check_tz_override(os.environ)
     load_zone(args.zone)
+
+
+async def _replan(args: argparse.Namespace, admin: Admin) -> int:
     settings = replan.ScanSettings(
         rows_per_s=args.rows_per_s,
         writes_per_s=args.writes_per_s,

@@ -120,15 +120,19 @@ def test_a_process_computing_dues_refuses_an_override_that_is_no_directory(
     assert "Traceback" not in refused.stderr
 
 
-def test_replan_refuses_an_override_directory_without_zone_files(
+def test_replan_refuses_an_override_directory_without_zone_files_before_connecting(
     own_keyspace: CassandraConnection, tmp_path: Path
 ) -> None:
+    """Checked before connecting: the operator hears of the misnamed file at once, not
+    after the driver's connect timeout against a cluster that is down."""
     (tmp_path / "America").mkdir()
     (tmp_path / "America" / "New_Yrok").write_bytes(b"TZif")  # misnamed: no zone's file
-    env = {**cassandra_env(own_keyspace.settings), "REMINDERS_TZ_OVERRIDE_DIR": str(tmp_path)}
+    unreachable = dataclasses.replace(own_keyspace.settings, port=1)
+    env = {**cassandra_env(unreachable), "REMINDERS_TZ_OVERRIDE_DIR": str(tmp_path)}
     refused = reminders(["admin", "replan", "--zone", ZONE, "--dry-run"], env)
     assert refused.returncode == 1
     assert "holds no zone file" in refused.stderr
+    assert "cannot reach" not in refused.stderr
 
 
 def daily_at_nine(zone: str) -> Schedule:
