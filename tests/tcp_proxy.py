@@ -5,7 +5,9 @@ database away from that process while the rest of the stack, and the test itself
 theirs. `cut()` closes every connection through it and refuses new ones until
 `restore()`; `hold_replies()` lets requests through but drops what the database answers,
 so a request can land while its sender never hears of it; `break_next_reply()` passes on
-half of the next reply and then closes the connection, as a node dying mid-answer does.
+half of the next reply of at least `min_bytes` and then closes the connection, as a node
+dying mid-answer does (the size keeps a heartbeat on the driver's control connection from
+taking the break meant for a query's reply).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class TcpProxy:
         self._cut = False
         self._holding = False
         self._breaking = False
+        self._break_min_bytes = 0
         self._closed = False
         threading.Thread(target=self._accept, name="proxy-accept", daemon=True).start()
 
@@ -36,7 +39,8 @@ class TcpProxy:
     def hold_replies(self) -> None:
         self._holding = True
 
-    def break_next_reply(self) -> None:
+    def break_next_reply(self, min_bytes: int = 0) -> None:
+        self._break_min_bytes = min_bytes
         self._breaking = True
 
     def restore(self) -> None:
@@ -83,7 +87,7 @@ class TcpProxy:
     def _pump(self, source: socket.socket, sink: socket.socket, is_reply: bool) -> None:
         try:
             while data := source.recv(65536):
-                if is_reply and self._breaking:
+                if is_reply and self._breaking and len(data) >= self._break_min_bytes:
                     self._breaking = False
                     sink.sendall(data[: len(data) // 2])
                     return  # closes both sides, with the reply's tail never sent

@@ -115,7 +115,7 @@ def test_a_connection_closed_mid_reply_fails_its_request_at_once(
     async def body(connection: CassandraConnection) -> float:
         query = "SELECT * FROM system_schema.columns"  # a reply of many reads
         await aio.execute(connection.session, query)
-        proxy.break_next_reply()
+        proxy.break_next_reply(min_bytes=4096)  # the query's reply is tens of KB
         began = time.monotonic()
         with pytest.raises((ConnectionException, NoHostAvailable, OperationTimedOut)):
             await aio.execute(connection.session, query)
