@@ -103,7 +103,11 @@ class Device:
 
     @property
     def is_implicit(self) -> bool:
-        return self.device_token.startswith(AUTO_DEVICE_PREFIX)
+        return is_implicit_token(self.device_token)
+
+
+def is_implicit_token(device_token: str) -> bool:
+    return device_token.startswith(AUTO_DEVICE_PREFIX)
 
 
 def devices_beyond_cap(devices: Iterable[Device], *, keep: int) -> list[Device]:
@@ -157,15 +161,24 @@ def user_id_problem(user_id: str) -> str | None:
 
 def device_problem(user_id: str, device: Device) -> str | None:
     """Why a device cannot be registered, or None."""
+    problem = device_token_problem(user_id, device.device_token, field="device.device_token")
+    if problem is not None:
+        return problem
+    if device.platform is None:
+        return "device.platform must be APNS or FCM"
+    return None
+
+
+def device_token_problem(user_id: str, device_token: str, *, field: str) -> str | None:
+    """Why (`user_id`, `device_token`) names no device a user could have registered, or
+    None; `field` is where the request carries the token, for the message."""
     user_problem = user_id_problem(user_id)
     if user_problem is not None:
         return user_problem
-    if not device.device_token:
-        return "device.device_token is required"
-    if len(device.device_token.encode()) > MAX_DEVICE_TOKEN_BYTES:
-        return f"device.device_token is longer than {MAX_DEVICE_TOKEN_BYTES} bytes"
-    if device.is_implicit:
-        return f"device tokens starting with {AUTO_DEVICE_PREFIX!r} are reserved"
-    if device.platform is None:
-        return "device.platform must be APNS or FCM"
+    if not device_token:
+        return f"{field} is required"
+    if len(device_token.encode()) > MAX_DEVICE_TOKEN_BYTES:
+        return f"{field} is longer than {MAX_DEVICE_TOKEN_BYTES} bytes"
+    if is_implicit_token(device_token):
+        return f"{field}: tokens starting with {AUTO_DEVICE_PREFIX!r} are reserved"
     return None

@@ -18,6 +18,7 @@ from notifier.domain.model import (
     Notification,
     Outcome,
     device_problem,
+    device_token_problem,
     user_id_problem,
 )
 from notifier.domain.push import PushAdapter
@@ -95,9 +96,7 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
         self, request: pb.RegisterDeviceRequest, context: Context
     ) -> pb.RegisterDeviceResponse:
         device = convert.device(request.device)
-        problem = device_problem(request.user_id, device)
-        if problem is not None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        await _refuse_if(device_problem(request.user_id, device), context)
         registered = await self._devices.register(request.user_id, device)
         return pb.RegisterDeviceResponse(device=convert.device_message(registered))
 
@@ -105,11 +104,26 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
     async def ListDevices(
         self, request: pb.ListDevicesRequest, context: Context
     ) -> pb.ListDevicesResponse:
-        problem = user_id_problem(request.user_id)
-        if problem is not None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        await _refuse_if(user_id_problem(request.user_id), context)
         devices = await self._devices.list(request.user_id)
         return pb.ListDevicesResponse(devices=[convert.device_message(d) for d in devices])
+
+    @translated
+    async def UnregisterDevice(
+        self, request: pb.UnregisterDeviceRequest, context: Context
+    ) -> pb.UnregisterDeviceResponse:
+        problem = device_token_problem(request.user_id, request.device_token, field="device_token")
+        await _refuse_if(problem, context)
+        await self._devices.remove(request.user_id, request.device_token)
+        return pb.UnregisterDeviceResponse()
+
+    @translated
+    async def DeleteUserDevices(
+        self, request: pb.DeleteUserDevicesRequest, context: Context
+    ) -> pb.DeleteUserDevicesResponse:
+        await _refuse_if(user_id_problem(request.user_id), context)
+        await self._devices.remove_all(request.user_id)
+        return pb.DeleteUserDevicesResponse()
 
     @translated
     async def ListDelivered(
@@ -123,3 +137,10 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
             )
         pushed = self._adapter.delivered(request.user_id, request.idempotency_key)
         return pb.ListDeliveredResponse(delivered=[convert.delivered_message(p) for p in pushed])
+
+
+async def _refuse_if(problem: str | None, context: Context) -> None:
+    """Ends the call INVALID_ARGUMENT, before anything is read or written, when the
+    request has a problem (its message names the field)."""
+    if problem is not None:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)

@@ -58,7 +58,19 @@ class DeviceStore:
         return tuple(_device(row) for row in rows)
 
     async def remove(self, user_id: str, device_token: str) -> None:
+        """Idempotent. An LWT, as register's writes are: an app that logs out and in
+        again unregisters and registers the same token, and a plain delete's client
+        timestamp could order after (and hide) that registration."""
         await execute(self._session, self._delete, (user_id, device_token))
+
+    async def remove_all(self, user_id: str) -> None:
+        """Every device of the user, each by `remove`'s LWT. Idempotent. Not one
+        partition delete: Cassandra refuses IF EXISTS there, and a plain tombstone
+        stamped by this process's clock could shadow a later LWT registration's write
+        (the LWT applies, yet its row stays hidden) when that clock runs ahead of the
+        nodes'. A user holds at most MAX_DEVICES_PER_USER rows, so the loop is short."""
+        for device in await self.list(user_id):
+            await self.remove(user_id, device.device_token)
 
 
 def _device(row: Any) -> Device:

@@ -445,6 +445,88 @@ class ListDevicesResponse(_message.Message):
 Global___ListDevicesResponse: _TypeAlias = ListDevicesResponse  # noqa: Y015
 
 @_typing.final
+class UnregisterDeviceRequest(_message.Message):
+    """Request of UnregisterDevice."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_ID_FIELD_NUMBER: _builtins.int
+    DEVICE_TOKEN_FIELD_NUMBER: _builtins.int
+    user_id: _builtins.str
+    """Required."""
+    device_token: _builtins.str
+    """Required. The push token of the device to remove."""
+    def __init__(
+        self,
+        *,
+        user_id: _builtins.str = ...,
+        device_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device_token", b"device_token", "user_id", b"user_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnregisterDeviceRequest: _TypeAlias = UnregisterDeviceRequest  # noqa: Y015
+
+@_typing.final
+class UnregisterDeviceResponse(_message.Message):
+    """Response of UnregisterDevice."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnregisterDeviceResponse: _TypeAlias = UnregisterDeviceResponse  # noqa: Y015
+
+@_typing.final
+class DeleteUserDevicesRequest(_message.Message):
+    """Request of DeleteUserDevices."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_ID_FIELD_NUMBER: _builtins.int
+    user_id: _builtins.str
+    """Required."""
+    def __init__(
+        self,
+        *,
+        user_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["user_id", b"user_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteUserDevicesRequest: _TypeAlias = DeleteUserDevicesRequest  # noqa: Y015
+
+@_typing.final
+class DeleteUserDevicesResponse(_message.Message):
+    """Response of DeleteUserDevices. No count: a retry would count nothing."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteUserDevicesResponse: _TypeAlias = DeleteUserDevicesResponse  # noqa: Y015
+
+@_typing.final
 class ListDeliveredRequest(_message.Message):
     """Request of ListDelivered."""
 

@@ -55,6 +55,16 @@ class NotificationServiceStub:
                 request_serializer=notification_dot_v1_dot_notification__pb2.ListDevicesRequest.SerializeToString,
                 response_deserializer=notification_dot_v1_dot_notification__pb2.ListDevicesResponse.FromString,
                 _registered_method=True)
+        self.UnregisterDevice = channel.unary_unary(
+                '/notification.v1.NotificationService/UnregisterDevice',
+                request_serializer=notification_dot_v1_dot_notification__pb2.UnregisterDeviceRequest.SerializeToString,
+                response_deserializer=notification_dot_v1_dot_notification__pb2.UnregisterDeviceResponse.FromString,
+                _registered_method=True)
+        self.DeleteUserDevices = channel.unary_unary(
+                '/notification.v1.NotificationService/DeleteUserDevices',
+                request_serializer=notification_dot_v1_dot_notification__pb2.DeleteUserDevicesRequest.SerializeToString,
+                response_deserializer=notification_dot_v1_dot_notification__pb2.DeleteUserDevicesResponse.FromString,
+                _registered_method=True)
         self.ListDelivered = channel.unary_unary(
                 '/notification.v1.NotificationService/ListDelivered',
                 request_serializer=notification_dot_v1_dot_notification__pb2.ListDeliveredRequest.SerializeToString,
@@ -94,6 +104,27 @@ class NotificationServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UnregisterDevice(self, request, context):
+        """Removes one device of a user (the app logged out or was uninstalled). Idempotent:
+        removing a device the user does not have (removed already, a retry) succeeds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteUserDevices(self, request, context):
+        """Removes every device of a user: this service's step of deleting an account.
+        Idempotent. The reminders API's admin DeleteUserData does not reach this service,
+        so an account-deletion pipeline must call this too. Nothing else here outlives it
+        for long: the idempotency keys naming the user expire by their TTL
+        (REMINDERS_NOTIFIER_KEY_TTL_DAYS in the reference notifier, 30 by default). Call it
+        once the user's apps can no longer register: a device registered while it runs may
+        stay, and a push already under way may still reach the devices it looked up.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListDelivered(self, request, context):
         """What the recording push adapter delivered (development, tests and demos only).
         """
@@ -123,6 +154,16 @@ def add_NotificationServiceServicer_to_server(servicer, server):
                     servicer.ListDevices,
                     request_deserializer=notification_dot_v1_dot_notification__pb2.ListDevicesRequest.FromString,
                     response_serializer=notification_dot_v1_dot_notification__pb2.ListDevicesResponse.SerializeToString,
+            ),
+            'UnregisterDevice': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnregisterDevice,
+                    request_deserializer=notification_dot_v1_dot_notification__pb2.UnregisterDeviceRequest.FromString,
+                    response_serializer=notification_dot_v1_dot_notification__pb2.UnregisterDeviceResponse.SerializeToString,
+            ),
+            'DeleteUserDevices': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteUserDevices,
+                    request_deserializer=notification_dot_v1_dot_notification__pb2.DeleteUserDevicesRequest.FromString,
+                    response_serializer=notification_dot_v1_dot_notification__pb2.DeleteUserDevicesResponse.SerializeToString,
             ),
             'ListDelivered': grpc.unary_unary_rpc_method_handler(
                     servicer.ListDelivered,
@@ -239,6 +280,60 @@ class NotificationService:
             '/notification.v1.NotificationService/ListDevices',
             notification_dot_v1_dot_notification__pb2.ListDevicesRequest.SerializeToString,
             notification_dot_v1_dot_notification__pb2.ListDevicesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnregisterDevice(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/notification.v1.NotificationService/UnregisterDevice',
+            notification_dot_v1_dot_notification__pb2.UnregisterDeviceRequest.SerializeToString,
+            notification_dot_v1_dot_notification__pb2.UnregisterDeviceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteUserDevices(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/notification.v1.NotificationService/DeleteUserDevices',
+            notification_dot_v1_dot_notification__pb2.DeleteUserDevicesRequest.SerializeToString,
+            notification_dot_v1_dot_notification__pb2.DeleteUserDevicesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -51,6 +51,19 @@ class NotificationServiceStub:
     """Registers a device of a user (idempotent per device token)."""
     ListDevices: _grpc.UnaryUnaryMultiCallable[_notification_pb2.ListDevicesRequest, _notification_pb2.ListDevicesResponse]
     """Lists a user's devices."""
+    UnregisterDevice: _grpc.UnaryUnaryMultiCallable[_notification_pb2.UnregisterDeviceRequest, _notification_pb2.UnregisterDeviceResponse]
+    """Removes one device of a user (the app logged out or was uninstalled). Idempotent:
+    removing a device the user does not have (removed already, a retry) succeeds.
+    """
+    DeleteUserDevices: _grpc.UnaryUnaryMultiCallable[_notification_pb2.DeleteUserDevicesRequest, _notification_pb2.DeleteUserDevicesResponse]
+    """Removes every device of a user: this service's step of deleting an account.
+    Idempotent. The reminders API's admin DeleteUserData does not reach this service,
+    so an account-deletion pipeline must call this too. Nothing else here outlives it
+    for long: the idempotency keys naming the user expire by their TTL
+    (REMINDERS_NOTIFIER_KEY_TTL_DAYS in the reference notifier, 30 by default). Call it
+    once the user's apps can no longer register: a device registered while it runs may
+    stay, and a push already under way may still reach the devices it looked up.
+    """
     ListDelivered: _grpc.UnaryUnaryMultiCallable[_notification_pb2.ListDeliveredRequest, _notification_pb2.ListDeliveredResponse]
     """What the recording push adapter delivered (development, tests and demos only)."""
 
@@ -67,6 +80,19 @@ class NotificationServiceAsyncStub(NotificationServiceStub):
     """Registers a device of a user (idempotent per device token)."""
     ListDevices: _aio.UnaryUnaryMultiCallable[_notification_pb2.ListDevicesRequest, _notification_pb2.ListDevicesResponse]  # type: ignore[assignment]
     """Lists a user's devices."""
+    UnregisterDevice: _aio.UnaryUnaryMultiCallable[_notification_pb2.UnregisterDeviceRequest, _notification_pb2.UnregisterDeviceResponse]  # type: ignore[assignment]
+    """Removes one device of a user (the app logged out or was uninstalled). Idempotent:
+    removing a device the user does not have (removed already, a retry) succeeds.
+    """
+    DeleteUserDevices: _aio.UnaryUnaryMultiCallable[_notification_pb2.DeleteUserDevicesRequest, _notification_pb2.DeleteUserDevicesResponse]  # type: ignore[assignment]
+    """Removes every device of a user: this service's step of deleting an account.
+    Idempotent. The reminders API's admin DeleteUserData does not reach this service,
+    so an account-deletion pipeline must call this too. Nothing else here outlives it
+    for long: the idempotency keys naming the user expire by their TTL
+    (REMINDERS_NOTIFIER_KEY_TTL_DAYS in the reference notifier, 30 by default). Call it
+    once the user's apps can no longer register: a device registered while it runs may
+    stay, and a push already under way may still reach the devices it looked up.
+    """
     ListDelivered: _aio.UnaryUnaryMultiCallable[_notification_pb2.ListDeliveredRequest, _notification_pb2.ListDeliveredResponse]  # type: ignore[assignment]
     """What the recording push adapter delivered (development, tests and demos only)."""
 
@@ -104,6 +130,31 @@ class NotificationServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_notification_pb2.ListDevicesResponse, _abc.Awaitable[_notification_pb2.ListDevicesResponse]]:
         """Lists a user's devices."""
+
+    @_abc_1.abstractmethod
+    def UnregisterDevice(
+        self,
+        request: _notification_pb2.UnregisterDeviceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_notification_pb2.UnregisterDeviceResponse, _abc.Awaitable[_notification_pb2.UnregisterDeviceResponse]]:
+        """Removes one device of a user (the app logged out or was uninstalled). Idempotent:
+        removing a device the user does not have (removed already, a retry) succeeds.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteUserDevices(
+        self,
+        request: _notification_pb2.DeleteUserDevicesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_notification_pb2.DeleteUserDevicesResponse, _abc.Awaitable[_notification_pb2.DeleteUserDevicesResponse]]:
+        """Removes every device of a user: this service's step of deleting an account.
+        Idempotent. The reminders API's admin DeleteUserData does not reach this service,
+        so an account-deletion pipeline must call this too. Nothing else here outlives it
+        for long: the idempotency keys naming the user expire by their TTL
+        (REMINDERS_NOTIFIER_KEY_TTL_DAYS in the reference notifier, 30 by default). Call it
+        once the user's apps can no longer register: a device registered while it runs may
+        stay, and a push already under way may still reach the devices it looked up.
+        """
 
     @_abc_1.abstractmethod
     def ListDelivered(

@@ -1,0 +1,143 @@
+"""Removing devices from the registry on the real Cassandra through a real gRPC server:
+one device (UnregisterDevice), every device of a user (DeleteUserDevices), and what a
+push then reaches."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import grpc
+import pytest
+
+from genproto.notification.v1 import notification_pb2 as pb
+from notifier.settings import NotifierSettings
+from tests.notifier.conftest import ACCEPTED, Client, item, running_notifier
+
+
+def register(notifier: Client, user_id: str, *tokens: str) -> None:
+    for token in tokens:
+        device = pb.Device(device_token=token, platform=pb.Device.PLATFORM_FCM)
+        notifier.stub.RegisterDevice(pb.RegisterDeviceRequest(user_id=user_id, device=device))
+
+
+def tokens_of(notifier: Client, user_id: str) -> set[str]:
+    listed = notifier.stub.ListDevices(pb.ListDevicesRequest(user_id=user_id)).devices
+    return {d.device_token for d in listed}
+
+
+def unregister(notifier: Client, user_id: str, token: str) -> None:
+    request = pb.UnregisterDeviceRequest(user_id=user_id, device_token=token)
+    notifier.stub.UnregisterDevice(request, timeout=10)
+
+
+def delete_devices(notifier: Client, user_id: str) -> None:
+    request = pb.DeleteUserDevicesRequest(user_id=user_id)
+    notifier.stub.DeleteUserDevices(request, timeout=10)
+
+
+def test_unregister_device_removes_that_device_and_leaves_the_others(
+    notifier: Client, user: str
+) -> None:
+    phone, tablet = f"phone-{user}", f"tablet-{user}"
+    register(notifier, user, phone, tablet)
+
+    unregister(notifier, user, phone)
+
+    assert tokens_of(notifier, user) == {tablet}
+    notifier.send_batch(item(user))
+    assert [p.device_token for p in notifier.delivered(user)] == [tablet]
+
+
+def test_unregister_device_of_a_device_the_user_does_not_have_succeeds(
+    notifier: Client, user: str
+) -> None:
+    """Clients retry: removing what is gone (or never was) is not an error."""
+    phone = f"phone-{user}"
+    register(notifier, user, phone)
+    unregister(notifier, user, phone)
+
+    unregister(notifier, user, phone)  # a retry
+    unregister(notifier, user, f"never-{user}")
+    unregister(notifier, f"{user}-without-devices", phone)
+
+    assert tokens_of(notifier, user) == set()
+
+
+def test_delete_user_devices_removes_every_device_of_that_user_only(
+    notifier: Client, user: str
+) -> None:
+    other = f"{user}-other"
+    register(notifier, user, *(f"fcm-{n}-{user}" for n in range(3)))
+    register(notifier, other, f"fcm-{other}")
+
+    delete_devices(notifier, user)
+
+    assert tokens_of(notifier, user) == set()
+    assert tokens_of(notifier, other) == {f"fcm-{other}"}
+    delete_devices(notifier, user)  # a retry
+    delete_devices(notifier, f"{user}-never-registered")
+    # The user may register again (a new account under the same id).
+    register(notifier, user, f"fcm-new-{user}")
+    assert tokens_of(notifier, user) == {f"fcm-new-{user}"}
+
+
+def test_a_push_after_delete_user_devices_reaches_no_device(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    # Without the development device a user without devices would get in its place.
+    settings = dataclasses.replace(notifier_settings, auto_device=False)
+    no_device = ("notifier_undeliverable_total", frozenset({("reason", "no_device")}))
+    with running_notifier(settings) as notifier:
+        register(notifier, user, f"phone-{user}", f"tablet-{user}")
+        before = item(user)
+        notifier.send_batch(before)
+        assert len(notifier.delivered(user, before.idempotency_key)) == 2
+
+        delete_devices(notifier, user)
+        counted = notifier.metrics().get(no_device, 0)
+        after = item(user)
+
+        # Answered once its delivery ended: nowhere to push it, nothing to retry.
+        assert [r.outcome for r in notifier.send_batch(after)] == [ACCEPTED]
+        assert notifier.delivered(user, after.idempotency_key) == []
+        assert notifier.metrics()[no_device] == counted + 1
+
+
+def test_device_removal_refuses_bad_input_naming_the_field_and_removes_nothing(
+    notifier: Client, user: str
+) -> None:
+    phone = f"phone-{user}"
+    register(notifier, user, phone)
+    unregister_cases = {
+        "user_id is required": pb.UnregisterDeviceRequest(user_id="", device_token=phone),
+        "user_id is longer than 256 bytes": pb.UnregisterDeviceRequest(
+            user_id="u" * 257, device_token=phone
+        ),
+        "device_token is required": pb.UnregisterDeviceRequest(user_id=user),
+        "device_token is longer than 1024 bytes": pb.UnregisterDeviceRequest(
+            user_id=user, device_token="t" * 1025
+        ),
+        "device_token: tokens starting with 'auto:' are reserved": pb.UnregisterDeviceRequest(
+            user_id=user, device_token=f"auto:{user}"
+        ),
+    }
+    for details, request in unregister_cases.items():
+        with pytest.raises(grpc.RpcError) as refused:
+            notifier.stub.UnregisterDevice(request, timeout=10)
+        assert (refused.value.code(), refused.value.details()) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            details,
+        ), request
+    delete_cases = {
+        "user_id is required": pb.DeleteUserDevicesRequest(),
+        "user_id is longer than 256 bytes": pb.DeleteUserDevicesRequest(user_id="u" * 257),
+    }
+    for details, delete in delete_cases.items():
+        with pytest.raises(grpc.RpcError) as refused:
+            notifier.stub.DeleteUserDevices(delete, timeout=10)
+        assert (refused.value.code(), refused.value.details()) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            details,
+        ), delete
+
+    assert tokens_of(notifier, user) == {phone}
