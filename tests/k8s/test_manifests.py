@@ -14,26 +14,41 @@ import yaml
 
 from reminders_svc.config import Replication
 from reminders_svc.health import LIVENESS_SERVICE
-from tests.k8s.tools import OVERLAYS, REPO, Crd, Obj, pruned_fields
-from tests.k8s.workloads import container_env, find, one, pods, selected_deployment
+from tests.k8s.tools import OVERLAYS, REFERENCE_NOTIFIER_OVERLAYS, REPO, Crd, Obj, pruned_fields
+from tests.k8s.workloads import (
+    container_env,
+    containers_by_image,
+    find,
+    one,
+    pods,
+    selected_deployment,
+)
 
 # The oldest Kubernetes the manifests support (native gRPC probes: 1.24; the preStop
 # sleep action: 1.30) and the newest whose schemas kubernetes-validate ships.
 KUBERNETES_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
 CUSTOM_KINDS = {"K8ssandraCluster": "k8ssandra.io_k8ssandraclusters.yaml"}
+NOTIFIER = "reminders-notifier"
+
+
+def _long_running(overlay: str) -> tuple[str, ...]:
+    """The Deployments of the overlay: the reference notifier only where it runs."""
+    notifier = (NOTIFIER,) if overlay in REFERENCE_NOTIFIER_OVERLAYS else ()
+    return ("reminders-api", "reminders-dispatcher", *notifier)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_overlay_holds_every_deployable(overlays: dict[str, list[Obj]], overlay: str) -> None:
     objects = overlays[overlay]
-    for name in ("reminders-api", "reminders-dispatcher", "reminders-notifier"):
+    for name in _long_running(overlay):
         one(objects, "Deployment", name)
-    for name in ("reminders-api", "reminders-notifier"):
-        one(objects, "Service", name)
+    one(objects, "Service", "reminders-api")
     one(objects, "HorizontalPodAutoscaler", "reminders-dispatcher")
     one(objects, "PodDisruptionBudget", "reminders-dispatcher")
     one(objects, "Job", "reminders-migrate")
-    one(objects, "NetworkPolicy", "reminders-notifier")
+    if overlay in REFERENCE_NOTIFIER_OVERLAYS:
+        one(objects, "Service", NOTIFIER)
+        one(objects, "NetworkPolicy", NOTIFIER)
     (config,) = [
         c
         for c in find(objects, "ConfigMap")
@@ -41,6 +56,34 @@ def test_overlay_holds_every_deployable(overlays: dict[str, list[Obj]], overlay:
     ]
     assert not find(objects, "Secret"), "secrets are the operator's, never committed"
     assert config["data"], "the settings ConfigMap is empty"
+
+
+def test_prod_runs_no_reference_notifier_and_names_a_placeholder_target(
+    overlays: dict[str, list[Obj]],
+) -> None:
+    """The reference notifier pushes to no device: in production every ring handed to it
+    would be finalized unseen. Prod runs none of it and points the dispatchers at the
+    placeholder the runbook tells the operator to replace."""
+    objects = overlays["prod"]
+    notifier_objects = [
+        f"{obj['kind']} {obj['metadata']['name']}"
+        for obj in objects
+        if obj["metadata"]["name"] == NOTIFIER
+        or obj["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "notifier"
+    ]
+    assert notifier_objects == [], f"prod deploys the reference notifier: {notifier_objects}"
+    assert not containers_by_image(objects, NOTIFIER), "prod runs the reference notifier image"
+    (container,) = one(objects, "Deployment", "reminders-dispatcher")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    target = container_env(objects, container)["REMINDERS_NOTIFIER_TARGET"]
+    host, _, port = target.rpartition(":")
+    assert port.isdigit(), f"{target}: no port"
+    assert not find(objects, "Service", host), f"{target}: a Service of the overlay"
+    assert host.endswith(".example.internal"), f"{target}: not the placeholder"
+    assert f"`{target}`" in (REPO / "docs" / "operations.md").read_text(), (
+        f"the runbook does not tell the operator to replace {target}"
+    )
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
@@ -108,7 +151,7 @@ def test_long_running_pods_have_grpc_probes(overlays: dict[str, list[Obj]], over
     """Readiness asks the whole server (SERVING only while its database answers);
     liveness and startup ask the process's own liveness service, so that a database
     outage takes pods out of their Services but never restarts them."""
-    for name in ("reminders-api", "reminders-dispatcher", "reminders-notifier"):
+    for name in _long_running(overlay):
         (container,) = one(overlays[overlay], "Deployment", name)["spec"]["template"]["spec"][
             "containers"
         ]
@@ -132,6 +175,10 @@ def test_disruption_budgets_and_autoscaler_select_their_pods(
             objects, budget["metadata"]["name"], budget["spec"]["selector"]["matchLabels"]
         )
         budgeted.add(budget["metadata"]["name"])
+        # A drain may evict unready pods past the budget (every pod in a Cassandra outage,
+        # dispatchers with a bad clock): the default policy would wait on them for ever.
+        policy = budget["spec"].get("unhealthyPodEvictionPolicy")
+        assert policy == "AlwaysAllow", f"{overlay}: {budget['metadata']['name']}"
     # A drain never takes every pod of a deployable at once.
     assert budgeted == {d["metadata"]["name"] for d in find(objects, "Deployment")}
     hpa = one(objects, "HorizontalPodAutoscaler", "reminders-dispatcher")
@@ -161,6 +208,47 @@ def test_prod_dispatchers_at_their_minimum_hold_the_busiest_minute_in_half_their
     assert limit.endswith("Mi")
     per_pod = BUSIEST_MINUTE_RINGS / pods * WAITING_ENTRY_BYTES
     assert per_pod < int(limit.removesuffix("Mi")) * 2**20 / 2
+
+
+def test_prod_dispatchers_have_the_cores_capacity_plans(
+    overlays: dict[str, list[Obj]],
+) -> None:
+    """docs/capacity.md: ~200 rings/s per dispatcher core, ~250 cores for the busiest
+    minute; a dispatcher is one process on one event loop, so one core per pod."""
+    objects = overlays["prod"]
+    deployment = one(objects, "Deployment", "reminders-dispatcher")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    resources = container["resources"]
+    assert resources["requests"]["cpu"] == "1", resources
+    hpa = one(objects, "HorizontalPodAutoscaler", "reminders-dispatcher")["spec"]
+    assert hpa["maxReplicas"] >= 250, hpa
+    (metric,) = hpa["metrics"]
+    target = metric["resource"]["target"]
+    # Utilization is a share of the request; a process that cannot pass ~1 core must
+    # reach the target within its one-core request.
+    assert target["type"] == "Utilization"
+    assert target["averageUtilization"] <= 90, target
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_cassandra_credentials_are_required_where_cassandra_checks_them(
+    overlays: dict[str, list[Obj]], overlay: str
+) -> None:
+    """Prod's cluster authenticates: a pod started without the `reminders-cassandra`
+    Secret would be refused for good, so it must wait for it (CreateContainerConfigError).
+    Dev's node does not: its pods start without one."""
+    refs = [
+        (workload["metadata"]["name"], item["valueFrom"]["secretKeyRef"])
+        for workload, spec in pods(overlays[overlay])
+        for container in spec["containers"]
+        for item in container.get("env", [])
+        if item.get("valueFrom", {}).get("secretKeyRef", {}).get("name") == "reminders-cassandra"
+    ]
+    workloads = {name for name, _ in refs}
+    assert workloads >= {"reminders-api", "reminders-dispatcher", "reminders-migrate"}, workloads
+    for name, ref in refs:
+        optional = ref.get("optional", False)
+        assert optional is (overlay == "dev"), f"{overlay} {name}: {ref}"
 
 
 def _settings(objects: list[Obj]) -> dict[str, str]:
@@ -231,11 +319,9 @@ def test_prod_schedules_paxos_repairs_of_every_lwt_keyspace(overlays: dict[str, 
     assert "repair --paxos-only" in script
     env = {item["name"]: item.get("value") for item in container["env"]}
     settings = _settings(objects)
-    keyspaces = set(env["KEYSPACES"].split())
-    assert {
-        settings["REMINDERS_CASSANDRA_KEYSPACE"],
-        settings["REMINDERS_NOTIFIER_KEYSPACE"],
-    } <= keyspaces
+    # The service's keyspace, and no other: a keyspace that does not exist (the reference
+    # notifier's, not deployed here) fails the whole run.
+    assert env["KEYSPACES"].split() == [settings["REMINDERS_CASSANDRA_KEYSPACE"]]
     name, dc = cluster["metadata"]["name"], cluster["spec"]["cassandra"]["datacenters"][0]
     assert env["PODS_SERVICE"] == f"{name}-{dc['metadata']['name']}-all-pods-service"
     refs = {
