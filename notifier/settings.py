@@ -100,7 +100,7 @@ class NotifierSettings:
             return env.integer(name, default, low=1, high=100_000)
 
         cassandra = CassandraSettings.from_env(values)
-        return cls(
+        settings = cls(
             host=env.text("HOST", cls.host),
             port=env.port("PORT", cls.port),
             metrics_port=env.port("METRICS_PORT", cls.metrics_port),
@@ -109,9 +109,7 @@ class NotifierSettings:
             ),
             key_ttl=env.days("KEY_TTL_DAYS", cls.key_ttl, low=1, high=365),
             key_takeover_after=seconds("KEY_TAKEOVER_AFTER_S", cls.key_takeover_after, low=1),
-            adapter=env.choice(
-                "ADAPTER", "recording" if dev else "logging", ("recording", "logging")
-            ),
+            adapter=env.choice("ADAPTER", "recording", ("recording", "logging")),
             auto_device=env.flag("AUTO_DEVICE", dev),
             push_workers=count("PUSH_WORKERS", cls.push_workers),
             batch_concurrency=count("BATCH_CONCURRENCY", cls.batch_concurrency),
@@ -125,4 +123,19 @@ class NotifierSettings:
             ),
             faults=Faults.parse(env.text("FAULTS", "")),
             tls=ServerTls.from_env(values, NOTIFIER_SERVER_PREFIX),
+        )
+        _check_adapter_named(env, dev)  # last: a malformed value is named first
+        return settings
+
+
+def _check_adapter_named(env: Env, dev: bool) -> None:
+    # Neither adapter reaches a device: this service stands in for a real Notification
+    # Service, and rings handed to it are finalized as rung. So outside development the
+    # choice is named in the deployment, never a default that pushes nowhere unnoticed.
+    if not dev and not env.raw("ADAPTER"):
+        raise ConfigError(
+            f"{PREFIX}ADAPTER is not set: the reference notifier pushes to no device"
+            " (recording keeps pushes in memory, logging logs them); name one to run it"
+            " outside REMINDERS_ENV=dev, or point the dispatchers at a real Notification"
+            " Service"
         )

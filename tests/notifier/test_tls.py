@@ -63,6 +63,11 @@ def client_env(pki: Pki, *, with_cert: bool = True) -> dict[str, str]:
     return env
 
 
+def notifier_settings(env: Mapping[str, str]) -> NotifierSettings:
+    """`reminders notifier`'s settings from `env`, its adapter named as outside dev."""
+    return NotifierSettings.from_env({"REMINDERS_NOTIFIER_ADAPTER": "logging", **env})
+
+
 def dispatcher_tls(env: Mapping[str, str]) -> ClientTls | None:
     """The notifier channel's TLS as `reminders dispatch` reads it from `env`."""
     return DispatcherSettings.from_env(env).notifier_tls
@@ -72,7 +77,7 @@ def dispatcher_tls(env: Mapping[str, str]) -> ClientTls | None:
 def notifier_serving(base: NotifierSettings, env: Mapping[str, str]) -> Iterator[str]:
     """A notifier on this session's keyspace, its port's TLS read from `env` as
     `reminders notifier` reads it; its target."""
-    tls = NotifierSettings.from_env(env).tls
+    tls = notifier_settings(env).tls
     assert tls is not None
     with running_notifier(dataclasses.replace(base, tls=tls)) as notifier:
         yield notifier.target
@@ -210,12 +215,12 @@ def test_server_name_checks_the_name_in_the_notifiers_certificate(
 
 def test_unset_means_plaintext_on_both_sides() -> None:
     assert DispatcherSettings.from_env({}).notifier_tls is None
-    assert NotifierSettings.from_env({}).tls is None
+    assert notifier_settings({}).tls is None
 
 
 def test_tls_settings_are_read_at_startup_and_never_show_the_key(pki: Pki) -> None:
     dispatcher = DispatcherSettings.from_env(client_env(pki) | {f"{CLIENT}SERVER_NAME": "n.test"})
-    notifier = NotifierSettings.from_env(server_env(pki))
+    notifier = notifier_settings(server_env(pki))
     tls, served = dispatcher.notifier_tls, notifier.tls
     assert tls is not None
     assert served is not None
@@ -309,7 +314,7 @@ def test_dispatcher_tls_settings_errors_name_the_variable(
 
 ServerReader = Callable[[Mapping[str, str]], object]
 SERVERS: dict[str, tuple[str, ServerReader]] = {
-    "notifier": (SERVER, NotifierSettings.from_env),
+    "notifier": (SERVER, notifier_settings),
     "api": ("REMINDERS_API_TLS_", ApiSettings.from_env),
 }
 
@@ -353,7 +358,7 @@ def test_server_tls_settings_errors_name_the_variable(
 def test_the_server_and_client_variables_do_not_overlap(pki: Pki) -> None:
     """One ConfigMap feeds both processes in Kubernetes: the dispatcher's client
     certificate must not become the notifier's server certificate, nor the reverse."""
-    assert NotifierSettings.from_env(client_env(pki)).tls is None
+    assert notifier_settings(client_env(pki)).tls is None
     assert DispatcherSettings.from_env(server_env(pki)).notifier_tls is None
 
 

@@ -72,7 +72,18 @@ def test_a_malformed_or_out_of_range_setting_is_refused_naming_its_variable(
 
 def test_the_defaults_of_every_process_are_accepted() -> None:
     for read in READERS.values():
-        read({})
+        read({"REMINDERS_NOTIFIER_ADAPTER": "logging"})  # the one setting with no default
+        read({"REMINDERS_ENV": "dev"})
+
+
+def test_the_reference_notifier_outside_dev_needs_its_adapter_named() -> None:
+    """Neither adapter reaches a device, yet rings handed to it are finalized as rung: a
+    deployment must say so, not fall into a default that pushes nowhere unnoticed."""
+    with pytest.raises(ConfigError, match=r"^REMINDERS_NOTIFIER_ADAPTER is not set: "):
+        NotifierSettings.from_env({})
+    assert NotifierSettings.from_env({"REMINDERS_ENV": "dev"}).adapter == "recording"
+    named = {"REMINDERS_NOTIFIER_ADAPTER": "logging"}
+    assert NotifierSettings.from_env(named).adapter == "logging"
 
 
 def test_the_api_and_the_dispatcher_keep_bucket_entries_and_history_alike() -> None:
