@@ -171,11 +171,14 @@ class Dispatcher:
         """Release the leases of parts whose work ended; cut short a wind-down that
         outlasted the shutdown grace."""
         grace_s = self.settings.shutdown_grace.total_seconds()
-        for part, (worker, task) in list(self._workers.items()):
-            if task.done():
-                del self._workers[part]
-                await self._release(worker, task)
-            elif worker.shift.stopped_for_s() > grace_s and not task.cancelling():
+        ended = [(part, *held) for part, held in self._workers.items() if held[1].done()]
+        for part, _, _ in ended:
+            del self._workers[part]
+        # All at once: one by one, a pod of 32 parts on a slow database could spend
+        # 32 request timeouts here, past its pod's termination grace.
+        await asyncio.gather(*(self._release(worker, task) for _, worker, task in ended))
+        for worker, task in self._workers.values():
+            if worker.shift.stopped_for_s() > grace_s and not task.cancelling():
                 task.cancel()  # its rings let their claims go as they are cancelled
 
     async def _renew(self) -> None:

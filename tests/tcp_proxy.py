@@ -5,9 +5,9 @@ database away from that process while the rest of the stack, and the test itself
 theirs. `cut()` closes every connection through it and refuses new ones until
 `restore()`; `hold_replies()` lets requests through but drops what the database answers,
 so a request can land while its sender never hears of it; `break_next_reply()` passes on
-half of the next reply of at least `min_bytes` and then closes the connection, as a node
-dying mid-answer does (the size keeps a heartbeat on the driver's control connection from
-taking the break meant for a query's reply).
+half of the next chunk of a reply (as read, at least `min_bytes`) and then closes the
+connection, as a node dying mid-answer does (the size keeps a heartbeat on the driver's
+control connection from taking the break meant for a query's reply).
 """
 
 from __future__ import annotations

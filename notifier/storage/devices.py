@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -64,13 +65,16 @@ class DeviceStore:
         await execute(self._session, self._delete, (user_id, device_token))
 
     async def remove_all(self, user_id: str) -> None:
-        """Every device of the user, each by `remove`'s LWT. Idempotent. Not one
-        partition delete: Cassandra refuses IF EXISTS there, and a plain tombstone
-        stamped by this process's clock could shadow a later LWT registration's write
-        (the LWT applies, yet its row stays hidden) when that clock runs ahead of the
-        nodes'. A user holds at most MAX_DEVICES_PER_USER rows, so the loop is short."""
-        for device in await self.list(user_id):
-            await self.remove(user_id, device.device_token)
+        """Every device of the user, each by `remove`'s LWT, all at once. Idempotent.
+        Not one partition delete: Cassandra refuses IF EXISTS there, and a plain
+        tombstone stamped by this process's clock could shadow a later LWT registration's
+        write (the LWT applies, yet its row stays hidden) when that clock runs ahead of
+        the nodes'. Registration keeps a user to MAX_DEVICES_PER_USER, but one from
+        before the cap may hold more, so the removals go in bounded groups."""
+        devices = await self.list(user_id)
+        for start in range(0, len(devices), MAX_DEVICES_PER_USER):
+            group = devices[start : start + MAX_DEVICES_PER_USER]
+            await asyncio.gather(*(self.remove(user_id, d.device_token) for d in group))
 
 
 def _device(row: Any) -> Device:
