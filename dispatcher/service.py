@@ -171,12 +171,11 @@ class Dispatcher:
         """Release the leases of parts whose work ended; cut short a wind-down that
         outlasted the shutdown grace."""
         grace_s = self.settings.shutdown_grace.total_seconds()
-        ended = [(part, *held) for part, held in self._workers.items() if held[1].done()]
-        for part, _, _ in ended:
-            del self._workers[part]
+        ended = [part for part, (_, task) in self._workers.items() if task.done()]
+        released = [self._workers.pop(part) for part in ended]
         # All at once: one by one, a pod of 32 parts on a slow database could spend
         # 32 request timeouts here, past its pod's termination grace.
-        await asyncio.gather(*(self._release(worker, task) for _, worker, task in ended))
+        await asyncio.gather(*(self._release(worker, task) for worker, task in released))
         for worker, task in self._workers.values():
             if worker.shift.stopped_for_s() > grace_s and not task.cancelling():
                 task.cancel()  # its rings let their claims go as they are cancelled

@@ -5,9 +5,12 @@ push then reaches."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.message import Message
 
 from genproto.notification.v1 import notification_pb2 as pb
 from notifier.settings import NotifierSettings
@@ -108,36 +111,39 @@ def test_device_removal_refuses_bad_input_naming_the_field_and_removes_nothing(
 ) -> None:
     phone = f"phone-{user}"
     register(notifier, user, phone)
-    unregister_cases = {
-        "user_id is required": pb.UnregisterDeviceRequest(user_id="", device_token=phone),
-        "user_id is longer than 256 bytes": pb.UnregisterDeviceRequest(
-            user_id="u" * 257, device_token=phone
+    unregister = notifier.stub.UnregisterDevice
+    delete = notifier.stub.DeleteUserDevices
+    cases: list[tuple[str, Callable[..., Any], Message]] = [
+        ("user_id is required", unregister, pb.UnregisterDeviceRequest(device_token=phone)),
+        (
+            "user_id is longer than 256 bytes",
+            unregister,
+            pb.UnregisterDeviceRequest(user_id="u" * 257, device_token=phone),
         ),
-        "device_token is required": pb.UnregisterDeviceRequest(user_id=user),
-        "device_token is longer than 1024 bytes": pb.UnregisterDeviceRequest(
-            user_id=user, device_token="t" * 1025
+        ("device_token is required", unregister, pb.UnregisterDeviceRequest(user_id=user)),
+        (
+            "device_token is longer than 1024 bytes",
+            unregister,
+            pb.UnregisterDeviceRequest(user_id=user, device_token="t" * 1025),
         ),
-        "device_token: tokens starting with 'auto:' are reserved": pb.UnregisterDeviceRequest(
-            user_id=user, device_token=f"auto:{user}"
+        (
+            "device_token: tokens starting with 'auto:' are reserved",
+            unregister,
+            pb.UnregisterDeviceRequest(user_id=user, device_token=f"auto:{user}"),
         ),
-    }
-    for details, request in unregister_cases.items():
+        ("user_id is required", delete, pb.DeleteUserDevicesRequest()),
+        (
+            "user_id is longer than 256 bytes",
+            delete,
+            pb.DeleteUserDevicesRequest(user_id="u" * 257),
+        ),
+    ]
+    for details, call, request in cases:
         with pytest.raises(grpc.RpcError) as refused:
-            notifier.stub.UnregisterDevice(request, timeout=10)
+            call(request, timeout=10)
         assert (refused.value.code(), refused.value.details()) == (
             grpc.StatusCode.INVALID_ARGUMENT,
             details,
         ), request
-    delete_cases = {
-        "user_id is required": pb.DeleteUserDevicesRequest(),
-        "user_id is longer than 256 bytes": pb.DeleteUserDevicesRequest(user_id="u" * 257),
-    }
-    for details, delete in delete_cases.items():
-        with pytest.raises(grpc.RpcError) as refused:
-            notifier.stub.DeleteUserDevices(delete, timeout=10)
-        assert (refused.value.code(), refused.value.details()) == (
-            grpc.StatusCode.INVALID_ARGUMENT,
-            details,
-        ), delete
 
     assert tokens_of(notifier, user) == {phone}
