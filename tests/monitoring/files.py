@@ -33,7 +33,10 @@ RUNBOOK_ANCHORS = frozenset(
         "api-errors",
     }
 )
-RUNBOOK_URL = re.compile(r"^(?:.*/)?docs/operations\.md#(?P<anchor>[a-z0-9-]+)$")
+# Where the alerts say the runbook is: a placeholder the runbook tells the operator to
+# replace with where their team reads it (an alert's link must be absolute to open).
+RUNBOOK_BASE = "https://git.example.internal/reminders/blob/main/docs/operations.md"
+RUNBOOK_URL = re.compile(rf"^{re.escape(RUNBOOK_BASE)}#(?P<anchor>[a-z0-9-]+)$")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from reminders_svc.storage.parts import DEFAULT_PARTS
 from tests.monitoring.files import (
     OPERATIONS_DOC,
     RUNBOOK_ANCHORS,
+    RUNBOOK_BASE,
     RUNBOOK_URL,
     Query,
     alerts,
@@ -82,6 +83,10 @@ def test_alert_has_severity_summary_and_runbook(alert: dict[str, Any]) -> None:
     url = RUNBOOK_URL.match(alert["annotations"]["runbook_url"])
     assert url, alert["annotations"]["runbook_url"]
     assert url.group("anchor") in RUNBOOK_ANCHORS
+
+
+def test_the_runbook_says_where_to_point_the_alerts_links() -> None:
+    assert f"`{RUNBOOK_BASE}`" in OPERATIONS_DOC.read_text()
 
 
 def test_every_runbook_section_has_an_alert() -> None:

@@ -146,4 +146,6 @@ def test_device_removal_refuses_bad_input_naming_the_field_and_removes_nothing(
             details,
         ), request
 
+    # Three refusals name this user: each is refused before anything is removed (a token
+    # left empty must not read as "every device of the user").
     assert tokens_of(notifier, user) == {phone}
