@@ -91,7 +91,7 @@ def _demo(args: argparse.Namespace) -> int:
                 metadata=metadata,
                 timeout=CALL_TIMEOUT_S,
             )
-        print(f"created {created.id}, due {due.isoformat()}; waiting for it to ring ...")
+        print(f"created {created.id}, due {instant.ToJsonString()}; waiting for it to ring ...")
         notifier = npb_grpc.NotificationServiceStub(push)
         deadline = time.monotonic() + args.seconds + args.timeout
         pushes: list[npb.Delivered] = []
@@ -113,11 +113,10 @@ def _demo(args: argparse.Namespace) -> int:
     handed = [d for d in history.deliveries if d.HasField("hand_off_time")]
     report = {
         "reminder": created.id,
-        "due": due.isoformat(),
+        # As the client commands print times: RFC 3339 in UTC, as protobuf's JSON has them.
+        "due": instant.ToJsonString(),
         "pushes": len(pushes),
-        "handed_off": handed[0].hand_off_time.ToDatetime(tzinfo=UTC).isoformat()
-        if handed
-        else None,
+        "handed_off": handed[0].hand_off_time.ToJsonString() if handed else None,
         "lateness_s": handed[0].lateness.ToMilliseconds() / 1000 if handed else None,
     }
     print(json.dumps(report, indent=2))

@@ -18,11 +18,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from devnode.node import NodeError, NodeSettings, start
 from dispatcher.settings import DispatcherSettings
 from reminders_svc.api.client_cli import DEFAULT_TARGET
 
 NOTIFIER_TARGET = DispatcherSettings.notifier_target
+DISPATCHER_HEALTH_TARGET = f"127.0.0.1:{DispatcherSettings.port}"
 
 # Started in this order, stopped in reverse.
 _SERVICES: tuple[tuple[str, Sequence[str]], ...] = (
@@ -46,6 +50,9 @@ def child_env(environ: Mapping[str, str], node: NodeSettings) -> dict[str, str]:
         # overnight reads its 16 hours of empty minutes (64 parts) in a minute or two, where
         # the default pace takes five.
         "REMINDERS_DISPATCH_CATCH_UP_MINUTES_PER_S": "2000",
+        # The local node's data centre (SimpleSnitch's), named so the driver need not
+        # guess it and warn that it did.
+        "REMINDERS_CASSANDRA_LOCAL_DC": "datacenter1",
         **environ,
         **node.client_env(environ),
     }
@@ -67,8 +74,39 @@ def run_stack(settings: NodeSettings) -> int:
     # own, would not hear it and would outlive it.
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda *_: stop.set())
-    print(f"stack up: API {DEFAULT_TARGET}, notifier {NOTIFIER_TARGET}; Ctrl-C stops it")
+    print("starting the API, the notifier and a dispatcher (Ctrl-C stops them)")
+    announce = threading.Thread(
+        target=announce_when_serving,
+        args=(
+            (DEFAULT_TARGET, NOTIFIER_TARGET, DISPATCHER_HEALTH_TARGET),
+            f"stack up: API {DEFAULT_TARGET}, notifier {NOTIFIER_TARGET}; Ctrl-C stops it",
+            stop,
+        ),
+        daemon=True,
+    )
+    announce.start()
     return supervise([(name, [reminders, *args]) for name, args in _SERVICES], env, stop)
+
+
+def announce_when_serving(targets: Sequence[str], message: str, stop: threading.Event) -> bool:
+    """Print `message` once every target's gRPC health answers SERVING (a newcomer runs
+    `reminders demo` on seeing it); False if `stop` came first."""
+    for target in targets:
+        with grpc.insecure_channel(target) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            while not _serving(health):
+                if stop.wait(0.5):
+                    return False
+    print(message, flush=True)
+    return True
+
+
+def _serving(health: health_pb2_grpc.HealthStub) -> bool:
+    try:
+        answer = health.Check(health_pb2.HealthCheckRequest(), timeout=2)
+    except grpc.RpcError:
+        return False  # not listening yet, or still starting
+    return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
 
 
 def supervise(

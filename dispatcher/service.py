@@ -73,12 +73,21 @@ class Dispatcher:
     async def run(self) -> None:
         """Until `stop()` (or SIGTERM via `serve`), then drain and release."""
         await self._start_health()
+        log.info(
+            "dispatcher %s: health on %s:%d, metrics on :%d, notifier %s",
+            self.settings.dispatcher_id,
+            self.settings.host,
+            self.port,
+            self.metrics_port,
+            self.settings.notifier_target,
+        )
         try:
             stores = await unless_stopped(self._connect(), self._stopping)
             if stores is not None:
                 await self._work(stores)
         finally:
             await self._close()
+            log.info("stopped")
 
     async def _connect(self) -> Stores:
         """Connect and prepare, waiting (not ready) while the database does not answer."""
@@ -276,6 +285,12 @@ class Dispatcher:
         self.metrics.oldest_claim.set(max(((now - c).total_seconds() for c in claims), default=0))
 
     async def _drain(self) -> None:
+        log.info(
+            "shutting down: finishing the rings under way in %d parts for up to %s, "
+            "then releasing their leases",
+            len(self._workers),
+            self.settings.shutdown_grace,
+        )
         await self._health.shut_down()
         for worker, _ in self._workers.values():
             worker.stop()

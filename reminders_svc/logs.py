@@ -24,10 +24,26 @@ class StorageErrorsOnOneLine(logging.Filter):
         return True
 
 
+_KEYSPACE_WARNING = "with prepared statements is considered to be an anti-pattern"
+
+
+class KeyspaceWarningDropped(logging.Filter):
+    """Cassandra warns, on every statement a session with a keyspace prepares, that a
+    table name without its keyspace is ambiguous. Each process works in the one keyspace
+    it connects to, so it is not; a WARNING on every pod start would teach people to
+    ignore the log's warnings."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            record.name.startswith("cassandra") and _KEYSPACE_WARNING in record.getMessage()
+        )
+
+
 def configure(level: str) -> None:
     """Lines of time, level, logger and message on stderr, driver outages on one line each."""
     handler = logging.StreamHandler()
     handler.addFilter(StorageErrorsOnOneLine())
+    handler.addFilter(KeyspaceWarningDropped())
     logging.basicConfig(
         level=level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

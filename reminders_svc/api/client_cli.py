@@ -14,7 +14,7 @@ only a server started with REMINDERS_ENV=dev accepts such tokens.
 
 Results print as JSON on stdout (proto field names, times RFC 3339 with seconds). A
 failed call prints {"error": {"code", "message", "reason", "field_violations"}} on stderr
-and exits 1.
+(plus a "hint" when no server answered) and exits 1.
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ STATES = {
     for name, number in pb.Reminder.State.items()
     if number != pb.Reminder.STATE_UNSPECIFIED
 }
+# A listing never shows deleted reminders, so it is no state to list by (INVALID_ARGUMENT).
+LISTABLE_STATES = sorted(set(STATES) - {"deleted"})
 
 # Calls one RPC by method name on the stub, with the caller's credentials.
 Call = Callable[[str, Message], Message]
@@ -133,7 +135,9 @@ def _deliveries(call: Call, args: argparse.Namespace) -> Message:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--user", required=True, help="act as this user (the token's sub)")
+    common.add_argument(
+        "--user", required=True, type=_user_id, help="act as this user (the token's sub)"
+    )
     common.add_argument(
         "--target",
         default=None,
@@ -156,7 +160,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add("get", _get, "show a reminder")
 
     listing = add("list", _list, "list reminders", takes_id=False)
-    listing.add_argument("--state", choices=sorted(STATES))
+    listing.add_argument("--state", choices=LISTABLE_STATES)
     _add_page_options(listing)
 
     edit = add("edit", _edit, "change text and/or schedule (needs --version)")
@@ -171,7 +175,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     for name, command, help_text in (
         ("pause", _pause, "stop ringing until resumed"),
-        ("resume", _resume, "ring again from the next occurrence"),
+        ("resume", _resume, "ring again from the next occurrence (and a snooze still ahead)"),
         ("delete", _delete, "delete a reminder"),
     ):
         add(name, command, help_text).add_argument(
@@ -185,14 +189,27 @@ def _add_schedule_options(parser: Parser, *, zone_required: bool) -> None:
     kind = parser.add_mutually_exclusive_group()
     kind.add_argument("--at", metavar="LOCAL", help="once, at this local time (or with offset)")
     kind.add_argument("--repeat", metavar="EXPR", help='e.g. "every Monday 09:00"')
-    kind.add_argument("--rrule", metavar="RRULE", help="e.g. FREQ=WEEKLY;BYDAY=MO;BYHOUR=9")
+    kind.add_argument(
+        "--rrule",
+        metavar="RRULE",
+        help="e.g. FREQ=WEEKLY;BYDAY=MO;BYHOUR=9;BYMINUTE=0 "
+        "(parts left out come from --start, default now)",
+    )
     parser.add_argument("--start", metavar="LOCAL", help="local start of a repeat")
     parser.add_argument("--zone", required=zone_required, help="IANA zone, e.g. Europe/Paris")
 
 
 def _add_page_options(parser: Parser) -> None:
-    parser.add_argument("--page-size", type=int, default=0, help="default 50, at most 500")
+    parser.add_argument(
+        "--page-size", type=int, default=0, help="default 50; above 500 reads as 500"
+    )
     parser.add_argument("--page-token", default="")
+
+
+def _user_id(value: str) -> str:
+    if not value.strip():
+        raise argparse.ArgumentTypeError("a user id is required")
+    return value
 
 
 class UsageError(Exception):
@@ -285,9 +302,9 @@ def run(args: argparse.Namespace) -> int:
     # The client only signs; whether a development token is accepted is the server's call.
     env.setdefault("REMINDERS_ENV", "dev")
     command: Command = args.command_function
+    target = args.target or env.get("REMINDERS_API_TARGET") or DEFAULT_TARGET
     try:
         token = mint_token(user_key_from_env(env), args.user, TOKEN_TTL_S)
-        target = args.target or env.get("REMINDERS_API_TARGET") or DEFAULT_TARGET
         with _channel(target, env) as channel:
             stub = pb_grpc.RemindersServiceStub(channel)
             metadata = (("authorization", f"Bearer {token}"),)
@@ -304,7 +321,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"reminders {args.command}: {error}", file=sys.stderr)
         return 2
     except grpc.RpcError as error:
-        print(json.dumps(error_json(error), indent=2), file=sys.stderr)
+        failure = error_json(error)
+        if error.code() == grpc.StatusCode.UNAVAILABLE and not failure["error"]["reason"]:
+            # gRPC's own UNAVAILABLE (the API's carry a reason): nothing answered there.
+            failure["error"]["hint"] = f"no API answered at {target}; `make run` starts one"
+        print(json.dumps(failure, indent=2), file=sys.stderr)
         return 1
     print(
         json.dumps(

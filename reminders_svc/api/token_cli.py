@@ -26,8 +26,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    env = os.environ
+    prefix = "REMINDERS_ADMIN_JWT_" if args.admin else "REMINDERS_JWT_"
+    if not env.get(f"{prefix}SECRET") and env.get("REMINDERS_ENV") != "dev":
+        # Said here, not by the key's loader: a server may verify with a public key file,
+        # but nothing here can sign with one.
+        print(
+            f"reminders token: it signs with {prefix}SECRET, or with the development secret "
+            "when REMINDERS_ENV=dev: set one",
+            file=sys.stderr,
+        )
+        return 1
     try:
-        env = os.environ
         key = admin_key_from_env(env) if args.admin else user_key_from_env(env)
         print(mint_token(key, args.user, args.ttl))
     except ConfigError as error:

@@ -386,8 +386,10 @@ def validate_new(schedule: Schedule, now: datetime) -> datetime:
             raise ScheduleError("rule", "rings must be at most 10 years apart")
         return found[0]
     if isinstance(schedule, OneOff):
-        ring = _one_off_ring(schedule)
-        raise ScheduleError("at", f"{ring:%Y-%m-%dT%H:%M:%SZ} is in the past")
+        ring = f"{_one_off_ring(schedule):%Y-%m-%dT%H:%M:%SZ}"
+        if schedule.local is not None:  # named as the caller wrote it, then in UTC
+            ring = f"{schedule.local:%Y-%m-%dT%H:%M:%S} in {schedule.zone} ({ring})"
+        raise ScheduleError("at", f"{ring} is in the past")
     raise ScheduleError(
         "repeat", f"no occurrence at or after {now.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
     )

@@ -13,7 +13,7 @@ from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.api import client_cli
 from reminders_svc.config import CassandraSettings
 from tests.api.serving import SERVING, serve_api
-from tests.platform.helpers import run_cli
+from tests.platform.helpers import free_port, run_cli
 
 STORED = pb.Reminder(
     id="r1",
@@ -110,6 +110,35 @@ def test_a_value_no_request_can_hold_is_one_line_not_a_traceback(argv: tuple[str
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"reminders {argv[0]}: ")
     assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "complaint"),
+    [
+        (("list", "--state", "deleted", "--user", "alice"), "argument --state: invalid choice"),
+        (("get", "r1", "--user", " "), "argument --user: a user id is required"),
+    ],
+    ids=["deleted is no state to list by", "blank user"],
+)
+def test_options_no_server_takes_are_refused_naming_the_option(
+    argv: tuple[str, ...], complaint: str
+) -> None:
+    done = run_cli(*argv, "--target", "127.0.0.1:1", timeout=60)
+
+    assert done.returncode == 2, done.stderr
+    assert complaint in done.stderr
+
+
+def test_no_server_at_the_target_says_so() -> None:
+    target = f"127.0.0.1:{free_port()}"
+    done = run_cli("get", "r1", "--user", "alice", "--target", target, timeout=60)
+
+    assert done.returncode == 1, done.stderr
+    error = json.loads(done.stderr)["error"]
+    assert (error["code"], error["hint"]) == (
+        "UNAVAILABLE",
+        f"no API answered at {target}; `make run` starts one",
+    )
 
 
 def cli_json(target: str, *argv: str) -> dict[str, object]:

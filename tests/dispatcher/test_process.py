@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 import urllib.request
@@ -66,6 +67,8 @@ def test_the_demo_fails_when_its_reminder_does_not_ring(
     assert demo.returncode == 1, demo.stdout + demo.stderr
     assert '"pushes": 0' in demo.stdout
     assert '"handed_off": null' in demo.stdout
+    # As the client commands print times: RFC 3339 in UTC, with seconds.
+    assert re.search(r'"due": "\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"', demo.stdout), demo.stdout
     assert demo.stderr == "demo FAILED: expected exactly one push, not early\n"
 
 
@@ -126,6 +129,11 @@ def test_health_metrics_demo_and_a_clean_sigterm(cassandra_settings: CassandraSe
         )
         assert members == []
         assert "secret text" not in "".join(p.read_text() for p in stack.logs.iterdir())
+        # What an SRE tailing the pod sees of it.
+        log = "".join(p.read_text() for p in stack.logs.glob("dispatch-d-*.log"))
+        assert "shutting down: finishing the rings under way in 4 parts" in log
+        assert "anti-pattern" not in log  # Cassandra's keyspace warning (reminders_svc/logs.py)
+        assert re.search(r": stopped$", log, re.MULTILINE), log[-2000:]
 
 
 @pytest.mark.slow

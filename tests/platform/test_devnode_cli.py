@@ -11,9 +11,13 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import HealthServicer
 
 from devnode import demo, node, stack
 from dispatcher.settings import DispatcherSettings
@@ -189,6 +193,42 @@ def test_clients_with_no_configuration_reach_the_servers_make_run_starts() -> No
         client_cli.DEFAULT_TARGET,
         dispatcher.notifier_target,
     )
+
+
+def test_the_stack_says_it_is_up_only_once_its_services_serve(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A newcomer runs `reminders demo` when `make run` says "stack up": it must not say
+    so while a service is still starting (the demo then fails, saying to start the stack)."""
+    health = HealthServicer()
+    health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    serving = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    not_yet_listening = f"127.0.0.1:{free_port()}"
+    server.start()
+    try:
+        stop = threading.Event()
+        announced: list[bool] = []
+        announce = threading.Thread(
+            target=lambda: announced.append(
+                stack.announce_when_serving((serving, not_yet_listening), "up", stop)
+            )
+        )
+        announce.start()
+        time.sleep(1.5)
+        health.set("", health_pb2.HealthCheckResponse.SERVING)
+        time.sleep(1.5)  # past its look at the first service, on to the second
+        assert capsys.readouterr().out == ""
+        stop.set()
+        announce.join(timeout=10)
+        assert announced == [False]
+
+        announced.clear()
+        assert stack.announce_when_serving((serving,), "up", threading.Event())
+        assert capsys.readouterr().out == "up\n"
+    finally:
+        server.stop(None)
 
 
 def test_demo_without_a_running_stack_says_so_in_one_line() -> None:

@@ -118,7 +118,7 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
      "2026-10-20T12:00:00+00:00 must be a local time without offset"),
     ("one-off in the past",
      lambda: validate_new(one_off_local(datetime(2026, 10, 20, 7, 59), NY), NOW), "at",
-     "2026-10-20T11:59:00Z is in the past"),
+     "2026-10-20T07:59:00 in America/New_York (2026-10-20T11:59:00Z) is in the past"),
     ("repeat ended",
      lambda: validate_new(parse_rrule("FREQ=DAILY;COUNT=1", NY, datetime(2026, 10, 19)), NOW),
      "repeat",

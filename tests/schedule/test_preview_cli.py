@@ -53,7 +53,9 @@ def test_bad_input_exits_2_with_the_error(capsys: pytest.CaptureFixture[str]) ->
 def test_past_one_off_is_refused_against_from(capsys: pytest.CaptureFixture[str]) -> None:
     code = preview("--at", "2026-01-01T09:00:00", "--zone", "UTC", "--from", "2026-06-01T00:00")
     assert code == 2
-    assert "at: 2026-01-01T09:00:00Z is in the past" in capsys.readouterr().err
+    assert "at: 2026-01-01T09:00:00 in UTC (2026-01-01T09:00:00Z) is in the past" in (
+        capsys.readouterr().err
+    )
 
 
 def test_version_names_the_pinned_database(capsys: pytest.CaptureFixture[str]) -> None:

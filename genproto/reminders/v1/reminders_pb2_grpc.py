@@ -153,7 +153,8 @@ class RemindersServiceServicer:
 
     def ResumeReminder(self, request, context):
         """Continues a paused repeat from its next occurrence after now (STATE_DONE when its
-        series ended while paused); a paused one-off whose time has passed is
+        series ended while paused); a snooze still ahead rings too, one that passed while
+        paused is dropped; a paused one-off whose time has passed (and no snooze ahead) is
         FAILED_PRECONDITION (ONE_OFF_PASSED: edit its time instead); a reminder not paused
         is FAILED_PRECONDITION (NOT_PAUSED).
         """

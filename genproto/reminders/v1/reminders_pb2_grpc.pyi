@@ -98,7 +98,8 @@ class RemindersServiceStub:
     """
     ResumeReminder: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.ResumeReminderRequest, _reminders_pb2.Reminder]
     """Continues a paused repeat from its next occurrence after now (STATE_DONE when its
-    series ended while paused); a paused one-off whose time has passed is
+    series ended while paused); a snooze still ahead rings too, one that passed while
+    paused is dropped; a paused one-off whose time has passed (and no snooze ahead) is
     FAILED_PRECONDITION (ONE_OFF_PASSED: edit its time instead); a reminder not paused
     is FAILED_PRECONDITION (NOT_PAUSED).
     """
@@ -145,7 +146,8 @@ class RemindersServiceAsyncStub(RemindersServiceStub):
     """
     ResumeReminder: _aio.UnaryUnaryMultiCallable[_reminders_pb2.ResumeReminderRequest, _reminders_pb2.Reminder]  # type: ignore[assignment]
     """Continues a paused repeat from its next occurrence after now (STATE_DONE when its
-    series ended while paused); a paused one-off whose time has passed is
+    series ended while paused); a snooze still ahead rings too, one that passed while
+    paused is dropped; a paused one-off whose time has passed (and no snooze ahead) is
     FAILED_PRECONDITION (ONE_OFF_PASSED: edit its time instead); a reminder not paused
     is FAILED_PRECONDITION (NOT_PAUSED).
     """
@@ -237,7 +239,8 @@ class RemindersServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_reminders_pb2.Reminder, _abc.Awaitable[_reminders_pb2.Reminder]]:
         """Continues a paused repeat from its next occurrence after now (STATE_DONE when its
-        series ended while paused); a paused one-off whose time has passed is
+        series ended while paused); a snooze still ahead rings too, one that passed while
+        paused is dropped; a paused one-off whose time has passed (and no snooze ahead) is
         FAILED_PRECONDITION (ONE_OFF_PASSED: edit its time instead); a reminder not paused
         is FAILED_PRECONDITION (NOT_PAUSED).
         """
