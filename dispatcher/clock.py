@@ -11,6 +11,7 @@ recently) the dispatcher is not ready and hands nothing off until the clocks agr
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -65,8 +66,9 @@ class DbClock:
 
     def now(self) -> datetime:
         """The database's time as best known, rounded down by the whole error of the last
-        measurement (never ahead of it); before one, rounded down by the bound (and not
-        ready anyway)."""
+        measurement (never ahead of it, even when that error is past the bound and the
+        clock not ready: a ring that checked readiness before the probe still reads it);
+        before one, the wall clock rounded down by the bound (and not ready anyway)."""
         elapsed = time.monotonic() - self._base_mono
-        corrected = self._base_s + elapsed - min(self.uncertainty_s, self._max_offset_s)
-        return datetime.fromtimestamp(corrected, UTC)
+        error_s = self.uncertainty_s if math.isfinite(self.uncertainty_s) else self._max_offset_s
+        return datetime.fromtimestamp(self._base_s + elapsed - error_s, UTC)

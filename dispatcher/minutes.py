@@ -41,7 +41,8 @@ from reminders_svc.storage.parts import floor_minute
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 MINUTE = timedelta(minutes=1)
-# Live minutes worked at once: the current one, plus those still in their grace.
+# Minutes open at once, of the live ones (the current one, plus those still in their
+# grace) and, apart, of a backlog.
 _MAX_OPEN_MINUTES = 4
 # Between tries of a bucket read or a checkpoint storage did not answer.
 _STORAGE_RETRY_S = 1.0

@@ -216,8 +216,8 @@ class Ringer:
 
     async def ring(self, entry: Entry, horizon: datetime, shift: Shift) -> bool:
         """Handle one bucket entry to the end. True when nothing is left unresolved; False
-        when the shift ended first (no claim of it is then left held, and its minute is
-        not finished)."""
+        when the shift ended first (its claim, if any, is then let go, or left to expire
+        when storage does not answer; its minute is not finished)."""
         if not await shift.sleep_until(self._clock, entry.due):
             return False
         while shift.on():
@@ -274,6 +274,8 @@ class Ringer:
             async with self._in_hand(entry.reminder_id), self._capacity:
                 if not shift.on():
                     return False
+                if not self._clock.ready():
+                    continue  # a probe while this waited for its slot: wait out of it
                 stored = await read(entry.user_id, entry.reminder_id)
                 now = self._clock.now()
                 decision = dispatch.decide(
@@ -353,7 +355,7 @@ class Ringer:
                 await self._history.record(
                     self._delivery(claimed_row, claimed_at, None, _MISSED, None)
                 )
-                resolved = await self._finalize(claimed_row, self._clock.now(), shift)
+                resolved = await self._finalize(claimed_row, shift)
                 return resolved
             answer = await self._hand_off(claimed_row, shift)
             if answer is None:
@@ -428,12 +430,16 @@ class Ringer:
         self._metrics.rings.labels(answer.outcome.value).inc()
         delivery = self._delivery(claimed_row, claimed_at, now, answer, lateness)
         await self._history.record(delivery, keep_earlier=not first)
-        return await self._finalize(claimed_row, now, shift)
+        return await self._finalize(claimed_row, shift)
 
-    async def _finalize(self, claimed_row: Reminder, now: datetime, shift: Shift) -> bool:
+    async def _finalize(self, claimed_row: Reminder, shift: Shift) -> bool:
         """Finalize by LWT until it lands or the claim is gone (the user's change wins):
         True then. False only when the part's lease ended first: the minute must not be
-        checkpointed past a claim still standing (DESIGN.md invariant 9)."""
+        checkpointed past a claim still standing (DESIGN.md invariant 9).
+
+        Each attempt reads the clock afresh: a new due (a snooze that landed meanwhile, now
+        past) has its entry written into the minute of now, which must not be one whose
+        final read the slow writes and retries before it have outlasted (invariant 3)."""
         assert claimed_row.claim is not None
         token = claimed_row.claim.token
         # First try against the row as this dispatcher claimed it (the usual case: nobody
@@ -447,6 +453,7 @@ class Ringer:
                 return True
             current = stored.reminder
             async with self._users.hold(current.user_id):
+                now = self._clock.now()
                 if await self._store.replace(stored, dispatch.finalized(current, now), now):
                     return True
             # Lost to a change that left the claim standing (a snooze, a text edit): read it

@@ -24,6 +24,8 @@ import contextlib
 import logging
 import math
 import signal
+import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import grpc
@@ -36,7 +38,7 @@ from dispatcher.leases import Lease, PartLeases
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.minutes import PartWorker
 from dispatcher.ratelimit import RateLimiter
-from dispatcher.ringer import HandoffBatcher, Ringer
+from dispatcher.ringer import HandoffBatcher, Ringer, fault
 from dispatcher.settings import DispatcherSettings
 from reminders_svc.concurrency import unless_stopped
 from reminders_svc.config import CassandraSettings
@@ -115,7 +117,7 @@ class Dispatcher:
     async def _work(self, stores: Stores) -> None:
         assert self._connection is not None
         session = self._connection.session
-        self.clock = DbClock(session, self.settings.max_clock_offset)
+        self.clock = DbClock(session, self.settings.max_clock_offset, wall=_host_clock())
         store, history, self._leases, self._reader = stores
         self._parts = PartCounts(session)
         self._notifier = NotifierClient(
@@ -132,10 +134,14 @@ class Dispatcher:
                 await self._tick()
                 await self._until_next_tick()
         finally:
-            renewing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewing
-            await self._drain()
+            try:
+                # Leases are renewed on their own meanwhile, not between releases that
+                # may each take a request timeout.
+                await self._drain()
+            finally:
+                renewing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await renewing
 
     def stop(self) -> None:
         self._stopping.set()
@@ -162,6 +168,11 @@ class Dispatcher:
         self.metrics.clock_offset.set(self.clock.offset_s)
         await self._health.set_ready(ready)
         await self._tend()
+        if not ready:
+            # No part taken, nor this dispatcher counted in the fleet's shares (others take
+            # them), on a clock not checked: it tells a part's minutes live or past.
+            self._report()
+            return
         try:
             await self._balance()
         except STORAGE_ERRORS as error:
@@ -171,10 +182,15 @@ class Dispatcher:
         self._report()
 
     async def _keep_renewing(self) -> None:
+        """A round every period from the start of the last, not from its end: a round held
+        up to its timeout (one period) must not push the next one past the leases' margin."""
         period_s = self.settings.lease_renew_every.total_seconds()
+        loop = asyncio.get_running_loop()
+        next_round = loop.time()
         while True:
             await self._renew()
-            await asyncio.sleep(period_s)
+            next_round = max(next_round + period_s, loop.time())
+            await asyncio.sleep(next_round - loop.time())
 
     async def _tend(self) -> None:
         """Release the leases of parts whose work ended; cut short a wind-down that
@@ -298,7 +314,6 @@ class Dispatcher:
         renew_s = self.settings.lease_renew_every.total_seconds()
         while self._workers:
             await self._tend()
-            await self._renew()
             running = [task for _, task in self._workers.values()]
             if running:
                 await asyncio.wait(running, timeout=renew_s, return_when=asyncio.FIRST_COMPLETED)
@@ -330,6 +345,14 @@ class Dispatcher:
             self.metrics.registry, self.settings.host, self.settings.metrics_port
         )
         self.metrics_port = self._metrics_endpoint.port
+
+
+def _host_clock() -> Callable[[], float]:
+    """The host's wall clock; 30 s ahead under the test hook `wall_clock_ahead` (a host
+    whose clock is off: the dispatcher must say not ready and take no part)."""
+    if fault("wall_clock_ahead"):
+        return lambda: time.time() + 30
+    return time.time
 
 
 async def serve(settings: DispatcherSettings, cassandra: CassandraSettings) -> None:

@@ -623,6 +623,31 @@ def test_a_dispatcher_started_before_its_database_waits_not_ready_then_works(
         proxy.close()
 
 
+def test_a_dispatcher_whose_clock_is_off_takes_no_part_and_the_fleet_rings_without_it(
+    stack: Stack,
+) -> None:
+    """A host clock 30 s ahead would tell a part's minutes live or past wrongly (DESIGN.md
+    invariant 8): not ready, the dispatcher takes no part and is not counted in the fleet's
+    shares, so another takes every part and rings."""
+    stack.start_notifier()
+    port = free_port()
+    stack.start_dispatcher(
+        "off", REMINDERS_DISPATCH_FAULTS="wall_clock_ahead", REMINDERS_DISPATCH_PORT=str(port)
+    )
+    time.sleep(8)  # a few ticks, each measuring the clock
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        status = health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+        assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+    assert {owner for owner, _ in owners(stack).values()} <= {None}
+
+    stack.start_dispatcher("on")
+    wait_owning(stack, {"on"})
+    user = new_user()
+    created = stack.create_at(user, soon(3))
+    assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=30)) == 1
+
+
 def test_a_storage_blip_shorter_than_the_lease_costs_no_part_its_work(stack: Stack) -> None:
     """A few seconds without the database: bucket reads and checkpoints are tried again,
     so no part is dropped and re-taken (its epoch stays), and rings go on."""
