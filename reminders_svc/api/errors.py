@@ -118,7 +118,8 @@ def translated(method: Handler) -> Handler:
             await abort(context, error)
         except WriteOutcomeUnknown:
             log.warning(
-                "%s: a write's outcome is unknown: storage did not settle it", method.__name__
+                "%s: a write's outcome is unknown: not settled, or hidden by later changes",
+                method.__name__,
             )
             unsettled = f"storage did not confirm the change, which {MAY_HAVE_BEEN_APPLIED}"
             await abort(context, errors.DeadlineExceeded(unsettled))

@@ -125,6 +125,8 @@ async def or_settled(attempt: Awaitable[_T], settle: Callable[[], Awaitable[_T]]
             raise
         try:
             return await settle()
+        except WriteOutcomeUnknown:
+            raise  # the read found the row, and the row cannot tell: said as it is
         except STORAGE_ERRORS as unsettled:
             raise WriteOutcomeUnknown(
                 f"a conditional write of unknown outcome ({type(error).__name__}) could not "

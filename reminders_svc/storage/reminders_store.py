@@ -30,6 +30,7 @@ from reminders_svc.config import Retention
 from reminders_svc.domain.errors import QuotaExceeded
 from reminders_svc.domain.reminder import Claim, Reminder, Status
 from reminders_svc.storage import aio
+from reminders_svc.storage.errors import WriteOutcomeUnknown
 from reminders_svc.storage.parts import PartCounts, bucket_minute, entry_ttl, part_of
 from reminders_svc.storage.rows import MUTABLE_COLUMNS, SELECT_COLUMNS, from_row, to_columns
 from reminders_svc.storage.session import serial_read_level
@@ -91,9 +92,24 @@ def _cell(new: Any, old: Any) -> Any:
 
 def _landed(settled: Reminder, before: Reminder | None, written: Reminder) -> bool:
     """Whether `written` (computed from `before`) landed, judged from the row as a SERIAL
-    read settled it after an unknown outcome."""
+    read settled it after an unknown outcome.
+
+    Raises WriteOutcomeUnknown when the row cannot tell: a user change whose op id was
+    replaced by later user changes may have landed before them, or not.
+    """
     if before is None or written.op_id != before.op_id:
-        return settled.op_id == written.op_id  # a create or a user change: its own op id
+        # A create or a user change: its own op id.
+        if settled.op_id == written.op_id:
+            return True
+        # Each user change moves the version by one. At the version this one wrote, another
+        # change won the same compare; below it, none landed. Past it, changes came after
+        # one that may have been this one: re-applying it could undo them (a pause made
+        # after this resume landed would be resumed again).
+        if before is not None and settled.version > written.version:
+            raise WriteOutcomeUnknown(
+                "a change of unknown outcome was followed by others before it was settled"
+            )
+        return False
     if written.claim is not None:
         # A claim or re-claim: tokens are never reused, and a user change that left the
         # claim standing (a snooze) does not hide it.

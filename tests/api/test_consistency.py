@@ -32,6 +32,7 @@ from reminders_svc.domain import dispatch
 from reminders_svc.domain.errors import QuotaExceeded, VersionConflict
 from reminders_svc.domain.reminder import Reminder, Status
 from reminders_svc.schedule import parse_repeat
+from reminders_svc.storage.errors import WriteOutcomeUnknown
 from reminders_svc.storage.reminders_store import CreateRecord, ReminderStore, StoredReminder
 from reminders_svc.storage.rows import utc
 from reminders_svc.storage.session import CassandraConnection
@@ -437,6 +438,55 @@ def test_an_edit_of_unknown_outcome_is_applied_though_a_claim_landed_after_it(
         (user, created.reminder_id),
     ).one()
     assert (row.body, row.version, row.status) == ("call dad", 2, "sending")
+
+
+def test_a_resume_of_unknown_outcome_hidden_by_a_later_pause_is_not_applied_again(
+    app_factory: Any, cassandra: CassandraConnection, user: str
+) -> None:
+    """The resume landed, unheard; another replica's pause came after it. The row cannot
+    say whether the resume landed (its op id is gone): re-applying it would undo the
+    later pause, so the caller hears "may have been applied", and the pause stands."""
+    honest = RemindersApp(
+        ReminderStore(cassandra.session, Retention()), Limits(), FakeClock(SEED_NOW)
+    )
+    created = asyncio.run(honest.create(user, "r", "call mom", _WEEKLY, b"p"))
+    asyncio.run(honest.pause(user, created.reminder_id, None))
+
+    async def paused_again_elsewhere() -> None:
+        await honest.pause(user, created.reminder_id, None)
+
+    injector = UnknownOutcome(lands=True, targets=_is_row_lwt, then=paused_again_elsewhere)
+    with pytest.raises(WriteOutcomeUnknown):
+        asyncio.run(app_factory(injector).resume(user, created.reminder_id, None))
+
+    assert injector.injected == 1
+    row = cassandra.session.execute(
+        "SELECT status, version FROM reminders WHERE user_id = %s AND reminder_id = %s",
+        (user, created.reminder_id),
+    ).one()
+    assert (row.status, row.version) == ("paused", 4)  # created, paused, resumed, paused
+
+
+def test_a_resume_of_unknown_outcome_that_lost_to_another_change_is_applied_after_it(
+    app_factory: Any, cassandra: CassandraConnection, user: str
+) -> None:
+    """The resume did not land: another replica's edit won the same compare. The row says
+    so (the edit's op id at the version the resume would have written), so the resume is
+    applied on top of the edit, once."""
+    honest = RemindersApp(
+        ReminderStore(cassandra.session, Retention()), Limits(), FakeClock(SEED_NOW)
+    )
+    created = asyncio.run(honest.create(user, "r", "call mom", _WEEKLY, b"p"))
+    asyncio.run(honest.pause(user, created.reminder_id, None))
+
+    async def edited_elsewhere() -> None:
+        await honest.update(user, created.reminder_id, 2, "call dad", None)
+
+    injector = UnknownOutcome(lands=False, targets=_is_row_lwt, then=edited_elsewhere)
+    resumed = asyncio.run(app_factory(injector).resume(user, created.reminder_id, None))
+
+    assert injector.injected == 1
+    assert (resumed.status, resumed.text, resumed.version) == (Status.PENDING, "call dad", 4)
 
 
 @UNKNOWN_OUTCOMES
