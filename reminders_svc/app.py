@@ -241,7 +241,7 @@ class RemindersApp:
 
         def step(current: Reminder, now: datetime) -> Reminder:
             nonlocal was_sending
-            was_sending = current.status is Status.SENDING
+            was_sending = current.handing_off(now)
             return steps.delete(current, now)
 
         deleted = await self._apply(user_id, reminder_id, version, step)

@@ -60,11 +60,34 @@ class Reminder:
     op_id: uuid.UUID
     created_at: datetime
     updated_at: datetime
+    # Until when a ring handed off before a user's change cleared its claim may still go
+    # out (that claim's expiry): a delete says "was sending" till then.
+    handoff_until: datetime | None = None
+
+    def handing_off(self, now: datetime) -> bool:
+        """Whether a ring of it may be in flight: claimed now, or claimed until recently."""
+        return self.status is Status.SENDING or (
+            self.handoff_until is not None and self.handoff_until > now
+        )
 
 
 def earliest(*instants: datetime | None) -> datetime | None:
     present = [instant for instant in instants if instant is not None]
     return min(present) if present else None
+
+
+def latest(*instants: datetime | None) -> datetime | None:
+    present = [instant for instant in instants if instant is not None]
+    return max(present) if present else None
+
+
+def _claim_cleared(reminder: Reminder) -> dict[str, object]:
+    """A user's change taking the claim away (DESIGN.md invariant 5): the ring may already
+    be handed off, and may go out until the claim would have expired."""
+    claim = reminder.claim
+    if claim is None:
+        return {"claim": None}
+    return {"claim": None, "handoff_until": latest(claim.expires, reminder.handoff_until)}
 
 
 def _changed(reminder: Reminder, now: datetime, **changes: object) -> Reminder:
@@ -125,7 +148,7 @@ def edit_schedule(
         snooze_until=None,
         due=None if paused else first,
         status=Status.PAUSED if paused else Status.PENDING,
-        claim=None,
+        **_claim_cleared(reminder),
     )
 
 
@@ -156,7 +179,7 @@ def pause(reminder: Reminder, now: datetime) -> Reminder:
         raise FailedPrecondition(
             f"a {reminder.status} reminder cannot be paused", field="id", reason="NOT_PAUSABLE"
         )
-    return _changed(reminder, now, status=Status.PAUSED, due=None, claim=None)
+    return _changed(reminder, now, status=Status.PAUSED, due=None, **_claim_cleared(reminder))
 
 
 def resume(reminder: Reminder, now: datetime) -> Reminder:
@@ -191,7 +214,7 @@ def resume(reminder: Reminder, now: datetime) -> Reminder:
 
 def delete(reminder: Reminder, now: datetime) -> Reminder:
     _require_not_deleted(reminder)
-    return _changed(reminder, now, status=Status.DELETED, due=None, claim=None)
+    return _changed(reminder, now, status=Status.DELETED, due=None, **_claim_cleared(reminder))
 
 
 def _in_future(instant: datetime | None, now: datetime) -> bool:

@@ -26,6 +26,7 @@ MUTABLE_COLUMNS = (
     "claim_expires",
     "op_id",
     "updated_at",
+    "handoff_until",
 )
 SELECT_COLUMNS = ("user_id", "reminder_id", "active_count", "created_at", *MUTABLE_COLUMNS)
 
@@ -76,6 +77,7 @@ def to_columns(reminder: Reminder) -> dict[str, Any]:
         "claim_expires": claim.expires if claim else None,
         "op_id": reminder.op_id,
         "updated_at": reminder.updated_at,
+        "handoff_until": reminder.handoff_until,
     }
 
 
@@ -101,4 +103,5 @@ def from_row(row: Any) -> Reminder:
         op_id=row.op_id,
         created_at=created,
         updated_at=updated,
+        handoff_until=utc(row.handoff_until),
     )

@@ -363,6 +363,41 @@ def test_delete_makes_it_invisible_and_says_whether_a_ring_was_in_flight(
     assert gone == grpc.StatusCode.NOT_FOUND
 
 
+def test_a_delete_after_a_pause_took_a_claim_away_says_a_ring_may_be_in_flight(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    """Paused while its ring was being handed off, then deleted: the ring may still go out
+    until its claim would have expired, and the delete says so; past that, it does not."""
+    md = api.as_user(user)
+    rings: dict[str, pb.Reminder] = {}
+    for name in ("soon deleted", "deleted later"):
+        rings[name] = created = create(api, user, weekly_monday_nine())
+        claimed = cassandra.session.execute(
+            "UPDATE reminders SET status = 'sending', claim_token = %s, claim_due = %s,"
+            " claim_expires = %s WHERE user_id = %s AND reminder_id = %s IF status = 'pending'",
+            (
+                uuid.uuid4(),
+                SEED_NOW,
+                SEED_NOW + timedelta(seconds=30),
+                user,
+                uuid.UUID(created.id),
+            ),
+        ).one()
+        assert claimed.applied
+        paused = api.reminders.PauseReminder(pb.PauseReminderRequest(id=created.id), metadata=md)
+        assert paused.state == pb.Reminder.STATE_PAUSED
+
+    soon = api.reminders.DeleteReminder(
+        pb.DeleteReminderRequest(id=rings["soon deleted"].id), metadata=md
+    )
+    api.clock.now = SEED_NOW + timedelta(seconds=31)
+    later = api.reminders.DeleteReminder(
+        pb.DeleteReminderRequest(id=rings["deleted later"].id), metadata=md
+    )
+
+    assert (soon.was_sending, later.was_sending) == (True, False)
+
+
 def test_preview_schedule_lists_occurrences_without_storing(api: Api, user: str) -> None:
     answer = api.reminders.PreviewSchedule(
         pb.PreviewScheduleRequest(schedule=weekly_monday_nine(), count=3),

@@ -474,7 +474,9 @@ class DeleteReminderResponse(_message.Message):
     WAS_SENDING_FIELD_NUMBER: _builtins.int
     was_sending: _builtins.bool
     """True when a ring had already been handed off when the delete landed: it may still
-    reach the phone, but nothing rings after it.
+    reach the phone, but nothing rings after it. Also true for a while after a pause or a
+    schedule edit took a ring's claim away (until that claim would have expired, about
+    30 s): that ring, too, may still arrive.
     """
     @_builtins.property
     def reminder(self) -> Global___Reminder:
