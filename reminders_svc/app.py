@@ -163,7 +163,7 @@ class RemindersApp:
         async with self._users.hold(user_id):
             for attempt in range(_MAX_ATTEMPTS):
                 await _backoff(attempt)
-                count = await self._store.active_count(user_id)
+                count = await self._store.active_count(user_id, serial=attempt > 0)
                 refused: QuotaExceeded | None = None
                 try:
                     limit = self._limits.max_active_per_user

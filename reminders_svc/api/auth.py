@@ -214,6 +214,7 @@ class Authenticator:
         if cached is not None:
             subject, expires = cached
             if time.time() < expires + self._settings.leeway_s:
+                self._verified.move_to_end((key.audience, token))  # least recently used goes
                 return subject
             del self._verified[(key.audience, token)]
         subject, expires = self._verify(token, key)

@@ -48,8 +48,9 @@ class ApiSettings:
     port: int = 50051
     metrics_port: int = 9464
     reflection: bool = False
-    # Each write RPC's storage work must finish within this, which is shorter than the
-    # dispatcher's grace G (DESIGN.md invariant 3), so no entry lands after a re-read.
+    # How long a write RPC waits on its storage work: shorter than the dispatcher's grace G
+    # minus the clocks' skew (DESIGN.md invariant 3). It bounds the waiting; what bounds a
+    # statement already sent is the cluster's write timeouts (docs/architecture.md).
     write_deadline: timedelta = timedelta(seconds=10)
     shutdown_grace: timedelta = timedelta(seconds=20)
     limits: Limits = field(default_factory=Limits)

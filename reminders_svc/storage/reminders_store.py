@@ -163,7 +163,10 @@ class ReminderStore:
             f"UPDATE reminders SET claim_expires = ? {where}"
             " IF status = 'sending' AND claim_token = ?"
         )
-        self._count_of = prepare("SELECT active_count FROM reminders WHERE user_id = ? LIMIT 1")
+        count_of = "SELECT active_count FROM reminders WHERE user_id = ? LIMIT 1"
+        self._count_of = prepare(count_of)
+        self._count_of_serial = prepare(count_of)
+        self._count_of_serial.consistency_level = serial_read_level(session)
         self._create = prepare(
             f"UPDATE reminders SET {assignments}, created_at = ? {where} IF status = null"
         )
@@ -208,8 +211,11 @@ class ReminderStore:
             return None
         return StoredReminder(from_row(row), row.active_count)
 
-    async def active_count(self, user_id: str) -> int | None:
-        row = (await aio.execute(self._session, self._count_of, (user_id,))).one()
+    async def active_count(self, user_id: str, *, serial: bool = False) -> int | None:
+        """The user's count of active reminders; `serial` reads it through Paxos (after a
+        lost compare, so that a lagging replica's count does not lose the next one too)."""
+        statement = self._count_of_serial if serial else self._count_of
+        row = (await aio.execute(self._session, statement, (user_id,))).one()
         return None if row is None else row.active_count
 
     async def list_page(
