@@ -53,6 +53,7 @@ from reminders_svc.storage.reminders_store import ReminderStore
 from reminders_svc.storage.session import CassandraConnection
 
 log = logging.getLogger(__name__)
+_MIN_TICK_GAP_S = 1.0
 
 Stores = tuple[ReminderStore, DeliveryHistory, PartLeases, BucketReader]
 
@@ -151,9 +152,12 @@ class Dispatcher:
         over, say: its lease is then released at once, not a period later)."""
         stop = asyncio.ensure_future(self._stopping.wait())
         try:
+            # Never sooner than a second: a part whose work fails at once must not be
+            # released and taken again in a loop of LWTs.
+            await asyncio.wait({stop}, timeout=_MIN_TICK_GAP_S)
             await asyncio.wait(
                 {stop, *(task for _, task in self._workers.values())},
-                timeout=self.settings.lease_renew_every.total_seconds(),
+                timeout=self.settings.lease_renew_every.total_seconds() - _MIN_TICK_GAP_S,
                 return_when=asyncio.FIRST_COMPLETED,
             )
         finally:
