@@ -41,7 +41,6 @@ import grpc
 from bench.keyspaces import drop_keyspaces, fresh_keyspace
 from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
-from notifier.delivery.adapters import utc_now
 from notifier.domain.model import Notification, Priority, Settlement
 from notifier.storage.devices import DeviceStore
 from notifier.storage.keys import KeyStore
@@ -158,9 +157,7 @@ async def storage_floor(settings: CassandraSettings, notifier_keyspace: str, cou
             lambda: (
                 ReminderStore(session, Retention()),
                 DeliveryHistory(session),
-                KeyStore(
-                    session, notifier_keyspace, timedelta(days=2), timedelta(minutes=1), utc_now
-                ),
+                KeyStore(session, notifier_keyspace, timedelta(days=2), timedelta(minutes=1)),
                 DeviceStore(session, notifier_keyspace),
             )
         )

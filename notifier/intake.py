@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from notifier.delivery.queue import DeliveryQueue, QueueClosed, QueuedNotification
 from notifier.domain.model import (
+    HELD_ELSEWHERE_REASON,
+    HandBack,
     ItemResult,
     Notification,
     Outcome,
@@ -27,7 +29,7 @@ from notifier.domain.model import (
     rejection,
 )
 from notifier.metrics import NotifierMetrics
-from notifier.storage.keys import KeyNotRecorded, KeyState, KeyStore
+from notifier.storage.keys import KeyHold, KeyNotRecorded, KeyState, KeyStore
 from reminders_svc.storage.errors import STORAGE_ERRORS
 
 log = logging.getLogger(__name__)
@@ -172,36 +174,42 @@ class Intake:
     async def _deliver(self, notification: Notification) -> ItemResult:
         key = notification.idempotency_key
         async with self._slots[notification.priority]:
+            # At or before the hold's accepted_at is written: its age is never underestimated.
+            recording_since = time.monotonic()
             try:
                 claim = await self._keys.record(notification)
             except _RETRYABLE_ERRORS as error:
                 return _unavailable(key, "recording", error)
         if claim.state is KeyState.SETTLED:
+            assert claim.settled_as is not None  # SETTLED: how it was
             return delivery_result(key, claim.settled_as, first=False)
         if claim.state is KeyState.HELD_ELSEWHERE:
-            return ItemResult(key, Outcome.RETRYABLE, "another attempt is delivering this key")
+            return ItemResult(key, Outcome.RETRYABLE, HELD_ELSEWHERE_REASON)
         holder = claim.accept_id
         assert holder is not None  # RECORDED: this attempt's own id
         if claim.taken_over:
             self._metrics.key_takeovers.inc()
             log.warning("took over %s from an attempt that never settled it", key)
-        ended: asyncio.Future[Settlement | None] = asyncio.get_running_loop().create_future()
+        hold = KeyHold(holder, recording_since if claim.fresh else None)
+        ended: asyncio.Future[Settlement | HandBack] = asyncio.get_running_loop().create_future()
         try:
-            self._queue.put(QueuedNotification(notification, ended))
+            self._queue.put(QueuedNotification(notification, ended, hold))
         except QueueClosed:
             # Recorded as the workers stopped (a call past the server's grace): handed
             # back, so its key is released now rather than taken over once stale.
-            ended.set_result(None)
-        settlement = await ended
-        await self._settle(key, holder, settlement)
-        return delivery_result(key, settlement, first=True)
+            ended.set_result(HandBack.STOPPING)
+        end = await ended
+        await self._settle(key, hold, end)
+        return delivery_result(key, end, first=True)
 
-    async def _settle(self, key: str, accept_id: uuid.UUID, settlement: Settlement | None) -> None:
+    async def _settle(self, key: str, hold: KeyHold, end: Settlement | HandBack) -> None:
+        if end is HandBack.KEY_TAKEN_OVER:
+            return  # the key is another attempt's now: neither settled nor released here
         try:
-            if settlement is None:
-                await self._keys.release(key, accept_id)
+            if isinstance(end, HandBack):
+                await self._keys.release(key, hold.accept_id)
             else:
-                await self._keys.settle(key, settlement)
+                await self._keys.settle(key, end)
         except STORAGE_ERRORS as error:
             # Unsettled, the key is taken over once stale: at worst a second push of it.
             log.warning("settling %s failed: %s", key, type(error).__name__)

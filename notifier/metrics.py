@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from notifier.domain.model import Outcome, Priority
+from notifier.domain.model import HandBack, Outcome, Priority
 from notifier.domain.push import PushResult
 
 
@@ -37,7 +37,9 @@ class NotifierMetrics:
         )
         self.undeliverable = Counter(
             "notifier_undeliverable",
-            "Notifications given up on, by reason (no device, attempts exhausted).",
+            "Notifications given up on, by reason: no_device (answered accepted with nowhere "
+            "to push them). Pushes the push service keeps asking to retry are not given up "
+            "on but handed back (notifier_handed_back_total).",
             ("reason",),
             registry=registry,
         )
@@ -50,9 +52,12 @@ class NotifierMetrics:
         )
         self.handed_back = Counter(
             "notifier_handed_back",
-            "Notifications handed back undelivered, queued or mid-push, by a notifier "
-            "stopping past its grace: their callers are answered retry and their keys "
-            "released, so another replica pushes them.",
+            "Notifications handed back undelivered, their callers answered retry, by reason: "
+            "stopping (past the shutdown grace, queued or mid-push), push_retries_exhausted "
+            "(the push service asked for a retry at every attempt), key_taken_over (another "
+            "attempt took the key while the item waited; it pushes instead), error (a bug). "
+            "Their keys are released, but for key_taken_over, so a retry pushes them.",
+            ("reason",),
             registry=registry,
         )
         self.key_takeovers = Counter(
@@ -76,6 +81,8 @@ class NotifierMetrics:
         # Export every label value from the start, so dashboards see zeros, not gaps.
         for outcome in Outcome:
             self.items.labels(outcome.value)
+        for hand_back in HandBack:
+            self.handed_back.labels(hand_back.value)
         for priority in Priority:
             self.queue_depth.labels(priority.value).set(0)
             self.expired_in_queue.labels(priority.value)

@@ -11,21 +11,25 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from notifier.domain.model import Device, Notification, Priority, Settlement
+from notifier.domain.model import Device, HandBack, Notification, Priority, Settlement
+from notifier.storage.keys import KeyHold
 
-# How the item's delivery ended; None: handed back undelivered (stopping, or a bug).
-DeliveryEnd = asyncio.Future[Settlement | None]
+# How the item's delivery ended: settled, or handed back undelivered (and why).
+DeliveryEnd = asyncio.Future[Settlement | HandBack]
 
 
 @dataclass(frozen=True)
 class QueuedNotification:
     notification: Notification
     ended: DeliveryEnd = field(compare=False)
+    # This delivery's hold on the key, refreshed before a push if it grew old waiting.
+    hold: KeyHold
     attempt: int = 1
     # None: push to all the user's devices; on a retry, only those that asked for one.
     devices: tuple[Device, ...] | None = None
-    # Device lookups storage did not answer (they use up no push attempt).
-    lookup_failures: int = 0
+    # Storage calls before its push that storage did not answer (device lookups, hold
+    # refreshes): they use up no push attempt.
+    storage_failures: int = 0
 
 
 @dataclass(order=True, frozen=True)

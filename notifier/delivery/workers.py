@@ -1,7 +1,8 @@
 """Push workers: take recorded notifications in priority order and fan each out to the
 user's devices through the push adapter, retrying with backoff what asks for a retry.
 Each item's `ended` future is resolved once its delivery ended (or handed back
-undelivered: a stop past its grace, a bug), and never before."""
+undelivered: a stop past its grace, push retries used up, its key taken over, a bug),
+and never before."""
 
 from __future__ import annotations
 
@@ -17,17 +18,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from notifier.delivery.queue import DeliveryQueue, QueuedNotification
-from notifier.domain.model import Device, Notification, Settlement, implicit_device
+from notifier.domain.model import Device, HandBack, Notification, Settlement, implicit_device
 from notifier.domain.push import PushAdapter, PushResult, push_message
 from notifier.metrics import NotifierMetrics
 from notifier.storage.devices import DeviceStore
+from notifier.storage.keys import KeyStore
 from reminders_svc.storage.errors import STORAGE_ERRORS
 
 log = logging.getLogger(__name__)
 
-# A lookup that failed for storage is tried again at least this often, so deliveries
-# resume within seconds of the database coming back.
-MAX_LOOKUP_RETRY_DELAY_S = 5.0
+# A lookup (or a hold's refresh) that failed for storage is tried again at least this
+# often, so deliveries resume within seconds of the database coming back.
+MAX_STORAGE_RETRY_DELAY_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class PushWorkers:
         queue: DeliveryQueue,
         adapter: PushAdapter,
         devices: DeviceStore,
+        keys: KeyStore,
         policy: DeliveryPolicy,
         metrics: NotifierMetrics,
         clock: Callable[[], datetime],
@@ -54,6 +57,7 @@ class PushWorkers:
         self._queue = queue
         self._adapter = adapter
         self._devices = devices
+        self._keys = keys
         self._policy = policy
         self._metrics = metrics
         self._clock = clock
@@ -79,7 +83,7 @@ class PushWorkers:
         if left:
             log.error("%d queued notifications handed back undelivered", len(left))
         for item in left:
-            self._end(item, None)
+            self._end(item, HandBack.STOPPING)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -92,18 +96,16 @@ class PushWorkers:
             except Exception:
                 # A bug must not kill the worker; the key is in the message, texts are not.
                 log.exception("delivering %s failed", item.notification.idempotency_key)
-                self._end(item, None)
+                self._end(item, HandBack.ERROR)
             except BaseException:
-                self._end(item, None)  # cancelled mid-push: stopping
+                self._end(item, HandBack.STOPPING)  # cancelled mid-push
                 raise
             finally:
                 self._queue.done()
 
     async def _deliver(self, item: QueuedNotification) -> None:
         notification = item.notification
-        if notification.expired_at(self._clock()):
-            self._metrics.expired_in_queue.labels(notification.priority.value).inc()
-            self._end(item, Settlement.EXPIRED)
+        if self._expired(item):
             return
         devices = item.devices
         if devices is None:
@@ -111,13 +113,17 @@ class PushWorkers:
                 devices = await self._devices_of(notification.user_id)
             except STORAGE_ERRORS as error:
                 log.warning("device lookup failed (%s); retrying", type(error).__name__)
-                self._retry_lookup(item)
+                self._retry_for_storage(item)
                 return
         if not devices:
             self._metrics.undeliverable.labels("no_device").inc()
             log.info("no device for %s", notification.idempotency_key)
             self._end(item, Settlement.NO_DEVICE)
             return
+        held = await self._still_held(item)
+        if held is None:
+            return
+        item = held
         if self._policy.crash_before_push:
             log.warning("fault crash_before_push: killing this process")
             os.kill(os.getpid(), signal.SIGKILL)
@@ -131,6 +137,39 @@ class PushWorkers:
             self._retry(item, again)
         else:
             self._end(item, Settlement.PUSHED)
+
+    def _expired(self, item: QueuedNotification) -> bool:
+        """Ends the item as expired if its expiry has passed (never pushed late)."""
+        notification = item.notification
+        if not notification.expired_at(self._clock()):
+            return False
+        self._metrics.expired_in_queue.labels(notification.priority.value).inc()
+        self._end(item, Settlement.EXPIRED)
+        return True
+
+    async def _still_held(self, item: QueuedNotification) -> QueuedNotification | None:
+        """The item to push now, its hold on the key refreshed if it grew old waiting (a
+        long queue, lookups retried through a storage blip), so that no other attempt
+        takes the key over and pushes it too. None: not to be pushed now, either because
+        the key was taken over meanwhile (the item ends here; the other attempt pushes it)
+        or because storage did not answer (tried again later). Recent holds, a normal
+        ring's, pay nothing."""
+        if not self._keys.refresh_due(item.hold):
+            return item
+        key = item.notification.idempotency_key
+        try:
+            refreshed = await self._keys.refresh(key, item.hold)
+        except STORAGE_ERRORS as error:
+            log.warning(
+                "refreshing the hold on %s failed (%s); retrying", key, type(error).__name__
+            )
+            self._retry_for_storage(item)
+            return None
+        if refreshed is None:
+            log.warning("%s was taken over while it waited; not pushed here", key)
+            self._end(item, HandBack.KEY_TAKEN_OVER)
+            return None
+        return dataclasses.replace(item, hold=refreshed)
 
     async def _devices_of(self, user_id: str) -> tuple[Device, ...]:
         registered = await self._devices.list(user_id)
@@ -155,24 +194,27 @@ class PushWorkers:
                 log.warning("could not forget a gone device (%s)", type(error).__name__)
         return result
 
-    def _retry(self, item: QueuedNotification, devices: tuple[Device, ...] | None) -> None:
+    def _retry(self, item: QueuedNotification, devices: tuple[Device, ...]) -> None:
+        """Push again to `devices` after a backoff; once the attempts are used up, hand the
+        item back rather than give it up: a push service throttling or failing for a few
+        seconds must not lose a ring. Its caller is answered "retry" and sends it again
+        later under the same key (pushed to every device then: those that had it collapse
+        it by the key), until its expiry says it is too late."""
         key = item.notification.idempotency_key
-        if item.attempt >= self._policy.max_attempts:
-            self._metrics.undeliverable.labels("attempts_exhausted").inc()
-            log.warning("giving up on %s after %d attempts", key, item.attempt)
-            # Pushed to some devices, perhaps: still an answer for the caller to record.
-            self._end(item, Settlement.UNDELIVERABLE)
-            return
-        again = dataclasses.replace(item, attempt=item.attempt + 1, devices=devices)
-        self._queue.put_after(again, self._backoff(item.attempt))
+        if item.attempt < self._policy.max_attempts:
+            again = dataclasses.replace(item, attempt=item.attempt + 1, devices=devices)
+            self._queue.put_after(again, self._backoff(item.attempt))
+        elif not self._expired(item):
+            log.warning("handing %s back after %d push attempts asked to retry", key, item.attempt)
+            self._end(item, HandBack.PUSH_RETRIES_EXHAUSTED)
 
-    def _retry_lookup(self, item: QueuedNotification) -> None:
+    def _retry_for_storage(self, item: QueuedNotification) -> None:
         """Storage did not answer: an outage, not a failed push. Try again for as long as
         it lasts (the item's expiry bounds that) without using up its push attempts: an
         accepted notification must not be lost to an outage of a few seconds."""
-        failures = item.lookup_failures + 1
-        again = dataclasses.replace(item, lookup_failures=failures)
-        self._queue.put_after(again, self._backoff(failures, MAX_LOOKUP_RETRY_DELAY_S))
+        failures = item.storage_failures + 1
+        again = dataclasses.replace(item, storage_failures=failures)
+        self._queue.put_after(again, self._backoff(failures, MAX_STORAGE_RETRY_DELAY_S))
 
     def _backoff(self, retry: int, cap_s: float = math.inf) -> float:
         """Seconds before the `retry`th retry: doubling up to `cap_s`, with full jitter so
@@ -182,11 +224,11 @@ class PushWorkers:
         backoff = min(doubled, cap_s)
         return random.uniform(backoff / 2, backoff)
 
-    def _end(self, item: QueuedNotification, settlement: Settlement | None) -> None:
-        """End the item's delivery, once; `None` hands it back undelivered (its caller
-        is answered "retry", its key released), whether it was queued or mid-push."""
+    def _end(self, item: QueuedNotification, end: Settlement | HandBack) -> None:
+        """End the item's delivery, once; a HandBack hands it back undelivered (its caller
+        is answered "retry"), whether it was queued or mid-push."""
         if item.ended.done():
             return
-        item.ended.set_result(settlement)
-        if settlement is None:
-            self._metrics.handed_back.inc()
+        item.ended.set_result(end)
+        if isinstance(end, HandBack):
+            self._metrics.handed_back.labels(end.value).inc()

@@ -78,18 +78,48 @@ class Settlement(enum.Enum):
     # Accepted with nowhere to push it (the user has no device): nothing to retry.
     NO_DEVICE = "no_device"
     EXPIRED = "expired"
-    # The push service kept asking for a retry until the attempts ran out.
+    # The push service kept asking for a retry until the attempts ran out. No longer
+    # written (such an item is handed back: HandBack.PUSH_RETRIES_EXHAUSTED); read on keys
+    # an older version settled so.
     UNDELIVERABLE = "undeliverable"
 
 
-def delivery_result(key: str, settlement: Settlement | None, *, first: bool) -> ItemResult:
-    """The answer for a key whose delivery ended as `settlement` (None: handed back, not
-    delivered); `first` for the attempt that delivered it, else a repeat of the key."""
-    if settlement is None:
-        return ItemResult(key, Outcome.RETRYABLE, "not delivered (notifier stopping); send again")
-    if settlement is Settlement.EXPIRED:
+class HandBack(enum.Enum):
+    """Why a delivery ended undelivered and unsettled: its caller is answered "retry" and
+    sends the key again later. This attempt's hold on the key is released for that retry,
+    except on KEY_TAKEN_OVER, where the key is another attempt's to deliver."""
+
+    # The notifier stops past its grace with the item queued or mid-push.
+    STOPPING = "stopping"
+    # The push service asked for a retry at every attempt (throttled, 5xx): a ring must
+    # not be given up for a push service outage shorter than the sender's retries.
+    PUSH_RETRIES_EXHAUSTED = "push_retries_exhausted"
+    # Another attempt took the key over while the item waited here: it pushes instead.
+    KEY_TAKEN_OVER = "key_taken_over"
+    # Delivering it failed unexpectedly (a bug).
+    ERROR = "error"
+
+
+# The answer while another attempt holds the key and may still deliver it.
+HELD_ELSEWHERE_REASON = "another attempt is delivering this key"
+_HANDED_BACK_REASONS = {
+    HandBack.STOPPING: "not delivered (notifier stopping); send again",
+    HandBack.PUSH_RETRIES_EXHAUSTED: (
+        "not delivered (the push service asked to retry every attempt); send again"
+    ),
+    HandBack.KEY_TAKEN_OVER: HELD_ELSEWHERE_REASON,
+    HandBack.ERROR: "not delivered (internal error); send again",
+}
+
+
+def delivery_result(key: str, end: Settlement | HandBack, *, first: bool) -> ItemResult:
+    """The answer for a key whose delivery ended as `end` (a HandBack: not delivered);
+    `first` for the attempt that delivered it, else a repeat of the key."""
+    if isinstance(end, HandBack):
+        return ItemResult(key, Outcome.RETRYABLE, _HANDED_BACK_REASONS[end])
+    if end is Settlement.EXPIRED:
         return ItemResult(key, Outcome.REJECTED, "expired")
-    if settlement is Settlement.UNDELIVERABLE:
+    if end is Settlement.UNDELIVERABLE:
         return ItemResult(key, Outcome.REJECTED, "the push service refused every attempt")
     return ItemResult(key, Outcome.ACCEPTED if first else Outcome.DUPLICATE)
 

@@ -89,9 +89,7 @@ class NotifierServer:
         session, keyspace = self._connection.session, settings.cassandra.keyspace
         keys, devices = await built_patiently(
             lambda: (
-                KeyStore(
-                    session, keyspace, settings.key_ttl, settings.key_takeover_after, self._clock
-                ),
+                KeyStore(session, keyspace, settings.key_ttl, settings.key_takeover_after),
                 DeviceStore(session, keyspace),
             ),
             retry_s,
@@ -110,7 +108,7 @@ class NotifierServer:
             crash_before_push=settings.faults.crash_before_push,
         )
         self._workers = PushWorkers(
-            queue, self.adapter, devices, policy, self._metrics, self._clock
+            queue, self.adapter, devices, keys, policy, self._metrics, self._clock
         )
         self._workers.start()
         limits = IntakeLimits(settings.batch_concurrency, settings.max_pending)

@@ -30,12 +30,20 @@ class DeviceStore:
         self._delete = session.prepare(
             f"DELETE FROM {keyspace}.devices WHERE user_id = ? AND device_token = ? IF EXISTS"
         )
+        # Only the registration that was listed: one refreshed since is in use, and stays.
+        self._evict = session.prepare(
+            f"DELETE FROM {keyspace}.devices WHERE user_id = ? AND device_token = ?"
+            " IF registered_at = ?"
+        )
 
     async def register(self, user_id: str, device: Device) -> Device:
         """Idempotent per token; registering again refreshes its time (apps register
         their token as they start, as FCM advises: a fresh time says the device is in
         use) and its platform (a reinstall). Past the user's MAX_DEVICES_PER_USER, the
-        least recently registered others go."""
+        least recently registered others go, unless registered again since they were
+        listed: the user then keeps one device over the cap until a later registration
+        lists the devices again (the one that refreshed it lists after this one's insert,
+        so it evicts in its place)."""
         assert device.platform is not None, "validated by device_problem()"
         platform = device.platform.value
         token = device.device_token
@@ -47,7 +55,8 @@ class DeviceStore:
         listed = await self.list(user_id)
         others = [d for d in listed if d.device_token != token]
         for old in devices_beyond_cap(others, keep=MAX_DEVICES_PER_USER - 1):
-            await self.remove(user_id, old.device_token)
+            params = (user_id, old.device_token, old.register_time)
+            await execute(self._session, self._evict, params)
         registered = next((d for d in listed if d.device_token == token), None)
         if registered is None:  # removed meanwhile (a concurrent eviction): register again
             return await self.register(user_id, device)

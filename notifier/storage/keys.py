@@ -10,8 +10,15 @@ replica answers alike:
   still deliver it: "retry later";
 - unsettled for longer: its holder died or never heard its write land (a crash, a
   timeout on both the write and the read that settles it): this attempt takes the key
-  over with an LWT on the old holder's accept_id, and delivers. A holder that was only
-  slow pushes too: the key is the push's collapse id, so the device shows one alert.
+  over with an LWT on the old holder's accept_id and accepted_at, and delivers. A holder
+  that was only slow pushes too: the key is the push's collapse id, so the device shows
+  one alert.
+
+How long a key has been held is told by the database's clock, which wrote accepted_at,
+never by this host's: a replica whose clock ran ahead by more than the bound would take
+over every live holder's key, one behind would wait for ever on a dead holder's. A holder
+whose item waits long to be pushed refreshes accepted_at first (`refresh`), so no other
+attempt takes the key over from a live holder that has yet to push it.
 
 An LWT that times out (unknown outcome) is settled by a SERIAL read (DESIGN.md invariant
 4: never re-apply blindly). When even that read fails, the caller is answered "retry"
@@ -22,9 +29,9 @@ row at once if the write did land (elsewhere it waits out `takeover_after`).
 from __future__ import annotations
 
 import enum
+import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -54,6 +61,20 @@ class KeyClaim:
     accept_id: uuid.UUID | None
     settled_as: Settlement | None = None
     taken_over: bool = False
+    # RECORDED by this call's own write (an insert or a takeover that applied): the hold
+    # is no older than the call. False for a hold found written (an earlier attempt's
+    # write that landed unheard, or an unknown outcome settled by a read): its age is not
+    # known here.
+    fresh: bool = False
+
+
+@dataclass(frozen=True)
+class KeyHold:
+    """This process's hold on a key it delivers: its attempt's id, and the time.monotonic()
+    at or before which the row's accepted_at was last written (None: not known)."""
+
+    accept_id: uuid.UUID
+    since: float | None
 
 
 @dataclass(frozen=True)
@@ -66,12 +87,26 @@ class _KeyRow:
     accept_id: uuid.UUID | None
     accepted_at: datetime | None
     settled_as: Settlement | None
+    # The database's time when the row was read (None: it came with an LWT's answer).
+    read_at: datetime | None = None
 
     @classmethod
     def of(cls, row: Any) -> _KeyRow:
         settled_as = Settlement(row.settled_as) if row.settled_as else None
-        accepted_at = row.accepted_at.replace(tzinfo=UTC) if row.accepted_at else None
-        return cls(row.accept_id, accepted_at, settled_as)
+        read_at = getattr(row, "read_at", None)
+        return cls(row.accept_id, _utc(row.accepted_at), settled_as, _utc(read_at))
+
+    def abandoned(self, bound: timedelta) -> bool:
+        """Unclaimed, or held for `bound` or longer by the database's clock (a row read
+        without that clock's time cannot tell: not abandoned)."""
+        if self.accept_id is None or self.accepted_at is None:
+            return True
+        return self.read_at is not None and self.read_at - self.accepted_at >= bound
+
+
+def _utc(timestamp: datetime | None) -> datetime | None:
+    # The driver returns timestamps as naive UTC datetimes.
+    return timestamp.replace(tzinfo=UTC) if timestamp is not None else None
 
 
 # Keys whose last write may have landed unseen, kept at most this many (oldest dropped):
@@ -90,19 +125,26 @@ class KeyStore:
         keyspace: str,
         ttl: timedelta,
         takeover_after: timedelta,
-        clock: Callable[[], datetime],
     ) -> None:
         self._session = session
         self._ttl_s = int(ttl.total_seconds())
         self._takeover_after = takeover_after
-        self._clock = clock
+        # A hold this old is refreshed before its push: half the bound is left for the
+        # push itself (its retries take ~15 s) before another attempt may take the key.
+        self._refresh_after_s = takeover_after.total_seconds() / 2
         table = f"{keyspace}.notification_keys"
         self._insert = session.prepare(
             f"INSERT INTO {table} (idempotency_key, user_id, accept_id, accepted_at)"
             " VALUES (?, ?, ?, toTimestamp(now())) IF NOT EXISTS USING TTL ?"
         )
+        # On the holder's accepted_at as judged too: a hold refreshed since that read is
+        # live, and is not taken.
         self._take_over = session.prepare(
             f"UPDATE {table} USING TTL ? SET accept_id = ?, accepted_at = toTimestamp(now())"
+            " WHERE idempotency_key = ? IF accept_id = ? AND accepted_at = ? AND settled_at = null"
+        )
+        self._refresh = session.prepare(
+            f"UPDATE {table} USING TTL ? SET accepted_at = toTimestamp(now())"
             " WHERE idempotency_key = ? IF accept_id = ? AND settled_at = null"
         )
         # A plain write: only the holder writes these columns, and a late one racing a
@@ -114,8 +156,10 @@ class KeyStore:
         self._release = session.prepare(
             f"DELETE FROM {table} WHERE idempotency_key = ? IF accept_id = ?"
         )
+        # With the database's time, by which a holder's accepted_at was written.
         self._read: PreparedStatement = session.prepare(
-            f"SELECT accept_id, accepted_at, settled_as FROM {table} WHERE idempotency_key = ?"
+            f"SELECT accept_id, accepted_at, settled_as, toTimestamp(now()) AS read_at"
+            f" FROM {table} WHERE idempotency_key = ?"
         )
         # A SERIAL read finishes any in-flight Paxos round, so what it finds is final.
         self._read.consistency_level = serial_read_level(session)
@@ -157,6 +201,21 @@ class KeyStore:
         once instead of waiting out `takeover_after`."""
         await execute(self._session, self._release, (key, accept_id))
 
+    def refresh_due(self, hold: KeyHold) -> bool:
+        """Whether `hold` is old enough (or of unknown age) to be refreshed before a push."""
+        return hold.since is None or time.monotonic() - hold.since >= self._refresh_after_s
+
+    async def refresh(self, key: str, hold: KeyHold) -> KeyHold | None:
+        """Renew `hold` (accepted_at from now), so that no other attempt takes the key over
+        while this one still has to push it; None when the key is no longer this attempt's
+        (taken over, and perhaps settled, by another). Raises a driver error when storage
+        does not answer: the refresh is safe to send again (it applies only to its own
+        hold, and moves nothing but the time)."""
+        since = time.monotonic()
+        params = (self._ttl_s, key, hold.accept_id)
+        applied = (await execute(self._session, self._refresh, params)).one().applied
+        return KeyHold(hold.accept_id, since) if applied else None
+
     async def settlement(self, key: str) -> Settlement | None:
         """How the key's delivery ended, if it was recorded and has ended."""
         row = (await execute(self._session, self._read, (key,))).one()
@@ -167,38 +226,43 @@ class KeyStore:
     ) -> KeyClaim:
         key = notification.idempotency_key
         insert = (key, notification.user_id, accept_id, self._ttl_s)
-        found = await self._lwt(self._insert, insert, key, accept_id)
+        found = await self._lwt(self._insert, insert, key)
+        if found is None:
+            return KeyClaim(KeyState.RECORDED, accept_id, fresh=True)
         claim = self._judge(found, ours)
+        if claim is not None and claim.state is KeyState.HELD_ELSEWHERE:
+            # Read again with the database's time: the holder's age is judged by it.
+            found = await self._read_row(key)
+            claim = self._judge(found, ours)
         if claim is not None:
             return claim
-        # Held too long by another attempt, unsettled: take it over from that holder.
-        take_over = (self._ttl_s, accept_id, key, found.accept_id)
-        now_found = await self._lwt(self._take_over, take_over, key, accept_id)
+        # Held too long by another attempt, unsettled: take it over from that hold.
+        take_over = (self._ttl_s, accept_id, key, found.accept_id, found.accepted_at)
+        now_found = await self._lwt(self._take_over, take_over, key)
+        if now_found is None:
+            return KeyClaim(KeyState.RECORDED, accept_id, taken_over=True, fresh=True)
         claim = self._judge(now_found, ours)
         if claim is not None and claim.state is KeyState.RECORDED:
             return KeyClaim(KeyState.RECORDED, accept_id, taken_over=True)
-        # Settled, or taken over by another attempt just now: not ours.
+        # Settled, refreshed by its holder, or taken over by another attempt just now.
         return claim or KeyClaim(KeyState.HELD_ELSEWHERE, now_found.accept_id)
 
     async def _lwt(
-        self,
-        statement: PreparedStatement,
-        params: tuple[Any, ...],
-        key: str,
-        accept_id: uuid.UUID,
-    ) -> _KeyRow:
-        """The key's row after an LWT that writes `accept_id`. A refused INSERT answers
-        with the row there; a refused UPDATE only with the columns it compared, so the
-        row is read; an unknown outcome is settled by that same SERIAL read."""
+        self, statement: PreparedStatement, params: tuple[Any, ...], key: str
+    ) -> _KeyRow | None:
+        """None when the LWT applied; else the key's row. A refused INSERT answers with the
+        row there; a refused UPDATE only with the columns it compared, so the row is read;
+        an unknown outcome is settled by that same SERIAL read."""
 
         async def answered() -> _KeyRow | None:
             result = (await execute(self._session, statement, params)).one()
             if result.applied:
-                return _KeyRow(accept_id, self._clock(), None)
-            return _KeyRow.of(result) if hasattr(result, "accepted_at") else None
+                return None
+            if hasattr(result, "settled_as"):
+                return _KeyRow.of(result)
+            return await self._read_row(key)
 
-        found = await or_settled(answered(), lambda: self._read_row(key))
-        return found if found is not None else await self._read_row(key)
+        return await or_settled(answered(), lambda: self._read_row(key))
 
     async def _read_row(self, key: str) -> _KeyRow:
         row = (await execute(self._session, self._read, (key,))).one()
@@ -207,13 +271,12 @@ class KeyStore:
         return _KeyRow.of(row)
 
     def _judge(self, found: _KeyRow, ours: frozenset[uuid.UUID]) -> KeyClaim | None:
-        """What the row means for this attempt; None: held too long unsettled, take it."""
+        """What the row means for this attempt; None: nobody holds it, or another attempt
+        has held it unsettled past the bound: take it."""
         if found.settled_as is not None:
             return KeyClaim(KeyState.SETTLED, found.accept_id, found.settled_as)
-        if found.accept_id is None or found.accepted_at is None:
-            return None  # nobody holds it: take it (IF accept_id = null)
         if found.accept_id in ours:
             return KeyClaim(KeyState.RECORDED, found.accept_id)
-        if self._clock() - found.accepted_at < self._takeover_after:
-            return KeyClaim(KeyState.HELD_ELSEWHERE, found.accept_id)
-        return None
+        if found.abandoned(self._takeover_after):
+            return None
+        return KeyClaim(KeyState.HELD_ELSEWHERE, found.accept_id)

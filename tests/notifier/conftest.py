@@ -10,9 +10,11 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import grpc
 import pytest
@@ -207,3 +209,48 @@ class HoldableRecordingAdapter(RecordingPushAdapter):
             self.push_waiting.set()
             await asyncio.to_thread(self._released.wait, 30)
         return await super().push(message)
+
+
+@dataclass
+class HeldNotifier:
+    """A notifier with one push worker, held inside the push of a first bulk item
+    ("bulk-0/<user>") until the test calls `adapter.release()`. Calls are answered once
+    their items are pushed, so they are made from `callers`."""
+
+    notifier: Client
+    adapter: HoldableRecordingAdapter
+    callers: ThreadPoolExecutor
+
+    def send(self, message: pb.Notification) -> Future[list[pb.SendResult]]:
+        return self.callers.submit(self.notifier.send_batch, message)
+
+    def send_queued(self, message: pb.Notification) -> Future[list[pb.SendResult]]:
+        """Send, and return once the item waits in the queue (so items queue in order)."""
+        before = self.notifier.queued()
+        answer = self.send(message)
+        self.notifier.wait_queued(before + 1)
+        return answer
+
+
+@contextmanager
+def one_worker_held(settings: NotifierSettings, user: str) -> Iterator[HeldNotifier]:
+    adapter = HoldableRecordingAdapter(held=True)
+    one_worker = dataclasses.replace(settings, push_workers=1)
+    with running_notifier(one_worker, adapter) as notifier, ThreadPoolExecutor(8) as callers:
+        held = HeldNotifier(notifier, adapter, callers)
+        held.send(item(user, f"bulk-0/{user}", priority=pb.PRIORITY_BULK))
+        assert adapter.push_waiting.wait(10)
+        try:
+            yield held
+        finally:
+            adapter.release()
+
+
+def key_rows(settings: NotifierSettings, keys: list[str], columns: str) -> list[Any]:
+    """The notification_keys row of each key (its `columns`), None where there is none."""
+    cassandra = settings.cassandra
+    query = (
+        f"SELECT {columns} FROM {cassandra.keyspace}.notification_keys WHERE idempotency_key = %s"
+    )
+    with connect(cassandra) as connection:
+        return [connection.session.execute(query, (key,)).one() for key in keys]

@@ -1,24 +1,22 @@
 """The notifier's promises on the real Cassandra through a real gRPC server: one push per
-key, answered once pushed, expired items never pushed, urgent ahead of bulk, devices, the
-drop_reply fault."""
+key, answered once pushed, expired items never pushed, a push service asking for retries
+never losing a ring, urgent ahead of bulk, devices, the drop_reply fault."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, timedelta
-from typing import Any
 
 import grpc
 import pytest
 
 from dispatcher.settings import MAX_BATCH_SIZE
 from genproto.notification.v1 import notification_pb2 as pb
+from notifier.delivery.adapters import RecordingPushAdapter
 from notifier.domain.model import MAX_DEVICES_PER_USER
+from notifier.domain.push import PushMessage, PushResult
 from notifier.settings import Faults, NotifierSettings
 from reminders_svc.config import Retention
 from reminders_svc.storage.session import connect
@@ -28,56 +26,12 @@ from tests.notifier.conftest import (
     REJECTED,
     RETRYABLE,
     Client,
-    HoldableRecordingAdapter,
     item,
+    key_rows,
+    one_worker_held,
     reminder_key,
     running_notifier,
 )
-
-
-@dataclass
-class HeldNotifier:
-    """A notifier with one push worker, held inside the push of a first bulk item
-    ("bulk-0/<user>") until the test calls `adapter.release()`. Calls are answered once
-    their items are pushed, so they are made from `callers`."""
-
-    notifier: Client
-    adapter: HoldableRecordingAdapter
-    callers: ThreadPoolExecutor
-
-    def send(self, message: pb.Notification) -> Future[list[pb.SendResult]]:
-        return self.callers.submit(self.notifier.send_batch, message)
-
-    def send_queued(self, message: pb.Notification) -> Future[list[pb.SendResult]]:
-        """Send, and return once the item waits in the queue (so items queue in order)."""
-        before = self.notifier.queued()
-        answer = self.send(message)
-        self.notifier.wait_queued(before + 1)
-        return answer
-
-
-@contextmanager
-def one_worker_held(settings: NotifierSettings, user: str) -> Iterator[HeldNotifier]:
-    adapter = HoldableRecordingAdapter(held=True)
-    one_worker = dataclasses.replace(settings, push_workers=1)
-    with running_notifier(one_worker, adapter) as notifier, ThreadPoolExecutor(8) as callers:
-        held = HeldNotifier(notifier, adapter, callers)
-        held.send(item(user, f"bulk-0/{user}", priority=pb.PRIORITY_BULK))
-        assert adapter.push_waiting.wait(10)
-        try:
-            yield held
-        finally:
-            adapter.release()
-
-
-def key_rows(settings: NotifierSettings, keys: list[str], columns: str) -> list[Any]:
-    """The notification_keys row of each key (its `columns`), None where there is none."""
-    cassandra = settings.cassandra
-    query = (
-        f"SELECT {columns} FROM {cassandra.keyspace}.notification_keys WHERE idempotency_key = %s"
-    )
-    with connect(cassandra) as connection:
-        return [connection.session.execute(query, (key,)).one() for key in keys]
 
 
 def test_accepted_then_duplicate_and_pushed_once(notifier: Client, user: str) -> None:
@@ -282,6 +236,49 @@ def test_item_expiring_while_queued_is_rejected_counted_and_settled(
         assert [(r.outcome, r.reason) for r in held.notifier.send_batch(again)] == [
             (REJECTED, "expired")
         ]
+
+
+class PushServiceAskingToRetry(RecordingPushAdapter):
+    """Answers "retry" (throttled, a 5xx) while `failing`, then pushes as usual."""
+
+    def __init__(self) -> None:
+        super().__init__(capacity=100)
+        self.failing = True
+        self.retries_asked = 0
+
+    async def push(self, message: PushMessage) -> PushResult:
+        if self.failing:
+            self.retries_asked += 1
+            return PushResult.RETRY
+        return await super().push(message)
+
+
+def test_an_item_the_push_service_keeps_asking_to_retry_is_handed_back_and_pushed_when_resent(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """A push service throttling or failing for longer than the push attempts last (~15 s
+    by default) used to get the item given up on: answered rejected and settled so, the
+    one-off never rang, and every retry of its key got the stored rejection. Now it is
+    handed back (answered "retry", its key released), and the sender's retry, once the
+    push service answers, is pushed."""
+    settings = dataclasses.replace(notifier_settings, push_max_attempts=3)
+    push_service = PushServiceAskingToRetry()
+    message = item(user)
+    exhausted = ("notifier_handed_back_total", frozenset({("reason", "push_retries_exhausted")}))
+    with running_notifier(settings, push_service) as notifier:
+        [handed_back] = notifier.send_batch(message)
+        assert (handed_back.outcome, handed_back.reason) == (
+            RETRYABLE,
+            "not delivered (the push service asked to retry every attempt); send again",
+        )
+        assert push_service.retries_asked == settings.push_max_attempts
+        assert key_rows(settings, [message.idempotency_key], "accept_id") == [None]
+        assert notifier.metrics()[exhausted] == 1
+
+        push_service.failing = False
+        [pushed] = notifier.send_batch(message)
+        assert pushed.outcome == ACCEPTED
+        assert len(notifier.delivered(key=message.idempotency_key)) == 1
 
 
 def test_a_delivered_key_sent_again_past_its_expiry_is_a_duplicate_not_a_rejection(

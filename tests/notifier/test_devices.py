@@ -1,19 +1,24 @@
 """Removing devices from the registry on the real Cassandra through a real gRPC server:
 one device (UnregisterDevice), every device of a user (DeleteUserDevices), and what a
-push then reaches."""
+push then reaches; and the cap's eviction racing a registration of the device it evicts."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import grpc
 import pytest
+from cassandra.cluster import Session
 from google.protobuf.message import Message
 
 from genproto.notification.v1 import notification_pb2 as pb
+from notifier.domain.model import MAX_DEVICES_PER_USER, Device, Platform
 from notifier.settings import NotifierSettings
+from notifier.storage.devices import DeviceStore
+from reminders_svc.storage.session import connect
 from tests.notifier.conftest import ACCEPTED, Client, item, running_notifier
 
 
@@ -149,3 +154,53 @@ def test_device_removal_refuses_bad_input_naming_the_field_and_removes_nothing(
     # Three refusals name this user: each is refused before anything is removed (a token
     # left empty must not read as "every device of the user").
     assert tokens_of(notifier, user) == {phone}
+
+
+class _DeviceRegisteredAgainOnceListed(DeviceStore):
+    """Right after this server's first listing of the user's devices, `device` registers
+    again through another server: the eviction this one then makes works from a listing
+    older than that registration."""
+
+    def __init__(self, session: Session, keyspace: str, device: Device) -> None:
+        super().__init__(session, keyspace)
+        self._other_server = DeviceStore(session, keyspace)
+        self._registering_again: Device | None = device
+
+    async def list(self, user_id: str) -> tuple[Device, ...]:
+        listed = await super().list(user_id)
+        if self._registering_again is not None:
+            device, self._registering_again = self._registering_again, None
+            await self._other_server.register(user_id, device)
+        return listed
+
+
+def test_a_device_registered_again_while_a_new_one_evicts_it_stays_registered(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """A user at the cap registers a new phone while the oldest device registers again
+    (its app starts): the new phone's eviction, listed before, used to delete that device
+    anyway, and its app believed it was registered. Now it stays, and the other server's
+    registration, which lists after the new phone was added, evicts the next oldest."""
+    cassandra = notifier_settings.cassandra
+    devices = [Device(f"fcm-{n:02}-{user}", Platform.FCM) for n in range(MAX_DEVICES_PER_USER)]
+    oldest, next_oldest = devices[0], devices[1]
+    new_phone = Device(f"fcm-new-{user}", Platform.FCM)
+
+    async def scenario() -> set[str]:
+        with connect(cassandra) as connection:
+            registry = DeviceStore(connection.session, cassandra.keyspace)
+            for device in devices:
+                await registry.register(user, device)
+                await asyncio.sleep(0.002)  # registration times a millisecond apart at least
+            racing = _DeviceRegisteredAgainOnceListed(
+                connection.session, cassandra.keyspace, oldest
+            )
+            await racing.register(user, new_phone)
+            return {d.device_token for d in await registry.list(user)}
+
+    kept = asyncio.run(scenario())
+
+    assert oldest.device_token in kept
+    assert new_phone.device_token in kept
+    assert next_oldest.device_token not in kept
+    assert len(kept) == MAX_DEVICES_PER_USER

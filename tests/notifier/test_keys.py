@@ -1,41 +1,73 @@
 """The notifier's idempotency keys on the real node: whose a recorded key is, when a later
-attempt may take it over, and what a settled key answers."""
+attempt may take it over (by the database's clock), what a settled key answers, and a
+holder's refresh of its hold."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from cassandra.cluster import Session
 
 from notifier.domain.model import Notification, Priority, Settlement
 from notifier.settings import NotifierSettings
-from notifier.storage.keys import KeyClaim, KeyState, KeyStore
+from notifier.storage.keys import KeyClaim, KeyHold, KeyState, KeyStore
+from reminders_svc.storage.aio import execute
 from reminders_svc.storage.session import connect
 from tests.notifier.conftest import leave_unsettled_key
 
 TAKEOVER_AFTER = timedelta(seconds=60)
+# Further off than the takeover bound, either way.
+Result = TypeVar("Result")
+
+
+@dataclass(frozen=True)
+class Keys:
+    """A KeyStore on the real node, and what the tests do to its rows."""
+
+    store: KeyStore
+    session: Session
+    keyspace: str
+
+    async def age_hold(self, key: str, age: timedelta) -> None:
+        """As if the key's holder had recorded (or last refreshed) it `age` ago by the
+        database's clock, which is what judges a hold's age."""
+        clock = await execute(self.session, "SELECT toTimestamp(now()) AS now FROM system.local")
+        db_now = clock.one().now.replace(tzinfo=UTC)
+        table = f"{self.keyspace}.notification_keys"
+        backdate = f"UPDATE {table} SET accepted_at = %s WHERE idempotency_key = %s IF EXISTS"
+        aged = await execute(self.session, backdate, (db_now - age, key))
+        assert aged.one().applied
+
+    async def hold_written(self, key: str) -> int:
+        """When (microseconds) the key's accepted_at was last written."""
+        table = f"{self.keyspace}.notification_keys"
+        query = f"SELECT writetime(accepted_at) AS written FROM {table} WHERE idempotency_key = %s"
+        row = (await execute(self.session, query, (key,))).one()
+        return int(row.written)
 
 
 def with_keys(
     notifier_settings: NotifierSettings,
-    steps: Callable[[KeyStore, list[timedelta]], Awaitable[list[KeyClaim]]],
-) -> list[KeyClaim]:
-    """Runs `steps` on a KeyStore whose clock runs ahead of the real one by the last
-    value of the list it is given (the test appends to move it)."""
+    steps: Callable[[Keys], Awaitable[Result]],
+    store_type: Callable[..., KeyStore] = KeyStore,
+) -> Result:
+    """Runs `steps` on a KeyStore on the real node."""
     settings = notifier_settings.cassandra
-    ahead = [timedelta(0)]
 
-    async def run() -> list[KeyClaim]:
+    async def run() -> Result:
         with connect(settings) as connection:
-            keys = KeyStore(
+            store = store_type(
                 connection.session,
                 settings.keyspace,
                 notifier_settings.key_ttl,
                 TAKEOVER_AFTER,
-                lambda: datetime.now(UTC) + ahead[-1],
             )
-            return await steps(keys, ahead)
+            return await steps(Keys(store, connection.session, settings.keyspace))
 
     return asyncio.run(run())
 
@@ -48,19 +80,20 @@ def test_a_key_is_this_attempts_own_when_the_row_holds_its_accept_id(
     notifier_settings: NotifierSettings,
 ) -> None:
     """A re-sent insert of an attempt whose first insert landed (its reply lost) finds the
-    attempt's own row: that is "recorded, deliver it", not "another attempt has it"."""
+    attempt's own row: that is "recorded, deliver it", not "another attempt has it"; but
+    not written by this call, so how old the hold is is not known here."""
     item = notification()
     first_attempt, second_attempt = uuid.uuid4(), uuid.uuid4()
 
-    async def steps(keys: KeyStore, _: list[timedelta]) -> list[KeyClaim]:
+    async def steps(keys: Keys) -> list[KeyClaim]:
         return [
-            await keys.record(item, first_attempt),
-            await keys.record(item, first_attempt),  # the same insert, sent again
-            await keys.record(item, second_attempt),  # another attempt at the same key
+            await keys.store.record(item, first_attempt),
+            await keys.store.record(item, first_attempt),  # the same insert, sent again
+            await keys.store.record(item, second_attempt),  # another attempt at the same key
         ]
 
     assert with_keys(notifier_settings, steps) == [
-        KeyClaim(KeyState.RECORDED, first_attempt),
+        KeyClaim(KeyState.RECORDED, first_attempt, fresh=True),
         KeyClaim(KeyState.RECORDED, first_attempt),
         KeyClaim(KeyState.HELD_ELSEWHERE, first_attempt),
     ]
@@ -72,13 +105,12 @@ def test_a_settled_key_answers_its_settlement_to_every_later_attempt(
     pushed, expired = notification(), notification()
     holder = uuid.uuid4()
 
-    async def steps(keys: KeyStore, ahead: list[timedelta]) -> list[KeyClaim]:
-        await keys.record(pushed, holder)
-        await keys.settle(pushed.idempotency_key, Settlement.PUSHED)
-        await keys.record(expired, holder)
-        await keys.settle(expired.idempotency_key, Settlement.EXPIRED)
-        ahead.append(TAKEOVER_AFTER * 10)  # settled keys are never taken over
-        return [await keys.record(pushed), await keys.record(expired)]
+    async def steps(keys: Keys) -> list[KeyClaim]:
+        for item, settlement in ((pushed, Settlement.PUSHED), (expired, Settlement.EXPIRED)):
+            await keys.store.record(item, holder)
+            await keys.store.settle(item.idempotency_key, settlement)
+            await keys.age_hold(item.idempotency_key, TAKEOVER_AFTER * 10)  # never taken over
+        return [await keys.store.record(pushed), await keys.store.record(expired)]
 
     assert with_keys(notifier_settings, steps) == [
         KeyClaim(KeyState.SETTLED, holder, Settlement.PUSHED),
@@ -93,23 +125,24 @@ def test_an_unsettled_key_is_taken_over_once_held_past_the_bound(
     the bound a new attempt is told to retry; past it, one attempt takes the key over and
     the old holder, back, no longer owns it."""
     item = notification()
+    key = item.idempotency_key
     dead, late, later = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
 
-    async def steps(keys: KeyStore, ahead: list[timedelta]) -> list[KeyClaim]:
-        claims = [await keys.record(item, dead)]
-        ahead.append(TAKEOVER_AFTER - timedelta(seconds=5))
-        claims.append(await keys.record(item, late))
-        ahead.append(TAKEOVER_AFTER + timedelta(seconds=5))
-        claims.append(await keys.record(item, late))
-        ahead.append(timedelta(0))  # the new holder's hold is fresh
-        claims.append(await keys.record(item, later))
-        claims.append(await keys.record(item, dead))
+    async def steps(keys: Keys) -> list[KeyClaim]:
+        claims = [await keys.store.record(item, dead)]
+        await keys.age_hold(key, TAKEOVER_AFTER - timedelta(seconds=5))
+        claims.append(await keys.store.record(item, late))
+        await keys.age_hold(key, TAKEOVER_AFTER + timedelta(seconds=5))
+        claims.append(await keys.store.record(item, late))
+        # The new holder's hold is fresh.
+        claims.append(await keys.store.record(item, later))
+        claims.append(await keys.store.record(item, dead))
         return claims
 
     assert with_keys(notifier_settings, steps) == [
-        KeyClaim(KeyState.RECORDED, dead),
+        KeyClaim(KeyState.RECORDED, dead, fresh=True),
         KeyClaim(KeyState.HELD_ELSEWHERE, dead),
-        KeyClaim(KeyState.RECORDED, late, taken_over=True),
+        KeyClaim(KeyState.RECORDED, late, taken_over=True, fresh=True),
         KeyClaim(KeyState.HELD_ELSEWHERE, late),
         KeyClaim(KeyState.HELD_ELSEWHERE, late),
     ]
@@ -127,8 +160,8 @@ def test_concurrent_takeovers_of_a_stale_key_leave_one_holder(
         datetime.now(UTC) - 2 * TAKEOVER_AFTER,
     )
 
-    async def steps(keys: KeyStore, ahead: list[timedelta]) -> list[KeyClaim]:
-        return list(await asyncio.gather(*(keys.record(item, a) for a in attempts)))
+    async def steps(keys: Keys) -> list[KeyClaim]:
+        return list(await asyncio.gather(*(keys.store.record(item, a) for a in attempts)))
 
     claims = with_keys(notifier_settings, steps)
     winners = [c for c in claims if c.state is KeyState.RECORDED]
@@ -143,12 +176,14 @@ def test_a_released_key_is_recorded_at_once_by_the_next_attempt(
     item = notification()
     stopping, next_attempt = uuid.uuid4(), uuid.uuid4()
 
-    async def steps(keys: KeyStore, _: list[timedelta]) -> list[KeyClaim]:
-        await keys.record(item, stopping)
-        await keys.release(item.idempotency_key, stopping)
-        return [await keys.record(item, next_attempt)]
+    async def steps(keys: Keys) -> list[KeyClaim]:
+        await keys.store.record(item, stopping)
+        await keys.store.release(item.idempotency_key, stopping)
+        return [await keys.store.record(item, next_attempt)]
 
-    assert with_keys(notifier_settings, steps) == [KeyClaim(KeyState.RECORDED, next_attempt)]
+    assert with_keys(notifier_settings, steps) == [
+        KeyClaim(KeyState.RECORDED, next_attempt, fresh=True)
+    ]
 
 
 def test_a_slow_holders_settle_after_a_later_holder_released_the_key_reads_settled(
@@ -161,18 +196,18 @@ def test_a_slow_holders_settle_after_a_later_holder_released_the_key_reads_settl
     item = notification()
     slow, taker, later = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
 
-    async def steps(keys: KeyStore, ahead: list[timedelta]) -> list[KeyClaim]:
-        claims = [await keys.record(item, slow)]
-        ahead.append(TAKEOVER_AFTER + timedelta(seconds=5))
-        claims.append(await keys.record(item, taker))
-        await keys.release(item.idempotency_key, taker)
-        await keys.settle(item.idempotency_key, Settlement.PUSHED)
-        claims.append(await keys.record(item, later))
+    async def steps(keys: Keys) -> list[KeyClaim]:
+        claims = [await keys.store.record(item, slow)]
+        await keys.age_hold(item.idempotency_key, TAKEOVER_AFTER + timedelta(seconds=5))
+        claims.append(await keys.store.record(item, taker))
+        await keys.store.release(item.idempotency_key, taker)
+        await keys.store.settle(item.idempotency_key, Settlement.PUSHED)
+        claims.append(await keys.store.record(item, later))
         return claims
 
     assert with_keys(notifier_settings, steps) == [
-        KeyClaim(KeyState.RECORDED, slow),
-        KeyClaim(KeyState.RECORDED, taker, taken_over=True),
+        KeyClaim(KeyState.RECORDED, slow, fresh=True),
+        KeyClaim(KeyState.RECORDED, taker, taken_over=True, fresh=True),
         KeyClaim(KeyState.SETTLED, None, Settlement.PUSHED),
     ]
 
@@ -190,10 +225,83 @@ def test_a_row_with_neither_holder_nor_settlement_is_taken_over(
             (item.user_id, item.idempotency_key),
         )
 
-    async def steps(keys: KeyStore, _: list[timedelta]) -> list[KeyClaim]:
-        return [await keys.record(item, attempt), await keys.record(item, uuid.uuid4())]
+    async def steps(keys: Keys) -> list[KeyClaim]:
+        return [
+            await keys.store.record(item, attempt),
+            await keys.store.record(item, uuid.uuid4()),
+        ]
 
     assert with_keys(notifier_settings, steps) == [
-        KeyClaim(KeyState.RECORDED, attempt, taken_over=True),
+        KeyClaim(KeyState.RECORDED, attempt, taken_over=True, fresh=True),
         KeyClaim(KeyState.HELD_ELSEWHERE, attempt),
     ]
+
+
+def test_a_refreshed_hold_is_live_again_and_a_lost_one_does_not_refresh(
+    notifier_settings: NotifierSettings,
+) -> None:
+    """A holder whose item waited long to be pushed refreshes its hold first: an attempt
+    past the bound then finds it live. A holder whose key was taken over meanwhile is told
+    so, and the new holder's hold is left as it was."""
+    kept, lost = notification(), notification()
+    holder, retry = uuid.uuid4(), uuid.uuid4()
+
+    async def steps(keys: Keys) -> tuple[list[KeyClaim], list[KeyHold | None], int]:
+        hold = KeyHold(holder, since=None)
+        for item in (kept, lost):
+            await keys.store.record(item, holder)
+            await keys.age_hold(item.idempotency_key, TAKEOVER_AFTER + timedelta(seconds=5))
+        refreshed = await keys.store.refresh(kept.idempotency_key, hold)
+        claims = [await keys.store.record(kept, retry), await keys.store.record(lost, retry)]
+        taker_wrote = await keys.hold_written(lost.idempotency_key)
+        refused = await keys.store.refresh(lost.idempotency_key, hold)
+        unmoved = await keys.hold_written(lost.idempotency_key) - taker_wrote
+        return claims, [refreshed, refused], unmoved
+
+    claims, refreshes, unmoved = with_keys(notifier_settings, steps)
+
+    assert claims == [
+        KeyClaim(KeyState.HELD_ELSEWHERE, holder),
+        KeyClaim(KeyState.RECORDED, retry, taken_over=True, fresh=True),
+    ]
+    refreshed, refused = refreshes
+    assert refreshed is not None
+    assert refreshed.accept_id == holder
+    assert refreshed.since is not None  # when, known now
+    assert refused is None
+    assert unmoved == 0
+
+
+class _HolderRefreshesAfterTheRead(KeyStore):
+    """Between this attempt's read of a stale hold and its takeover, the holder (another
+    replica) refreshes that hold: the interleaving a takeover must lose."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.holder: tuple[str, KeyHold] | None = None
+
+    async def _read_row(self, key: str) -> Any:
+        row = await super()._read_row(key)
+        if self.holder is not None:
+            refreshing, self.holder = self.holder, None
+            assert await self.refresh(*refreshing) is not None
+        return row
+
+
+def test_a_hold_refreshed_after_a_takeover_judged_it_stale_is_not_taken_over(
+    notifier_settings: NotifierSettings,
+) -> None:
+    """The takeover compares the hold as it judged it: a refresh in between wins, so the
+    holder that refreshed is the only one to push."""
+    item = notification()
+    holder, retry = uuid.uuid4(), uuid.uuid4()
+
+    async def steps(keys: Keys) -> KeyClaim:
+        assert isinstance(keys.store, _HolderRefreshesAfterTheRead)
+        await keys.store.record(item, holder)
+        await keys.age_hold(item.idempotency_key, TAKEOVER_AFTER + timedelta(seconds=5))
+        keys.store.holder = (item.idempotency_key, KeyHold(holder, since=None))
+        return await keys.store.record(item, retry)
+
+    claim = with_keys(notifier_settings, steps, store_type=_HolderRefreshesAfterTheRead)
+    assert claim == KeyClaim(KeyState.HELD_ELSEWHERE, holder)

@@ -1,7 +1,8 @@
 """Keys whose holder went away undelivered, on the real node through real notifiers: a
 holder that died mid-delivery (its row left unsettled) and a notifier stopping with items
 it could not deliver. Either way the key is delivered once, by whichever replica the
-sender's retry reaches."""
+sender's retry reaches. And a live holder whose item waits long: it refreshes its hold
+before pushing, and does not push a key another replica took over meanwhile."""
 
 from __future__ import annotations
 
@@ -34,13 +35,15 @@ from tests.notifier.conftest import (
     RETRYABLE,
     HoldableRecordingAdapter,
     item,
+    key_rows,
     leave_unsettled_key,
+    one_worker_held,
     reminder_key,
     running_notifier,
 )
 
 TAKEOVERS = ("notifier_key_takeovers_total", frozenset[tuple[str, str]]())
-HANDED_BACK = ("notifier_handed_back_total", frozenset[tuple[str, str]]())
+HANDED_BACK = ("notifier_handed_back_total", frozenset({("reason", "stopping")}))
 
 
 def test_a_key_a_dead_holder_left_unsettled_is_retryable_then_taken_over_and_pushed_once(
@@ -114,6 +117,66 @@ def test_a_notifier_stopping_hands_back_what_it_could_not_push_and_another_pushe
         assert second.metrics()[TAKEOVERS] == 0
 
 
+def test_an_item_waiting_past_half_the_takeover_bound_refreshes_its_hold_before_its_push(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """An item queued behind others (a busy minute, a stalled push) longer than half the
+    takeover bound refreshes its hold just before its push, so that no other replica
+    takes the key over from a live holder and pushes it too. An item pushed at once
+    writes nothing more."""
+    takeover_after = timedelta(seconds=4)
+    settings = dataclasses.replace(notifier_settings, key_takeover_after=takeover_after)
+    waiting = item(user)
+    with one_worker_held(settings, user) as held:
+        answer = held.send_queued(waiting)
+        time.sleep(takeover_after.total_seconds() / 2 + 0.5)
+        held.adapter.release()
+        [result] = answer.result(timeout=10)
+        assert result.outcome == ACCEPTED
+    pushed_at_once, waited = key_rows(
+        settings,
+        [f"bulk-0/{user}", waiting.idempotency_key],
+        "writetime(user_id) AS recorded, writetime(accepted_at) AS held",
+    )
+    assert pushed_at_once.held == pushed_at_once.recorded
+    refreshed_after_s = (waited.held - waited.recorded) / 1e6  # write times are in microseconds
+    assert refreshed_after_s >= takeover_after.total_seconds() / 2
+
+
+def test_an_item_whose_key_another_replica_took_over_while_it_waited_is_not_pushed(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """Replica A records an item and queues it behind a push that hangs; past the takeover
+    bound, the sender's retry reaches replica B, which takes the key over and pushes it.
+    When A's turn comes it finds its hold gone: it does not push (one push in all), leaves
+    the key as B settled it, and answers "retry", whose retry hears the key was delivered
+    (not "duplicate" at once: B might still have failed to push it)."""
+    takeover_after = timedelta(seconds=2)
+    settings = dataclasses.replace(notifier_settings, key_takeover_after=takeover_after)
+    message = item(user)
+    key = message.idempotency_key
+    lost = ("notifier_handed_back_total", frozenset({("reason", "key_taken_over")}))
+    with one_worker_held(settings, user) as replica_a, running_notifier(settings) as replica_b:
+        answer_a = replica_a.send_queued(message)
+        deadline = time.monotonic() + takeover_after.total_seconds() + 10
+        while (taken := replica_b.send_batch(message)[0]).outcome == RETRYABLE:
+            assert time.monotonic() < deadline, "never taken over"
+            time.sleep(0.2)
+        assert taken.outcome == ACCEPTED
+
+        replica_a.adapter.release()
+        [result] = answer_a.result(timeout=10)
+        assert (result.outcome, result.reason) == (
+            RETRYABLE,
+            "another attempt is delivering this key",
+        )
+        assert replica_a.adapter.delivered(user, key) == []
+        assert len(replica_b.delivered(key=key)) == 1
+        assert replica_a.notifier.metrics()[lost] == 1
+        [again] = replica_a.notifier.send_batch(message)
+        assert again.outcome == DUPLICATE
+
+
 def answered(answer: Future[list[pb.SendResult]]) -> str:
     """The outcome of a one-item call, or the status code that ended it."""
     try:
@@ -136,15 +199,14 @@ def _in_process(
     def now() -> datetime:
         return datetime.now(UTC)
 
-    keys = keys_type(
-        session, cassandra.keyspace, settings.key_ttl, settings.key_takeover_after, now
-    )
+    keys = keys_type(session, cassandra.keyspace, settings.key_ttl, settings.key_takeover_after)
     queue = DeliveryQueue()
     metrics = NotifierMetrics(CollectorRegistry())
     workers = PushWorkers(
         queue,
         RecordingPushAdapter(capacity=100),
         DeviceStore(session, cassandra.keyspace),
+        keys,
         DeliveryPolicy(2, 3, timedelta(seconds=0.05), auto_device=True),
         metrics,
         now,
