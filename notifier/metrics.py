@@ -38,8 +38,9 @@ class NotifierMetrics:
         self.undeliverable = Counter(
             "notifier_undeliverable",
             "Notifications given up on, by reason: no_device (answered accepted with nowhere "
-            "to push them). Pushes the push service keeps asking to retry are not given up "
-            "on but handed back (notifier_handed_back_total).",
+            "to push them), attempts_exhausted (no device took it, the push service asking "
+            "for a retry every time, for longer than the give-up bound past its due; until "
+            "then such items are handed back: notifier_handed_back_total).",
             ("reason",),
             registry=registry,
         )

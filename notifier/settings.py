@@ -77,6 +77,9 @@ class NotifierSettings:
     max_pending: int = 10_000
     push_max_attempts: int = 5
     push_retry_backoff: timedelta = timedelta(seconds=1)
+    # A notification no device took (the push service asked for a retry every time) is
+    # handed back to its sender for this long after its due, then given up (rejected).
+    push_give_up_after: timedelta = timedelta(hours=1)
     # The recording adapter keeps at most this many pushes (oldest dropped).
     recording_capacity: int = 100_000
     shutdown_grace: timedelta = timedelta(seconds=20)
@@ -116,6 +119,7 @@ class NotifierSettings:
             max_pending=count("MAX_PENDING", cls.max_pending),
             push_max_attempts=count("PUSH_MAX_ATTEMPTS", cls.push_max_attempts),
             push_retry_backoff=seconds("PUSH_RETRY_BACKOFF_S", cls.push_retry_backoff, low=0),
+            push_give_up_after=seconds("PUSH_GIVE_UP_AFTER_S", cls.push_give_up_after, low=0),
             recording_capacity=count("RECORDING_CAPACITY", cls.recording_capacity),
             shutdown_grace=seconds("SHUTDOWN_GRACE_S", cls.shutdown_grace, low=0),
             health_probe_interval=seconds(

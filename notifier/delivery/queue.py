@@ -30,6 +30,8 @@ class QueuedNotification:
     # Storage calls before its push that storage did not answer (device lookups, hold
     # refreshes): they use up no push attempt.
     storage_failures: int = 0
+    # Pushed to at least one of the user's devices by an earlier attempt.
+    reached: bool = False
 
 
 @dataclass(order=True, frozen=True)

@@ -41,6 +41,11 @@ class DeliveryPolicy:
     auto_device: bool
     # Fault injection (tests): SIGKILL this process as its first push is about to go out.
     crash_before_push: bool = False
+    # How long after its due a notification no device took (every push asked for a
+    # retry, attempt after attempt) is still handed back for its sender to send again;
+    # past it, it is given up (rejected). Senders set a fresh expiry on each attempt, so
+    # that alone would hand it back for ever.
+    give_up_after: timedelta = timedelta(hours=1)
 
 
 class PushWorkers:
@@ -105,6 +110,12 @@ class PushWorkers:
 
     async def _deliver(self, item: QueuedNotification) -> None:
         notification = item.notification
+        # The hold first: an item whose key another attempt took over must settle nothing
+        # (not even expired, or no device), the key's settlement being that attempt's.
+        held = await self._still_held(item)
+        if held is None:
+            return
+        item = held
         if self._expired(item):
             return
         devices = item.devices
@@ -120,10 +131,6 @@ class PushWorkers:
             log.info("no device for %s", notification.idempotency_key)
             self._end(item, Settlement.NO_DEVICE)
             return
-        held = await self._still_held(item)
-        if held is None:
-            return
-        item = held
         if self._policy.crash_before_push:
             log.warning("fault crash_before_push: killing this process")
             os.kill(os.getpid(), signal.SIGKILL)
@@ -134,7 +141,8 @@ class PushWorkers:
             if result is PushResult.RETRY
         )
         if again:
-            self._retry(item, again)
+            reached = item.reached or PushResult.OK in results
+            self._retry(dataclasses.replace(item, reached=reached), again)
         else:
             self._end(item, Settlement.PUSHED)
 
@@ -195,18 +203,31 @@ class PushWorkers:
         return result
 
     def _retry(self, item: QueuedNotification, devices: tuple[Device, ...]) -> None:
-        """Push again to `devices` after a backoff; once the attempts are used up, hand the
-        item back rather than give it up: a push service throttling or failing for a few
-        seconds must not lose a ring. Its caller is answered "retry" and sends it again
-        later under the same key (pushed to every device then: those that had it collapse
-        it by the key), until its expiry says it is too late."""
+        """Push again to `devices` after a backoff. Once the attempts are used up:
+        - pushed to one of the user's devices at least: delivered (the ring reached them);
+        - else, within `give_up_after` of its due, handed back rather than given up, so a
+          push service throttling or failing for a few seconds does not lose a ring: its
+          caller is answered "retry" and sends it again later under the same key;
+        - else given up: rejected, and its key settled so."""
         key = item.notification.idempotency_key
         if item.attempt < self._policy.max_attempts:
             again = dataclasses.replace(item, attempt=item.attempt + 1, devices=devices)
             self._queue.put_after(again, self._backoff(item.attempt))
-        elif not self._expired(item):
+        elif item.reached:
+            self._end(item, Settlement.PUSHED)
+        elif self._expired(item):
+            return
+        elif self._within_hand_back(item.notification):
             log.warning("handing %s back after %d push attempts asked to retry", key, item.attempt)
             self._end(item, HandBack.PUSH_RETRIES_EXHAUSTED)
+        else:
+            self._metrics.undeliverable.labels("attempts_exhausted").inc()
+            log.warning("giving up on %s: no device took it since its due", key)
+            self._end(item, Settlement.UNDELIVERABLE)
+
+    def _within_hand_back(self, notification: Notification) -> bool:
+        due = notification.due_time
+        return due is not None and self._clock() - due < self._policy.give_up_after
 
     def _retry_for_storage(self, item: QueuedNotification) -> None:
         """Storage did not answer: an outage, not a failed push. Try again for as long as

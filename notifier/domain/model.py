@@ -78,9 +78,8 @@ class Settlement(enum.Enum):
     # Accepted with nowhere to push it (the user has no device): nothing to retry.
     NO_DEVICE = "no_device"
     EXPIRED = "expired"
-    # The push service kept asking for a retry until the attempts ran out. No longer
-    # written (such an item is handed back: HandBack.PUSH_RETRIES_EXHAUSTED); read on keys
-    # an older version settled so.
+    # No device took it: the push service asked for a retry at every attempt, and it was
+    # handed back (HandBack.PUSH_RETRIES_EXHAUSTED) until `give_up_after` past its due.
     UNDELIVERABLE = "undeliverable"
 
 

@@ -106,6 +106,7 @@ class NotifierServer:
             retry_backoff=settings.push_retry_backoff,
             auto_device=settings.auto_device,
             crash_before_push=settings.faults.crash_before_push,
+            give_up_after=settings.push_give_up_after,
         )
         self._workers = PushWorkers(
             queue, self.adapter, devices, keys, policy, self._metrics, self._clock

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
@@ -279,6 +279,61 @@ def test_an_item_the_push_service_keeps_asking_to_retry_is_handed_back_and_pushe
         [pushed] = notifier.send_batch(message)
         assert pushed.outcome == ACCEPTED
         assert len(notifier.delivered(key=message.idempotency_key)) == 1
+
+
+class PushServiceThrottlingOneDevice(RecordingPushAdapter):
+    """Answers "retry" for one device token, always; pushes to the others."""
+
+    def __init__(self, throttled: str) -> None:
+        super().__init__(capacity=100)
+        self.throttled = throttled
+
+    async def push(self, message: PushMessage) -> PushResult:
+        if message.device_token == self.throttled:
+            return PushResult.RETRY
+        return await super().push(message)
+
+
+def test_an_item_that_reached_one_device_is_delivered_though_another_keeps_asking_to_retry(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """Handed back, it would be pushed again to every device, again and again, while the
+    push service throttles one token: it reached the user, so it is delivered."""
+    settings = dataclasses.replace(notifier_settings, push_max_attempts=2)
+    phone, tablet = f"apns-{user}", f"fcm-{user}"
+    push_service = PushServiceThrottlingOneDevice(throttled=tablet)
+    message = item(user)
+    with running_notifier(settings, push_service) as notifier:
+        for token, platform in ((phone, pb.Device.PLATFORM_APNS), (tablet, pb.Device.PLATFORM_FCM)):
+            device = pb.Device(device_token=token, platform=platform)
+            notifier.stub.RegisterDevice(pb.RegisterDeviceRequest(user_id=user, device=device))
+        [answer] = notifier.send_batch(message)
+        [again] = notifier.send_batch(message)
+        pushed = notifier.delivered(key=message.idempotency_key)
+
+    assert (answer.outcome, again.outcome) == (ACCEPTED, DUPLICATE)
+    assert [p.device_token for p in pushed] == [phone]
+
+
+def test_an_item_no_device_took_for_too_long_past_its_due_is_given_up(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """Senders set a fresh expiry on each attempt: the bound on handing back counts from
+    the due, or a token the push service always throttles would come back for ever."""
+    settings = dataclasses.replace(
+        notifier_settings, push_max_attempts=2, push_give_up_after=timedelta(minutes=1)
+    )
+    message = item(user)
+    message.due_time.FromDatetime(datetime.now(UTC) - timedelta(minutes=2))
+    with running_notifier(settings, PushServiceAskingToRetry()) as notifier:
+        [answer] = notifier.send_batch(message)
+        [again] = notifier.send_batch(message)
+
+    assert (answer.outcome, answer.reason) == (
+        REJECTED,
+        "the push service refused every attempt",
+    )
+    assert again.outcome == REJECTED  # answered from the key's settlement
 
 
 def test_a_delivered_key_sent_again_past_its_expiry_is_a_duplicate_not_a_rejection(
