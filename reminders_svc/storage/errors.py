@@ -45,7 +45,8 @@ class CasWriteUnknown(RequestExecutionException):  # type: ignore[misc]  # untyp
 
 class WriteOutcomeUnknown(RuntimeError):
     """An LWT of unknown outcome that its SERIAL read could not settle either (storage
-    went away in between): the write may or may not have landed. Callers that re-read
+    went away in between, or later user changes left no trace of whether it landed): the
+    write may or may not have landed. Callers that re-read
     before acting treat it as storage trouble; the API answers DEADLINE_EXCEEDED ("read
     before retrying"), never UNAVAILABLE's "retry", which a non-idempotent change (a snooze
     by a duration, a resume) would turn into a second change or a refusal."""

@@ -5,7 +5,9 @@ Rules (DESIGN.md invariants 2 and 4):
 - Bucket first, row second: a write that yields a new due writes that due's bucket entry
   before the row, so a crash between leaves an orphan entry, never an unreachable row.
 - An LWT whose outcome is unknown (a timeout) is settled by a SERIAL read: a write with
-  its own `op_id` (a create, a user change) landed if and only if the row carries it; a
+  its own `op_id` (a create, a user change) landed if the row carries it, did not if the
+  row is at or below the version it wrote under another op id, and cannot be told (the
+  caller hears "may have been applied") once later user changes replaced it; a
   dispatcher's claim or re-claim, if the row holds its claim token; a finalize, if the
   claim it cleared is gone and no user change came after it; a replan (a row at rest
   moved under new tz rules), if the row holds what it wrote (`_landed`).
@@ -67,17 +69,24 @@ def _active(reminder: Reminder | None) -> int:
     return 0 if reminder is None or reminder.status is Status.DELETED else 1
 
 
-def _taken_over(old: Reminder, new: Reminder) -> Claim | None:
-    """The claim a re-claim takes over (it hands the claim to a new token), else None.
+def _expiry_compared(old: Reminder, new: Reminder) -> Claim | None:
+    """The claim whose expiry as read goes into the LWT's compare, else None.
 
-    Its expiry as read goes into the LWT's compare: the expiry was judged passed on that
-    read, and any renewal or release since has moved it, so the compare is race-free
-    whatever the clocks of the holder and the taker (`claim_expires <= now` would trust
-    the taker's clock against the holder's).
+    - A re-claim (the claim handed to a new token): the expiry was judged passed on that
+      read, and any renewal or release since has moved it, so the compare is race-free
+      whatever the clocks of the holder and the taker (`claim_expires <= now` would trust
+      the taker's clock against the holder's).
+    - A user change taking the claim away: its expiry becomes the row's `handoff_until`
+      (how long a delete says a ring may be in flight), so a renewal since the read, which
+      came with another hand-off attempt, must make this write read the row again.
     """
-    if old.claim is None or new.claim is None or new.claim.token == old.claim.token:
+    if old.claim is None:
         return None
-    return old.claim
+    if new.claim is not None and new.claim.token != old.claim.token:
+        return old.claim
+    if new.claim is None and new.op_id != old.op_id:
+        return old.claim
+    return None
 
 
 def _cell(new: Any, old: Any) -> Any:
@@ -351,8 +360,8 @@ class ReminderStore:
                 if column == "op_id" or new_values[column] != old_values[column]
             )
         )
-        expired_claim = _taken_over(old, after)
-        update = await self._update_of(columns, compare_expiry=expired_claim is not None)
+        compared_claim = _expiry_compared(old, after)
+        update = await self._update_of(columns, compare_expiry=compared_claim is not None)
         update_params = (
             ttl,
             *(_cell(new_values[column], old_values[column]) for column in columns),
@@ -362,7 +371,7 @@ class ReminderStore:
             old.status.value,
             old.claim.token if old.claim else None,
             old.due,
-            *((expired_claim.expires,) if expired_claim else ()),
+            *((compared_claim.expires,) if compared_claim else ()),
         )
         delta = _active(after) - _active(old)
         if delta == 0:

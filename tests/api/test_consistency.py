@@ -489,6 +489,58 @@ def test_a_resume_of_unknown_outcome_that_lost_to_another_change_is_applied_afte
     assert (resumed.status, resumed.text, resumed.version) == (Status.PENDING, "call dad", 4)
 
 
+class _RenewedBeforeTheWrite(ReminderStore):
+    """The dispatcher renews its claim (before another hand-off attempt) between a user
+    change's read of the row and its write."""
+
+    def __init__(self, session: Session, renewed_until: datetime) -> None:
+        super().__init__(session, Retention())
+        self._renewed_until = renewed_until
+        self.renewed = False
+
+    async def replace(self, before: StoredReminder, after: Reminder, now: datetime) -> bool:
+        claim = before.reminder.claim
+        if not self.renewed and claim is not None and after.claim is None:
+            self.renewed = True
+            row = before.reminder
+            renew = self.set_claim_expiry(
+                row.user_id, row.reminder_id, claim.token, self._renewed_until
+            )
+            assert await renew
+        return await super().replace(before, after, now)
+
+
+def test_a_pause_racing_a_claim_renewal_keeps_the_renewed_expiry_for_a_later_delete(
+    cassandra: CassandraConnection, user: str
+) -> None:
+    """The claim was renewed (another hand-off attempt under way) after the pause read it:
+    the pause must not keep the older expiry, or a delete between the two would answer
+    that no ring is in flight while one is."""
+    clock = FakeClock(SEED_NOW)
+    honest_store = ReminderStore(cassandra.session, Retention())
+    created = asyncio.run(
+        RemindersApp(honest_store, Limits(), clock).create(user, "r", "call mom", _WEEKLY, b"p")
+    )
+
+    async def claim_it() -> None:
+        stored = await honest_store.get_serial(user, created.reminder_id)
+        assert stored is not None
+        lease = timedelta(seconds=30)
+        assert await honest_store.replace(
+            stored, dispatch.claimed(stored.reminder, uuid.uuid4(), SEED_NOW, lease), SEED_NOW
+        )
+
+    asyncio.run(claim_it())
+    store = _RenewedBeforeTheWrite(cassandra.session, SEED_NOW + timedelta(seconds=60))
+    app = RemindersApp(store, Limits(), clock)
+    asyncio.run(app.pause(user, created.reminder_id, None))
+    clock.advance(timedelta(seconds=45))  # past the first expiry, before the renewed one
+    deleted = asyncio.run(app.delete(user, created.reminder_id, None))
+
+    assert store.renewed
+    assert deleted.was_sending
+
+
 @UNKNOWN_OUTCOMES
 @pytest.mark.parametrize("apply_first", [True, False], ids=["landed", "lost"])
 def test_a_create_whose_lwt_timed_out_is_settled_and_written_once(
