@@ -23,10 +23,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from devnode.node import NodeError, NodeSettings, start
 from dispatcher.settings import DispatcherSettings
-from reminders_svc.api.client_cli import DEFAULT_TARGET
+from notifier.settings import NotifierSettings
+from reminders_svc.api.settings import ApiSettings
+from reminders_svc.config import ConfigError
 
 NOTIFIER_TARGET = DispatcherSettings.notifier_target
-DISPATCHER_HEALTH_TARGET = f"127.0.0.1:{DispatcherSettings.port}"
 
 # Started in this order, stopped in reverse.
 _SERVICES: tuple[tuple[str, Sequence[str]], ...] = (
@@ -75,17 +76,35 @@ def run_stack(settings: NodeSettings) -> int:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda *_: stop.set())
     print("starting the API, the notifier and a dispatcher (Ctrl-C stops them)")
-    announce = threading.Thread(
-        target=announce_when_serving,
-        args=(
-            (DEFAULT_TARGET, NOTIFIER_TARGET, DISPATCHER_HEALTH_TARGET),
-            f"stack up: API {DEFAULT_TARGET}, notifier {NOTIFIER_TARGET}; Ctrl-C stops it",
-            stop,
-        ),
-        daemon=True,
-    )
-    announce.start()
+    targets = health_targets(env)
+    if targets is not None:
+        api, notifier, _ = targets
+        announce = threading.Thread(
+            target=announce_when_serving,
+            args=(targets, f"stack up: API {api}, notifier {notifier}; Ctrl-C stops it", stop),
+            daemon=True,
+        )
+        announce.start()
     return supervise([(name, [reminders, *args]) for name, args in _SERVICES], env, stop)
+
+
+def health_targets(env: Mapping[str, str]) -> tuple[str, str, str] | None:
+    """Where the API, the notifier and the dispatcher answer gRPC health checks in plain
+    text, as `env` sets them; None when one is TLS (or its settings are refused, which
+    that service will say itself): no "stack up" line then."""
+    try:
+        api = ApiSettings.from_env(env)
+        notifier = NotifierSettings.from_env(env)
+        dispatcher = DispatcherSettings.from_env(env)
+    except ConfigError:
+        return None
+    if api.tls is not None or notifier.tls is not None:
+        return None
+    return (
+        f"{api.host}:{api.port}",
+        f"{notifier.host}:{notifier.port}",
+        f"{dispatcher.host}:{dispatcher.port}",
+    )
 
 
 def announce_when_serving(targets: Sequence[str], message: str, stop: threading.Event) -> bool:

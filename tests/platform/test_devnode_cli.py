@@ -231,6 +231,17 @@ def test_the_stack_says_it_is_up_only_once_its_services_serve(
         server.stop(None)
 
 
+def test_the_stack_waits_for_its_services_where_the_environment_moved_them() -> None:
+    dev = {"REMINDERS_ENV": "dev"}
+    assert stack.health_targets(dev) == ("127.0.0.1:50051", "127.0.0.1:50061", "127.0.0.1:50071")
+    moved = {**dev, "REMINDERS_API_PORT": "6051", "REMINDERS_DISPATCH_PORT": "6071"}
+    assert stack.health_targets(moved) == (
+        "127.0.0.1:6051",
+        "127.0.0.1:50061",
+        "127.0.0.1:6071",
+    )
+
+
 def test_demo_without_a_running_stack_says_so_in_one_line() -> None:
     api, notifier = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     began = time.monotonic()
