@@ -33,7 +33,7 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from cassandra.cluster import Session
@@ -41,6 +41,7 @@ from cassandra.query import PreparedStatement
 
 from notifier.domain.model import Notification, Settlement
 from reminders_svc.storage.aio import execute, or_settled
+from reminders_svc.storage.rows import utc
 from reminders_svc.storage.session import serial_read_level
 
 
@@ -94,7 +95,7 @@ class _KeyRow:
     def of(cls, row: Any) -> _KeyRow:
         settled_as = Settlement(row.settled_as) if row.settled_as else None
         read_at = getattr(row, "read_at", None)
-        return cls(row.accept_id, _utc(row.accepted_at), settled_as, _utc(read_at))
+        return cls(row.accept_id, utc(row.accepted_at), settled_as, utc(read_at))
 
     def abandoned(self, bound: timedelta) -> bool:
         """Unclaimed, or held for `bound` or longer by the database's clock (a row read
@@ -102,11 +103,6 @@ class _KeyRow:
         if self.accept_id is None or self.accepted_at is None:
             return True
         return self.read_at is not None and self.read_at - self.accepted_at >= bound
-
-
-def _utc(timestamp: datetime | None) -> datetime | None:
-    # The driver returns timestamps as naive UTC datetimes.
-    return timestamp.replace(tzinfo=UTC) if timestamp is not None else None
 
 
 # Keys whose last write may have landed unseen, kept at most this many (oldest dropped):

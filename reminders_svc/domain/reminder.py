@@ -72,13 +72,11 @@ class Reminder:
 
 
 def earliest(*instants: datetime | None) -> datetime | None:
-    present = [instant for instant in instants if instant is not None]
-    return min(present) if present else None
+    return min(filter(None, instants), default=None)
 
 
 def latest(*instants: datetime | None) -> datetime | None:
-    present = [instant for instant in instants if instant is not None]
-    return max(present) if present else None
+    return max(filter(None, instants), default=None)
 
 
 def _claim_cleared(reminder: Reminder) -> dict[str, object]:
