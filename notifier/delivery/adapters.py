@@ -30,7 +30,9 @@ class LoggingPushAdapter:
 
     async def push(self, message: PushMessage) -> PushResult:
         log.info(
-            "push key=%s platform=%s priority=%s title_bytes=%d body_bytes=%d data_bytes=%d",
+            "push key=%s collapse_id=%s platform=%s priority=%s"
+            " title_bytes=%d body_bytes=%d data_bytes=%d",
+            message.idempotency_key,
             message.collapse_id,
             message.platform.value if message.platform is not None else "implicit",
             message.priority.value,
@@ -65,7 +67,7 @@ class RecordingPushAdapter:
     async def push(self, message: PushMessage) -> PushResult:
         self._pushed.append(
             DeliveredPush(
-                idempotency_key=message.collapse_id,
+                idempotency_key=message.idempotency_key,
                 user_id=message.user_id,
                 device_token=message.device_token,
                 title=message.title,

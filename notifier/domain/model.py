@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from reminders_svc.domain.reminder import MAX_USER_ID_BYTES
 
 MAX_BATCH_ITEMS = 500
-# Keys are "<reminder_id>/<due as RFC 3339>" for reminders (~62 bytes); anything much
+# Keys are "<reminder_id>/<due as RFC 3339>" for reminders (64 bytes); anything much
 # longer is a caller bug, and a row key we would keep for a month.
 MAX_KEY_BYTES = 256
 # APNs and FCM both refuse a payload over 4 KB: title, body and data (keys and values)

@@ -8,7 +8,9 @@ normal, `ttl`. A push answers ok, retry (throttled, 5xx, timeout) or device gone
 
 from __future__ import annotations
 
+import base64
 import enum
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,7 +29,8 @@ class PushResult(enum.Enum):
 class PushMessage:
     device_token: str
     platform: Platform | None
-    # The idempotency key: a repeated push replaces, not adds, on the device.
+    idempotency_key: str
+    # Derived from the key: a repeated push replaces, not adds, on the device.
     collapse_id: str
     priority: Priority
     expire_time: datetime | None
@@ -48,11 +51,26 @@ class PushAdapter(Protocol):
     async def push(self, message: PushMessage) -> PushResult: ...
 
 
+# APNs refuses an `apns-collapse-id` over 64 bytes; FCM's collapse_key has no tighter limit.
+MAX_COLLAPSE_ID_BYTES = 64
+_DIGEST_PREFIX = "k1-"
+
+
+def collapse_id(idempotency_key: str) -> str:
+    """The key itself when it fits (a reminder's key is 64 bytes with a UUID id), else a
+    digest of it: stable across replicas and retries, so a repeat still collapses."""
+    if len(idempotency_key.encode()) <= MAX_COLLAPSE_ID_BYTES:
+        return idempotency_key
+    digest = hashlib.sha256(idempotency_key.encode()).digest()
+    return _DIGEST_PREFIX + base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
 def push_message(notification: Notification, device: Device) -> PushMessage:
     return PushMessage(
         device_token=device.device_token,
         platform=device.platform,
-        collapse_id=notification.idempotency_key,
+        idempotency_key=notification.idempotency_key,
+        collapse_id=collapse_id(notification.idempotency_key),
         priority=notification.priority,
         expire_time=notification.expire_time,
         title=notification.title,

@@ -6,7 +6,8 @@ services. The reminders dispatcher is one caller.
 
 Exactly-once delivery rests on the idempotency key: the service records each key with
 an `IF NOT EXISTS` before pushing, keeps it longer than any catch-up, and passes it
-as the APNs / FCM collapse id. The same key again is answered DUPLICATE and not pushed.
+as the APNs / FCM collapse id (a digest of it when longer than APNs' 64 bytes). The
+same key again is answered DUPLICATE and not pushed.
 
 A service-to-service API: its requests name the user they act for and are trusted as
 such, so only internal callers (the dispatchers, through mutual TLS or a mesh) may reach
@@ -567,7 +568,7 @@ class Delivered(_message.Message):
     DUE_TIME_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
     idempotency_key: _builtins.str
-    """The key (also the collapse id)."""
+    """The key (the push's collapse id is the key, or its digest past 64 bytes)."""
     user_id: _builtins.str
     """The user."""
     device_token: _builtins.str
