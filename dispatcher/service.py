@@ -8,7 +8,8 @@ Part balance: every `lease_renew_every`, release the leases of parts whose work
 ended, write a heartbeat (with a TTL) into `dispatcher_members`, then take free parts
 while holding fewer than ceil(P / live dispatchers); hold more than that and the extra
 parts are handed over. A dispatcher whose clock is off by more than the bound is not
-ready: it keeps its leases but hands nothing off.
+ready: it takes no part and hands nothing off, and once not ready for a lease's length
+it hands over the parts it holds.
 
 Winding a part down (SIGTERM for every part, a hand-over for one): at once, no new
 minute is read and no new ring claimed; rings already with the notifier finish, claims
@@ -67,6 +68,7 @@ class Dispatcher:
         self._health = ProcessHealth(("",), self.metrics.clock_ready)
         self._workers: dict[int, tuple[PartWorker, asyncio.Task[None]]] = {}
         self._stopping = asyncio.Event()
+        self._unready_since: float | None = None  # monotonic
         self._connection: CassandraConnection | None = None
         self._server: grpc.aio.Server | None = None
         self._metrics_endpoint: MetricsEndpoint | None = None
@@ -175,8 +177,10 @@ class Dispatcher:
         if not ready:
             # No part taken, nor this dispatcher counted in the fleet's shares (others take
             # them), on a clock not checked: it tells a part's minutes live or past.
+            self._hand_over_if_long_unready()
             self._report()
             return
+        self._unready_since = None
         try:
             await self._balance()
         except STORAGE_ERRORS as error:
@@ -184,6 +188,21 @@ class Dispatcher:
             # share is looked at again next tick.
             log.warning("part balance skipped: storage did not answer (%s)", type(error).__name__)
         self._report()
+
+    def _hand_over_if_long_unready(self) -> None:
+        """Not ready for a lease's length: wind every part down and release it, as a dead
+        dispatcher's would lapse, so the fleet rings them instead of their rings waiting
+        on a clock that may not come back. Not sooner: one slow clock probe on a busy
+        database must not move every part."""
+        now = time.monotonic()
+        if self._unready_since is None:
+            self._unready_since = now
+        if now - self._unready_since < self.settings.lease.total_seconds():
+            return
+        for part, (worker, _) in sorted(self._workers.items()):
+            if not worker.shift.stopping:
+                log.warning("part %d: handed over, this dispatcher's clock is not ready", part)
+                worker.stop()
 
     async def _keep_renewing(self) -> None:
         """A round every period from the start of the last, not from its end: a round held
@@ -353,9 +372,15 @@ class Dispatcher:
 
 def _host_clock() -> Callable[[], float]:
     """The host's wall clock; 30 s ahead under the test hook `wall_clock_ahead` (a host
-    whose clock is off: the dispatcher must say not ready and take no part)."""
+    whose clock is off: the dispatcher must say not ready and take no part), or from the
+    first SIGUSR1 on under `wall_clock_ahead_on_sigusr1` (a clock going bad while parts
+    are held)."""
     if fault("wall_clock_ahead"):
         return lambda: time.time() + 30
+    if fault("wall_clock_ahead_on_sigusr1"):
+        ahead_s = [0.0]
+        signal.signal(signal.SIGUSR1, lambda *_: ahead_s.__setitem__(0, 30.0))
+        return lambda: time.time() + ahead_s[0]
     return time.time
 
 

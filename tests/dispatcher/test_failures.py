@@ -648,6 +648,35 @@ def test_a_dispatcher_whose_clock_is_off_takes_no_part_and_the_fleet_rings_witho
     assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=30)) == 1
 
 
+def test_a_dispatcher_whose_clock_goes_bad_hands_its_parts_over_after_a_lease(
+    stack: Stack,
+) -> None:
+    """Parts held when the clock goes bad would wait for it to come back: not ready for a
+    lease's length, the dispatcher winds them down and releases them to the fleet."""
+    stack.start_notifier()
+    port = free_port()
+    drifting = stack.start_dispatcher(
+        "drifting",
+        REMINDERS_DISPATCH_FAULTS="wall_clock_ahead_on_sigusr1",
+        REMINDERS_DISPATCH_PORT=str(port),
+    )
+    wait_owning(stack, {"drifting"})
+    drifting.send_signal(signal.SIGUSR1)
+    stack.start_dispatcher("steady")
+    time.sleep(8)  # a few ticks: not ready, its parts still held (one slow probe moves none)
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        status = health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+        assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+    assert "drifting" in {owner for owner, _ in owners(stack).values()}
+
+    wait_owning(stack, {"steady"}, timeout_s=60)
+    user = new_user()
+    created = stack.create_at(user, soon(3))
+    assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=30)) == 1
+    assert drifting.poll() is None
+
+
 def test_a_storage_blip_shorter_than_the_lease_costs_no_part_its_work(stack: Stack) -> None:
     """A few seconds without the database: bucket reads and checkpoints are tried again,
     so no part is dropped and re-taken (its epoch stays), and rings go on."""
