@@ -95,9 +95,9 @@ DEPLOYABLES = {
     "api": Deployable(("Deployment", "reminders-api"), "serve-api", serve_cli.run, _api),
     # After the grace, with a slow database: up to a lease-renewal tick (5 s) before what
     # still runs is cut short, its claims released by LWT (up to the 12 s request timeout),
-    # then the leases (an LWT each, up to 12 s again).
+    # then the leases (an LWT each, up to 12 s again), then leaving the fleet (12 s more).
     "dispatcher": Deployable(
-        ("Deployment", "reminders-dispatcher"), "dispatch", dispatcher_cli.run, _dispatcher, 29
+        ("Deployment", "reminders-dispatcher"), "dispatch", dispatcher_cli.run, _dispatcher, 41
     ),
     "notifier": Deployable(
         ("Deployment", "reminders-notifier"), "notifier", notifier_cli.run, _notifier

@@ -251,6 +251,29 @@ def test_cassandra_credentials_are_required_where_cassandra_checks_them(
         assert optional is (overlay == "dev"), f"{overlay} {name}: {ref}"
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_token_keys_are_required_where_the_api_needs_them(
+    overlays: dict[str, list[Obj]], overlay: str
+) -> None:
+    """Outside REMINDERS_ENV=dev the API exits without a token key: in prod it must wait
+    for the `reminders-jwt` Secret (CreateContainerConfigError), not crash-loop. Dev's
+    API starts without one (development keys)."""
+    refs = [
+        (workload["metadata"]["name"], item["name"], item["valueFrom"]["secretKeyRef"])
+        for workload, spec in pods(overlays[overlay])
+        for container in spec["containers"]
+        for item in container.get("env", [])
+        if item.get("valueFrom", {}).get("secretKeyRef", {}).get("name") == "reminders-jwt"
+    ]
+    assert {(name, variable) for name, variable, _ in refs} == {
+        ("reminders-api", "REMINDERS_JWT_SECRET"),
+        ("reminders-api", "REMINDERS_ADMIN_JWT_SECRET"),
+    }
+    for name, variable, ref in refs:
+        optional = ref.get("optional", False)
+        assert optional is (overlay == "dev"), f"{overlay} {name} {variable}: {ref}"
+
+
 def _settings(objects: list[Obj]) -> dict[str, str]:
     (container,) = one(objects, "Job", "reminders-migrate")["spec"]["template"]["spec"][
         "containers"
@@ -330,6 +353,11 @@ def test_prod_schedules_paxos_repairs_of_every_lwt_keyspace(overlays: dict[str, 
         if "valueFrom" in item
     }
     assert refs == {f"{name}-superuser"}, "the operator's superuser Secret (JMX login)"
+
+
+def test_runbook_states_the_oldest_kubernetes_supported() -> None:
+    oldest = ".".join(KUBERNETES_VERSIONS[0].split(".")[:2])
+    assert f"Kubernetes {oldest} or later" in (REPO / "docs" / "operations.md").read_text()
 
 
 def test_runbook_selects_jobs_by_labels_they_carry(overlays: dict[str, list[Obj]]) -> None:
