@@ -366,6 +366,8 @@ class Ringer:
                     self._delivery(claimed_row, claimed_at, None, answer, None),
                     keep_earlier=not first,
                 )
+                if await self._store.get_serial(claimed_row.user_id, reminder_id) is None:
+                    await self._forget(claimed_row)
             else:
                 resolved = await self._finish(claimed_row, answer, claimed_at, shift, first)
             return resolved
@@ -447,8 +449,12 @@ class Ringer:
         stored: StoredReminder | None = StoredReminder(claimed_row, None)
         backoff = _Backoff(0.02, 1.0)
         while True:
-            claim = stored.reminder.claim if stored else None
-            if stored is None or claim is None or claim.token != token:
+            if stored is None:
+                self._metrics.claims_lost.inc()
+                await self._forget(claimed_row)
+                return True
+            claim = stored.reminder.claim
+            if claim is None or claim.token != token:
                 self._metrics.claims_lost.inc()  # edited, paused or deleted: the user wins
                 return True
             current = stored.reminder
@@ -463,6 +469,16 @@ class Ringer:
             if not shift.lease.held():
                 return False
             stored = await self._store.get_serial(claimed_row.user_id, claimed_row.reminder_id)
+
+    async def _forget(self, claimed_row: Reminder) -> None:
+        """The row is gone while its ring was under way: an operator purged the user's data
+        (a user's delete leaves a tombstone row). The purge removes the user's history
+        after the rows; this ring's record, written before its row was found gone, is
+        removed here, so none outlives the purge (refinement 29)."""
+        assert claimed_row.claim is not None
+        await self._history.forget(
+            claimed_row.user_id, claimed_row.reminder_id, claimed_row.claim.due
+        )
 
     async def _set_claim_expiry(self, row: Reminder, expires: datetime) -> bool:
         """Renew or release the claim while it is still this one, under the user's lock like

@@ -25,6 +25,7 @@ from reminders_svc.domain.errors import (
     NotFound,
     QuotaExceeded,
     Unavailable,
+    UserDataBeingDeleted,
     VersionConflict,
 )
 from reminders_svc.domain.reminder import Reminder, Status
@@ -122,10 +123,10 @@ class RemindersApp:
                 )
                 break
         else:
-            raise Unavailable("too much contention on this request_id; retry", reason="CONTENTION")
+            raise Unavailable.contention("this request_id")
         try:
             return await self._insert(proposed)
-        except QuotaExceeded:
+        except (QuotaExceeded, UserDataBeingDeleted):
             if record == wanted:
                 # This request wrote the record and made nothing: take the record back,
                 # unless a replay marked it. (A replay leaves it to the request that wrote
@@ -178,9 +179,7 @@ class RemindersApp:
                     return existing.reminder
                 if refused is not None:
                     raise refused
-        raise Unavailable(
-            "too much contention on this user's reminders; retry", reason="CONTENTION"
-        )
+        raise Unavailable.contention("this user's reminders")
 
     async def get(self, user_id: str, reminder_id: uuid.UUID) -> Reminder:
         return (await self._visible(user_id, reminder_id)).reminder
@@ -297,4 +296,4 @@ class RemindersApp:
                 return current
             if await self._store.replace(stored, changed, now):
                 return changed
-        raise Unavailable("too much contention on this reminder; retry", reason="CONTENTION")
+        raise Unavailable.contention("this reminder")

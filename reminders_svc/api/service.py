@@ -254,10 +254,17 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
 
 
 class AdminServicer(pb_grpc.RemindersAdminServiceServicer):
-    def __init__(self, store: ReminderStore, history: DeliveryHistory, auth: Authenticator) -> None:
+    def __init__(
+        self, store: ReminderStore, history: DeliveryHistory, auth: Authenticator, clock: Clock
+    ) -> None:
         self._store = store
         self._history = history
         self._auth = auth
+        self._clock = clock
+        # Purges under way, held here so that they finish (fence lifted, count right) when
+        # their caller goes away or its deadline passes: a purge cut in the middle would
+        # leave the user unable to create until it is run again.
+        self._purges: set[asyncio.Task[pb.DeleteUserDataResponse]] = set()
 
     @translated
     async def DeleteUserData(
@@ -266,21 +273,33 @@ class AdminServicer(pb_grpc.RemindersAdminServiceServicer):
         operator = self._auth.require_admin(metadata_of(context))
         if not request.user_id:
             raise InvalidArgument("user_id", "required")
+        purge = asyncio.ensure_future(self._purge(operator, request.user_id))
+        self._purges.add(purge)
+        purge.add_done_callback(self._purges.discard)
+        return await asyncio.shield(purge)
+
+    async def _purge(self, operator: str, user_id: str) -> pb.DeleteUserDataResponse:
         # An audit trail of who wiped whose account, asked and done (ids only, no texts).
-        audit.info("operator %r deletes all data of user %r", operator, request.user_id)
-        reminders, requests = await self._store.purge_user(request.user_id)
-        deliveries = await self._history.purge_user(request.user_id)
+        audit.info("operator %r deletes all data of user %r", operator, user_id)
+        purged = await self._store.purge_user(user_id, self._clock())
+        # After the rows: a dispatcher whose ring was in flight finds its row gone and
+        # removes the record it wrote (refinement 29); one it wrote before is removed here.
+        deliveries = await self._history.purge_user(user_id)
         audit.info(
-            "operator %r deleted all data of user %r: %d reminders, %d create records, "
-            "%d deliveries",
+            "operator %r deleted all data of user %r: %d reminders (%d rings in flight),"
+            " %d create records, %d deliveries",
             operator,
-            request.user_id,
-            reminders,
-            requests,
+            user_id,
+            purged.reminders,
+            purged.rings_in_flight,
+            purged.requests,
             deliveries,
         )
         return pb.DeleteUserDataResponse(
-            reminders_deleted=reminders, deliveries_deleted=deliveries, requests_deleted=requests
+            reminders_deleted=purged.reminders,
+            deliveries_deleted=deliveries,
+            requests_deleted=purged.requests,
+            rings_in_flight=purged.rings_in_flight,
         )
 
 
@@ -304,5 +323,5 @@ def build_servicers(
     app = RemindersApp(store, settings.limits, clock)
     return ApiServicers(
         reminders=RemindersServicer(app, history, auth, settings, clock),
-        admin=AdminServicer(store, history, auth),
+        admin=AdminServicer(store, history, auth, clock),
     )

@@ -65,6 +65,18 @@ class FailedPrecondition(ReminderError):
         super().__init__(message, field=field, reason=reason)
 
 
+class UserDataBeingDeleted(FailedPrecondition):
+    """An operator's DeleteUserData of this user is under way: nothing is created for the
+    user until it has finished."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this user's data is being deleted; nothing can be created until that finishes",
+            field="user",
+            reason="USER_DATA_BEING_DELETED",
+        )
+
+
 class QuotaExceeded(ReminderError):
     """A quota is used up; `subject` names whose (e.g. "user"), for the
     google.rpc.QuotaFailure that RESOURCE_EXHAUSTED carries (AIP-193)."""
@@ -99,3 +111,8 @@ class Unavailable(ReminderError):
     """Storage cannot be reached or did not answer in time; safe to retry."""
 
     reason = "STORAGE_UNAVAILABLE"
+
+    @classmethod
+    def contention(cls, on_what: str) -> Unavailable:
+        """Compare-and-sets on `on_what` lost too many times in a row to other writers."""
+        return cls(f"too much contention on {on_what}; retry", reason="CONTENTION")

@@ -34,6 +34,9 @@ class DeliveryHistory:
             " lateness_ms, late, user_id, reminder_id, claim_due)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
         )
+        self._forget = session.prepare(
+            "DELETE FROM deliveries WHERE user_id = ? AND reminder_id = ? AND claim_due = ?"
+        )
 
     async def record(self, delivery: Delivery, *, keep_earlier: bool = False) -> None:
         """Record one ring's hand-off. `keep_earlier`: a ring taken over from an earlier
@@ -75,6 +78,10 @@ class DeliveryHistory:
         rows = list(await aio.execute(self._session, self._page, params))
         page = [_delivery(row) for row in rows[:limit]]
         return page, page[-1].claim_due if len(rows) > limit else None
+
+    async def forget(self, user_id: str, reminder_id: uuid.UUID, claim_due: datetime) -> None:
+        """Remove one ring's record: its reminder's row was purged while it rang."""
+        await aio.execute(self._session, self._forget, (user_id, reminder_id, claim_due))
 
     async def purge_user(self, user_id: str) -> int:
         # Counted without keeping them: one user's history may hold millions of rows.

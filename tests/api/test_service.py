@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -442,10 +441,6 @@ def test_list_deliveries_reads_the_history_newest_first(
     assert other == grpc.StatusCode.NOT_FOUND
 
 
-# Every table holding one user's data, each partitioned by user_id.
-USER_TABLES = ("reminders", "deliveries", "create_requests")
-
-
 def record_deliveries(
     cassandra: CassandraConnection, reminder: pb.Reminder, user: str, dues: list[datetime]
 ) -> None:
@@ -471,76 +466,7 @@ def record_deliveries(
     asyncio.run(record())
 
 
-def rows_per_table(cassandra: CassandraConnection, user: str) -> dict[str, int]:
-    select = "SELECT * FROM {} WHERE user_id = %s"
-    return {
-        table: len(list(cassandra.session.execute(select.format(table), (user,))))
-        for table in USER_TABLES
-    }
-
-
-def test_admin_deletes_all_of_one_users_data(
-    api: Api, user: str, cassandra: CassandraConnection, caplog: pytest.LogCaptureFixture
-) -> None:
-    keeper = f"{user}-keep"
-    first_request = pb.CreateReminderRequest(
-        reminder=pb.Reminder(text="call mom", schedule=weekly_monday_nine()),
-        request_id=uuid.uuid4().hex,
-    )
-    first = api.reminders.CreateReminder(first_request, metadata=api.as_user(user))
-    mine = [
-        first,
-        create(api, user, weekly_monday_nine()),
-        create(api, user, one_off("2026-11-20T18:00:00")),
-    ]
-    survivor = create(api, keeper, weekly_monday_nine())
-    dues = [at("2026-10-26T13:00:00"), at("2026-11-02T14:00:00")]
-    for reminder in mine[:2]:
-        record_deliveries(cassandra, reminder, user, dues)
-    record_deliveries(cassandra, survivor, keeper, dues)
-    seeded = rows_per_table(cassandra, user)
-    kept_before = rows_per_table(cassandra, keeper)
-
-    user_token = code_of(
-        lambda: api.admin.DeleteUserData(
-            pb.DeleteUserDataRequest(user_id=user), metadata=api.as_user(user)
-        )
-    )
-    with caplog.at_level(logging.INFO, logger="reminders.audit"):
-        answer = api.admin.DeleteUserData(
-            pb.DeleteUserDataRequest(user_id=user), metadata=api.as_admin()
-        )
-
-    # A valid user token is a known caller without the right: PERMISSION_DENIED.
-    assert user_token == grpc.StatusCode.PERMISSION_DENIED
-    answered = {
-        "reminders": answer.reminders_deleted,
-        "deliveries": answer.deliveries_deleted,
-        "create_requests": answer.requests_deleted,
-    }
-    assert answered == seeded == {"reminders": 3, "deliveries": 4, "create_requests": 3}
-    assert rows_per_table(cassandra, user) == dict.fromkeys(USER_TABLES, 0)
-    # Who wiped whose account stays on record: asked, then done with the counts.
-    assert [r.getMessage() for r in caplog.records if r.name == "reminders.audit"] == [
-        f"operator 'ops' deletes all data of user {user!r}",
-        f"operator 'ops' deleted all data of user {user!r}: 3 reminders, 3 create records, "
-        "4 deliveries",
-    ]
-    kept = {"reminders": 1, "deliveries": 2, "create_requests": 1}
-    assert kept_before == kept
-    assert rows_per_table(cassandra, keeper) == kept
-    # The idempotency record went too: a replayed create makes a new reminder, it does not
-    # bring the purged one back.
-    replayed = api.reminders.CreateReminder(first_request, metadata=api.as_user(user))
-    assert replayed.id not in {reminder.id for reminder in mine}
-    survived = api.reminders.GetReminder(
-        pb.GetReminderRequest(id=survivor.id), metadata=api.as_user(keeper)
-    )
-    assert survived.id == survivor.id
-
-
 def test_the_part_table_defaults_to_64_parts(cassandra: CassandraConnection) -> None:
-    import asyncio
 
     assert asyncio.run(PartCounts(cassandra.session).parts_at(at("2026-10-26T13:00:00"))) == 64
 

@@ -140,6 +140,7 @@ class Part:
     """A leased part with its ringer, as a dispatcher process has it."""
 
     store: RacedStore
+    history: DeliveryHistory
     notifier: Notifier
     metrics: DispatcherMetrics
     settings: DispatcherSettings
@@ -209,12 +210,13 @@ async def leased_part(
     store = RacedStore(session)
     metrics = DispatcherMetrics()
     batcher = HandoffBatcher(client, settings.batch_size)
-    ringer = Ringer(store, DeliveryHistory(session), batcher, clock, settings, metrics)
+    history = DeliveryHistory(session)
+    ringer = Ringer(store, history, batcher, clock, settings, metrics)
     leases = PartLeases(session, settings.dispatcher_id, settings.lease)
     lease = await leases.try_take(part)
     assert lease is not None
     try:
-        yield Part(store, notifier, metrics, settings, clock, leases, ringer, Shift(lease))
+        yield Part(store, history, notifier, metrics, settings, clock, leases, ringer, Shift(lease))
     finally:
         await client.close()
         await server.stop(None)
@@ -491,6 +493,60 @@ def test_a_part_lost_while_its_ring_waits_lets_the_claim_go_and_loses_no_claim(
             assert row.claim.expires <= part.clock.now() + timedelta(seconds=1)
             assert part.notifier.accepted == []
             assert part.count("reminders_dispatch_claims_lost_total") == 0
+
+    asyncio.run(scenario())
+
+
+async def _purge(part: Part, session: Session, user: str) -> None:
+    """An operator's DeleteUserData: the rows, then the history."""
+    await ReminderStore.purge_user(part.store, user, part.clock.now())
+    await DeliveryHistory(session).purge_user(user)
+
+
+async def _records(session: Session, user: str) -> list[Any]:
+    select = "SELECT claim_due FROM deliveries WHERE user_id = %s"
+    return list(await aio.execute(session, select, (user,)))
+
+
+def test_a_ring_retrying_when_its_user_is_purged_leaves_no_delivery_record(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """The purge removes the history after the rows; the record this ring writes when its
+    renewal finds the row gone must go too, or it outlives the user's data."""
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace) as part:
+            [_], [ring] = await _claimed_and_waiting_to_retry(part, "u-purged", 1)
+            await _purge(part, own_keyspace.session, "u-purged")
+
+            async with asyncio.timeout(60):
+                assert await ring
+            assert await _records(own_keyspace.session, "u-purged") == []
+
+    asyncio.run(scenario())
+
+
+def test_a_ring_whose_user_is_purged_while_it_is_handed_off_leaves_no_delivery_record(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """The whole purge lands between the hand-off and the ring's record: the finalize finds
+    the row gone, and the record goes."""
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace) as part:
+            record = part.history.record
+
+            async def purged_first(delivery: Delivery, *, keep_earlier: bool = False) -> None:
+                await _purge(part, own_keyspace.session, delivery.user_id)
+                await record(delivery, keep_earlier=keep_earlier)
+
+            part.history.record = purged_first  # type: ignore[method-assign]
+            reminder = await part.due_reminder("u-purged", _just_due())
+
+            async with asyncio.timeout(20):
+                assert await part.ring(reminder)
+            assert len(part.notifier.accepted) == 1  # rang: it was with the notifier
+            assert await _records(own_keyspace.session, "u-purged") == []
 
     asyncio.run(scenario())
 

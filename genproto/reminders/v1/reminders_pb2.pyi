@@ -19,7 +19,8 @@ NOT_FOUND (REMINDER_NOT_FOUND): missing, deleted, or another user's;
 ABORTED (VERSION_STALE): the version the caller sent is stale: re-read and retry;
 FAILED_PRECONDITION: valid, but not in this state, with a google.rpc.PreconditionFailure
   whose subject is the field it is about: REQUEST_ID_REUSED (request_id), NOT_SNOOZABLE,
-  NOT_PAUSABLE, NOT_PAUSED, ONE_OFF_PASSED (id);
+  NOT_PAUSABLE, NOT_PAUSED, ONE_OFF_PASSED (id), USER_DATA_BEING_DELETED (user: an
+  operator's DeleteUserData of the caller is under way);
 RESOURCE_EXHAUSTED (ACTIVE_REMINDERS_CAP, with a google.rpc.QuotaFailure): the per-user
   cap is reached (every reminder not deleted counts, done ones included);
 UNAVAILABLE (STORAGE_UNAVAILABLE, CONTENTION): retry with backoff; the retry is safe
@@ -864,22 +865,28 @@ class DeleteUserDataResponse(_message.Message):
     REMINDERS_DELETED_FIELD_NUMBER: _builtins.int
     DELIVERIES_DELETED_FIELD_NUMBER: _builtins.int
     REQUESTS_DELETED_FIELD_NUMBER: _builtins.int
+    RINGS_IN_FLIGHT_FIELD_NUMBER: _builtins.int
     reminders_deleted: _builtins.int
     """Reminder rows removed."""
     deliveries_deleted: _builtins.int
     """Delivery history rows removed."""
     requests_deleted: _builtins.int
     """Create idempotency records removed."""
+    rings_in_flight: _builtins.int
+    """Reminders whose ring was with the notification service when they were removed:
+    those rings may still reach the user's devices (their delivery records are removed).
+    """
     def __init__(
         self,
         *,
         reminders_deleted: _builtins.int = ...,
         deliveries_deleted: _builtins.int = ...,
         requests_deleted: _builtins.int = ...,
+        rings_in_flight: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deliveries_deleted", b"deliveries_deleted", "reminders_deleted", b"reminders_deleted", "requests_deleted", b"requests_deleted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deliveries_deleted", b"deliveries_deleted", "reminders_deleted", b"reminders_deleted", "requests_deleted", b"requests_deleted", "rings_in_flight", b"rings_in_flight"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

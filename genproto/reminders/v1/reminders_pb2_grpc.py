@@ -535,7 +535,10 @@ class RemindersAdminServiceServicer:
 
     def DeleteUserData(self, request, context):
         """Deletes everything stored for one user: reminders, idempotency records and
-        delivery history. Due-bucket entries then point at nothing and are skipped.
+        delivery history. Due-bucket entries then point at nothing and are skipped. While it
+        runs, the user's creates are refused (FAILED_PRECONDITION, USER_DATA_BEING_DELETED).
+        It finishes even if the caller goes away, and is safe to repeat after an error or a
+        timeout (each call reports what it removed).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -19,7 +19,8 @@ NOT_FOUND (REMINDER_NOT_FOUND): missing, deleted, or another user's;
 ABORTED (VERSION_STALE): the version the caller sent is stale: re-read and retry;
 FAILED_PRECONDITION: valid, but not in this state, with a google.rpc.PreconditionFailure
   whose subject is the field it is about: REQUEST_ID_REUSED (request_id), NOT_SNOOZABLE,
-  NOT_PAUSABLE, NOT_PAUSED, ONE_OFF_PASSED (id);
+  NOT_PAUSABLE, NOT_PAUSED, ONE_OFF_PASSED (id), USER_DATA_BEING_DELETED (user: an
+  operator's DeleteUserData of the caller is under way);
 RESOURCE_EXHAUSTED (ACTIVE_REMINDERS_CAP, with a google.rpc.QuotaFailure): the per-user
   cap is reached (every reminder not deleted counts, done ones included);
 UNAVAILABLE (STORAGE_UNAVAILABLE, CONTENTION): retry with backoff; the retry is safe
@@ -272,7 +273,10 @@ class RemindersAdminServiceStub:
     def __new__(cls, channel: _aio.Channel) -> RemindersAdminServiceAsyncStub: ...
     DeleteUserData: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.DeleteUserDataRequest, _reminders_pb2.DeleteUserDataResponse]
     """Deletes everything stored for one user: reminders, idempotency records and
-    delivery history. Due-bucket entries then point at nothing and are skipped.
+    delivery history. Due-bucket entries then point at nothing and are skipped. While it
+    runs, the user's creates are refused (FAILED_PRECONDITION, USER_DATA_BEING_DELETED).
+    It finishes even if the caller goes away, and is safe to repeat after an error or a
+    timeout (each call reports what it removed).
     """
 
 @_typing.type_check_only
@@ -282,7 +286,10 @@ class RemindersAdminServiceAsyncStub(RemindersAdminServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     DeleteUserData: _aio.UnaryUnaryMultiCallable[_reminders_pb2.DeleteUserDataRequest, _reminders_pb2.DeleteUserDataResponse]  # type: ignore[assignment]
     """Deletes everything stored for one user: reminders, idempotency records and
-    delivery history. Due-bucket entries then point at nothing and are skipped.
+    delivery history. Due-bucket entries then point at nothing and are skipped. While it
+    runs, the user's creates are refused (FAILED_PRECONDITION, USER_DATA_BEING_DELETED).
+    It finishes even if the caller goes away, and is safe to repeat after an error or a
+    timeout (each call reports what it removed).
     """
 
 class RemindersAdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -295,7 +302,10 @@ class RemindersAdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_reminders_pb2.DeleteUserDataResponse, _abc.Awaitable[_reminders_pb2.DeleteUserDataResponse]]:
         """Deletes everything stored for one user: reminders, idempotency records and
-        delivery history. Due-bucket entries then point at nothing and are skipped.
+        delivery history. Due-bucket entries then point at nothing and are skipped. While it
+        runs, the user's creates are refused (FAILED_PRECONDITION, USER_DATA_BEING_DELETED).
+        It finishes even if the caller goes away, and is safe to repeat after an error or a
+        timeout (each call reports what it removed).
         """
 
 def add_RemindersAdminServiceServicer_to_server(servicer: RemindersAdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

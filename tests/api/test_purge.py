@@ -1,0 +1,266 @@
+"""An operator's DeleteUserData: everything of one user goes, creates racing it are
+fenced off, a cut-short call still finishes, and rings in flight are reported."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import threading
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
+from typing import Any
+
+import grpc
+import pytest
+
+from genproto.reminders.v1 import reminders_pb2 as pb
+from reminders_svc.api.auth import Authenticator
+from reminders_svc.api.service import AdminServicer, ApiServicers, build_servicers
+from reminders_svc.api.settings import ApiSettings
+from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.history import DeliveryHistory
+from reminders_svc.storage.reminders_store import ReminderStore
+from reminders_svc.storage.session import CassandraConnection
+from tests.api.conftest import (
+    SEED_NOW,
+    Api,
+    FakeClock,
+    code_of,
+    one_off,
+    reason_of,
+    running_api,
+    weekly_monday_nine,
+)
+from tests.api.test_service import at, create, record_deliveries
+
+# Every table holding one user's data, each partitioned by user_id.
+USER_TABLES = ("reminders", "deliveries", "create_requests")
+
+
+def rows_per_table(cassandra: CassandraConnection, user: str) -> dict[str, int]:
+    select = "SELECT * FROM {} WHERE user_id = %s"
+    return {
+        table: len(list(cassandra.session.execute(select.format(table), (user,))))
+        for table in USER_TABLES
+    }
+
+
+def test_admin_deletes_all_of_one_users_data(
+    api: Api, user: str, cassandra: CassandraConnection, caplog: pytest.LogCaptureFixture
+) -> None:
+    keeper = f"{user}-keep"
+    first_request = pb.CreateReminderRequest(
+        reminder=pb.Reminder(text="call mom", schedule=weekly_monday_nine()),
+        request_id=uuid.uuid4().hex,
+    )
+    first = api.reminders.CreateReminder(first_request, metadata=api.as_user(user))
+    mine = [
+        first,
+        create(api, user, weekly_monday_nine()),
+        create(api, user, one_off("2026-11-20T18:00:00")),
+    ]
+    survivor = create(api, keeper, weekly_monday_nine())
+    dues = [at("2026-10-26T13:00:00"), at("2026-11-02T14:00:00")]
+    for reminder in mine[:2]:
+        record_deliveries(cassandra, reminder, user, dues)
+    record_deliveries(cassandra, survivor, keeper, dues)
+    seeded = rows_per_table(cassandra, user)
+    kept_before = rows_per_table(cassandra, keeper)
+
+    user_token = code_of(
+        lambda: api.admin.DeleteUserData(
+            pb.DeleteUserDataRequest(user_id=user), metadata=api.as_user(user)
+        )
+    )
+    with caplog.at_level(logging.INFO, logger="reminders.audit"):
+        answer = api.admin.DeleteUserData(
+            pb.DeleteUserDataRequest(user_id=user), metadata=api.as_admin()
+        )
+
+    # A valid user token is a known caller without the right: PERMISSION_DENIED.
+    assert user_token == grpc.StatusCode.PERMISSION_DENIED
+    answered = {
+        "reminders": answer.reminders_deleted,
+        "deliveries": answer.deliveries_deleted,
+        "create_requests": answer.requests_deleted,
+    }
+    assert answered == seeded == {"reminders": 3, "deliveries": 4, "create_requests": 3}
+    assert answer.rings_in_flight == 0
+    assert rows_per_table(cassandra, user) == dict.fromkeys(USER_TABLES, 0)
+    # Who wiped whose account stays on record: asked, then done with the counts.
+    assert [r.getMessage() for r in caplog.records if r.name == "reminders.audit"] == [
+        f"operator 'ops' deletes all data of user {user!r}",
+        f"operator 'ops' deleted all data of user {user!r}: 3 reminders (0 rings in flight),"
+        " 3 create records, 4 deliveries",
+    ]
+    kept = {"reminders": 1, "deliveries": 2, "create_requests": 1}
+    assert kept_before == kept
+    assert rows_per_table(cassandra, keeper) == kept
+    # The idempotency record went too: a replayed create makes a new reminder, it does not
+    # bring the purged one back.
+    replayed = api.reminders.CreateReminder(first_request, metadata=api.as_user(user))
+    assert replayed.id not in {reminder.id for reminder in mine}
+    survived = api.reminders.GetReminder(
+        pb.GetReminderRequest(id=survivor.id), metadata=api.as_user(keeper)
+    )
+    assert survived.id == survivor.id
+
+
+class PurgeHeldAtItsFirstRow(ReminderStore):
+    """The real store, whose purge waits at its first row (its fence is up) until the
+    test releases it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fenced = threading.Event()
+        self.release = threading.Event()
+
+    async def _purge_row(self, user_id: str, listed: Any, now: datetime) -> bool | None:
+        if not self.fenced.is_set():
+            self.fenced.set()
+            await asyncio.to_thread(self.release.wait, 60)
+        return await super()._purge_row(user_id, listed, now)
+
+
+@pytest.fixture
+def held(migrated_settings: CassandraSettings) -> Iterator[tuple[Api, PurgeHeldAtItsFirstRow]]:
+    stores: list[PurgeHeldAtItsFirstRow] = []
+
+    def build(
+        connection: CassandraConnection, auth: Authenticator, api: ApiSettings, clock: FakeClock
+    ) -> ApiServicers:
+        servicers = build_servicers(connection, auth, api, clock)
+        stores.append(PurgeHeldAtItsFirstRow(connection.session, api.retention))
+        history = DeliveryHistory(connection.session, api.retention.history)
+        admin = AdminServicer(stores[-1], history, auth, clock)
+        return dataclasses.replace(servicers, admin=admin)
+
+    with running_api(migrated_settings, FakeClock(SEED_NOW), build=build) as api:
+        yield api, stores[0]
+        stores[0].release.set()
+
+
+def active_count(cassandra: CassandraConnection, user: str) -> int | None:
+    row = cassandra.session.execute(
+        "SELECT active_count FROM reminders WHERE user_id = %s LIMIT 1", (user,)
+    ).one()
+    return None if row is None else row.active_count
+
+
+def live_rows(cassandra: CassandraConnection, user: str) -> int:
+    rows = cassandra.session.execute("SELECT status FROM reminders WHERE user_id = %s", (user,))
+    return sum(1 for row in rows if row.status not in (None, "deleted"))
+
+
+def purge(api: Api, user: str, timeout_s: float = 60) -> pb.DeleteUserDataResponse:
+    request = pb.DeleteUserDataRequest(user_id=user)
+    return api.admin.DeleteUserData(request, metadata=api.as_admin(), timeout=timeout_s)
+
+
+def test_creates_are_refused_while_a_purge_runs_and_accepted_after_it(
+    held: tuple[Api, PurgeHeldAtItsFirstRow], user: str, cassandra: CassandraConnection
+) -> None:
+    """A create landing behind the purge's listing would outlive the purge: none can.
+    Refused ones leave no create record; a user's delete meanwhile counts down from the
+    fence and leaves the purge to finish."""
+    api, store = held
+    md = api.as_user(user)
+    first, second = (create(api, user, weekly_monday_nine()) for _ in range(2))
+    with ThreadPoolExecutor(1) as pool:
+        purging = pool.submit(purge, api, user)
+        assert store.fenced.wait(30)
+
+        late = pb.CreateReminderRequest(
+            reminder=pb.Reminder(text="too late", schedule=weekly_monday_nine()),
+            request_id="late-request",
+        )
+        refused = lambda: api.reminders.CreateReminder(late, metadata=md)  # noqa: E731
+        assert code_of(refused) == grpc.StatusCode.FAILED_PRECONDITION
+        assert reason_of(refused) == "USER_DATA_BEING_DELETED"
+        records = cassandra.session.execute(
+            "SELECT request_id FROM create_requests WHERE user_id = %s", (user,)
+        )
+        assert "late-request" not in {row.request_id for row in records}
+        api.reminders.DeleteReminder(pb.DeleteReminderRequest(id=second.id), metadata=md)
+
+        store.release.set()
+        answer = purging.result(60)
+
+    assert (answer.reminders_deleted, answer.rings_in_flight) == (2, 0)
+    assert live_rows(cassandra, user) == 0
+    assert active_count(cassandra, user) is None
+    after = create(api, user, weekly_monday_nine())
+    assert after.id not in {first.id, second.id}
+    assert (live_rows(cassandra, user), active_count(cassandra, user)) == (1, 1)
+
+
+def test_a_purge_whose_caller_gave_up_still_finishes(
+    held: tuple[Api, PurgeHeldAtItsFirstRow], user: str, cassandra: CassandraConnection
+) -> None:
+    """Cut in the middle, a purge would leave the fence up (creates refused) and rows
+    behind; it runs to its end whatever its caller does."""
+    api, store = held
+    create(api, user, weekly_monday_nine())
+    with pytest.raises(grpc.RpcError) as gave_up:
+        purge(api, user, timeout_s=1)
+    assert gave_up.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+    store.release.set()
+    for _ in range(100):
+        if active_count(cassandra, user) is None:
+            break
+        threading.Event().wait(0.1)
+    assert (live_rows(cassandra, user), active_count(cassandra, user)) == (0, None)
+    create(api, user, weekly_monday_nine())
+    # Run again, it finds nothing left and says so.
+    again = purge(api, user)
+    assert (again.reminders_deleted, again.requests_deleted) == (1, 1)
+
+
+def test_a_purge_reports_the_rings_in_flight(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    quiet, ringing = (create(api, user, weekly_monday_nine()) for _ in range(2))
+    claimed = cassandra.session.execute(
+        "UPDATE reminders SET status = 'sending', claim_token = %s"
+        " WHERE user_id = %s AND reminder_id = %s IF status = 'pending'",
+        (uuid.uuid4(), user, uuid.UUID(ringing.id)),
+    ).one()
+    assert claimed.applied
+
+    answer = purge(api, user)
+
+    assert (answer.reminders_deleted, answer.rings_in_flight) == (2, 1)
+    assert quiet.id != ringing.id
+
+
+def test_creates_racing_a_purge_leave_the_count_equal_to_the_rows_left(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    """Whatever lands before or after the purge, the cap's count stays true: a count left
+    below the rows would let the cap be passed, one above it would refuse creates."""
+    md = api.as_user(user)
+
+    def create_one(index: int) -> str:
+        request = pb.CreateReminderRequest(
+            reminder=pb.Reminder(text=f"r{index}", schedule=weekly_monday_nine()),
+            request_id=f"race-{index}",
+        )
+        try:
+            api.reminders.CreateReminder(request, metadata=md, timeout=30)
+            return "created"
+        except grpc.RpcError as error:
+            return error.code().name
+
+    with ThreadPoolExecutor(8) as pool:
+        creates: list[Future[str]] = [pool.submit(create_one, i) for i in range(12)]
+        purging = pool.submit(purge, api, user)
+        creates += [pool.submit(create_one, i) for i in range(12, 24)]
+        answers = [future.result(60) for future in creates]
+        purging.result(60)
+
+    assert set(answers) <= {"created", "FAILED_PRECONDITION"}
+    assert (active_count(cassandra, user) or 0) == live_rows(cassandra, user)
