@@ -262,6 +262,8 @@ async def _replan(args: argparse.Namespace, admin: Admin) -> int:
         print_json({**report.as_dict(), "dry_run": args.dry_run})
         return 0
     print(f"zone {report.zone}, rules {report.rules}{' (dry run)' * args.dry_run}")
+    if len(report.names) > 1:
+        print(f"with its links: {', '.join(n for n in report.names if n != report.zone)}")
     print(f"{report.scanned} rows scanned")
     print_counts("in the zone, by outcome:", report.outcomes)
     return 0

@@ -5,7 +5,9 @@ Order of work: deploy the new rules to the API and the dispatchers first (a fina
 computes the next occurrence with the rules of the dispatcher doing it), then replan.
 
 There is no index by zone: the whole `reminders` table is scanned by token ranges, paged
-and rate-limited, with only a few narrow columns read, and filtered by zone here. Each
+and rate-limited, with only a few narrow columns read, and filtered by zone here: Z and
+every name with the same rules (its links, e.g. US/Eastern for America/New_York), since a
+reminder keeps the zone name it was created with. Each
 match is read whole and rewritten by `ReminderStore.replace`, the LWT compare-and-set on
 the row's whole state that every writer uses, the new due's bucket entry first; a row
 changed in between is read again and recomputed. Only pending and paused rows are
@@ -38,6 +40,7 @@ from dispatcher.ratelimit import RateLimiter
 from reminders_svc.admin.context import Admin
 from reminders_svc.domain.reminder import Reminder, Status, earliest
 from reminders_svc.schedule import occurrences
+from reminders_svc.schedule.zones import same_rules
 
 # Tz changes move local times by at most a day (Samoa skipped 2011-12-30); look that far.
 _SEARCH = timedelta(hours=26)
@@ -83,12 +86,14 @@ def same_occurrence(reminder: Reminder, stored: datetime, now: datetime) -> date
 class ReplanReport:
     zone: str
     rules: str  # the tz database the new dues were computed with
+    names: list[str] = field(default_factory=list)  # the zone's names matched, links included
     scanned: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, object]:
         return {
             "zone": self.zone,
+            "names": self.names,
             "rules": self.rules,
             "scanned": self.scanned,
             "outcomes": dict(self.outcomes),
@@ -114,9 +119,9 @@ class ScanSettings:
 class ZoneScan:
     """Rows of one zone in a replannable status, found by a paged, rate-limited scan."""
 
-    def __init__(self, session: Session, zone: str, settings: ScanSettings) -> None:
+    def __init__(self, session: Session, names: frozenset[str], settings: ScanSettings) -> None:
         self._session = session
-        self._zone = zone
+        self._names = names
         self._settings = settings
         self._rows = RateLimiter(settings.rows_per_s)
         self._statement: PreparedStatement = session.prepare(
@@ -135,7 +140,7 @@ class ZoneScan:
                 await self._rows.take()
             for row in rows:
                 replannable = row.status in {status.value for status in _REPLANNABLE}
-                if row.zone == self._zone and replannable:
+                if row.zone in self._names and replannable:
                     yield row.user_id, row.reminder_id
             if paging_state is None:
                 return
@@ -151,8 +156,9 @@ class ZoneScan:
 async def replan_zone(
     admin: Admin, zone: str, rules: str, settings: ScanSettings, *, dry_run: bool
 ) -> ReplanReport:
-    report = ReplanReport(zone=zone, rules=rules)
-    scan = ZoneScan(admin.session, zone, settings)
+    names = same_rules(zone)
+    report = ReplanReport(zone=zone, rules=rules, names=sorted(names))
+    scan = ZoneScan(admin.session, names, settings)
     writes = RateLimiter(settings.writes_per_s)
     ranges = iter(token_ranges(settings.splits))
 

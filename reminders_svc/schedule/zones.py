@@ -52,19 +52,38 @@ def overridden_zones(directory: Path) -> list[str]:
     return sorted(name for name in zone_names() if _override_file(directory, name).is_file())
 
 
+def _pinned_file(name: str) -> Traversable:
+    return resources.files("tzdata.zoneinfo").joinpath(*name.split("/"))
+
+
 def _zone_file(name: str) -> Traversable:
     override = _override_dir()
     if override is not None:
         candidate = _override_file(override, name)
         if candidate.is_file():
             return candidate
-    return resources.files("tzdata.zoneinfo").joinpath(*name.split("/"))
+    return _pinned_file(name)
 
 
 @functools.cache
 def _read_zone(name: str) -> ZoneInfo:
     with _zone_file(name).open("rb") as handle:
         return ZoneInfo.from_file(handle, key=name)
+
+
+@functools.cache
+def same_rules(name: str) -> frozenset[str]:
+    """`name` and its links (US/Eastern for America/New_York), which a reminder may be
+    stored under: the names with the same TZif file in the pinned database, and the same
+    one as loaded (an override applies to the names it has a file for: a link without one
+    keeps the pinned rules while it runs)."""
+    load_zone(name)
+
+    def files(zone: str) -> tuple[bytes, bytes]:
+        return _pinned_file(zone).read_bytes(), _zone_file(zone).read_bytes()
+
+    wanted = files(name)
+    return frozenset(other for other in zone_names() if files(other) == wanted)
 
 
 def load_zone(name: str) -> ZoneInfo:

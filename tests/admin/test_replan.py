@@ -40,14 +40,21 @@ ZONE = "America/New_York"
 HOUR = timedelta(hours=1)
 
 
+def chicago_rules_for(directory: Path, *names: str) -> Path:
+    """`directory` as an override where each of `names` holds Chicago's TZif file."""
+    source = resources.files("tzdata.zoneinfo").joinpath("America", "Chicago")
+    for name in names:
+        target = directory.joinpath(*name.split("/"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with source.open("rb") as zone_file, target.open("wb") as copy:
+            shutil.copyfileobj(zone_file, copy)
+    return directory
+
+
 @pytest.fixture
 def chicago_rules_for_new_york(tmp_path: Path) -> Path:
     """An override directory where America/New_York holds Chicago's TZif file."""
-    (tmp_path / "America").mkdir()
-    source = resources.files("tzdata.zoneinfo").joinpath("America", "Chicago")
-    with source.open("rb") as zone_file, (tmp_path / "America" / "New_York").open("wb") as copy:
-        shutil.copyfileobj(zone_file, copy)
-    return tmp_path
+    return chicago_rules_for(tmp_path, ZONE)
 
 
 def reminders(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -212,6 +219,37 @@ def test_replan_moves_the_future_dues_of_the_zone_and_nothing_else(
     dry = reminders(["admin", "replan", "--zone", ZONE, "--splits", "4", "--dry-run"], env)
     assert dry.returncode == 0, dry.stderr
     assert "dry run" in dry.stdout
+
+
+def test_replan_moves_the_reminders_stored_under_the_zones_links_too(
+    own_keyspace: CassandraConnection, tmp_path: Path
+) -> None:
+    """A reminder keeps the zone name it was created with, a link (US/Eastern) as well as
+    the zone (America/New_York): new rules for the zone are new rules for its links, and
+    their rows must move alike. A link the override has no file for keeps its rules."""
+    db, store = own_keyspace, store_of(own_keyspace)
+    now = datetime.now(UTC).replace(microsecond=0)
+    link = create(db, "eastern-daily", daily_at_nine("US/Eastern"), now)
+    zone = create(db, "ny-daily", daily_at_nine(ZONE), now)
+    env = {**cassandra_env(db.settings), "REMINDERS_TZ_OVERRIDE_DIR": str(tmp_path)}
+    command = ["admin", "replan", "--zone", ZONE, "--splits", "4", "--json"]
+
+    chicago_rules_for(tmp_path / "zone-only", ZONE)
+    env["REMINDERS_TZ_OVERRIDE_DIR"] = str(tmp_path / "zone-only")
+    alone = reminders(command, env)
+    assert alone.returncode == 0, alone.stderr
+    assert json.loads(alone.stdout)["names"] == [ZONE]
+
+    chicago_rules_for(tmp_path / "release", ZONE, "US/Eastern")
+    env["REMINDERS_TZ_OVERRIDE_DIR"] = str(tmp_path / "release")
+    replan = reminders(command, env)
+    assert replan.returncode == 0, replan.stderr
+    assert json.loads(replan.stdout)["names"] == [ZONE, "US/Eastern"]
+    for before in (link.reminder, zone.reminder):
+        after = run(store.get(before.user_id, before.reminder_id))
+        assert after is not None
+        assert before.occurrence is not None
+        assert after.reminder.occurrence == before.occurrence + HOUR, before.schedule.zone
 
 
 def left_by_old_rules(db: CassandraConnection, user: str, now: datetime) -> StoredReminder:
