@@ -15,10 +15,13 @@ replanned: a sending row's finalize computes its next occurrence with the new ru
 
 Which occurrence is "the same" under new rules: the stored occurrence was computed with
 the old rules, which are gone. The schedule's ring nearest to the stored instant under
-the new rules (ties: the later) is the same local occurrence whenever the rules move it
-by less than half the schedule's period, which holds for every real tz change and
-every daily or longer schedule. If that ring has already passed, the reminder rings now,
-late (the misfire policy), rather than silently skipping an occurrence.
+the new rules is the same local occurrence whenever the rules move it by less than half
+the schedule's period, which holds for every real tz change and every daily or longer
+schedule. At exactly half (an hourly repeat and a 30-minute change) both neighbours are
+as near: the earlier is taken, as it is a ring of the schedule under the new rules too,
+and the later one follows it, where taking the later would skip the earlier. If that ring
+has already passed, the reminder rings now, late (the misfire policy), rather than
+silently skipping an occurrence.
 """
 
 from __future__ import annotations
@@ -76,7 +79,7 @@ def same_occurrence(reminder: Reminder, stored: datetime, now: datetime) -> date
         if ring <= stored + _SEARCH
     ]
     if candidates:
-        return min(candidates, key=lambda ring: (abs(ring - stored), -ring.timestamp()))
+        return min(candidates, key=lambda ring: (abs(ring - stored), ring))
     # Nothing near (a rule change larger than any seen): the next ring from now on.
     following = occurrences(reminder.schedule, now, 1)
     return following[0] if following else None

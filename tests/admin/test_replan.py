@@ -27,6 +27,7 @@ from reminders_svc.schedule import (
     one_off_instant,
     one_off_local,
     parse_repeat,
+    parse_rrule,
     validate_new,
 )
 from reminders_svc.storage.parts import DEFAULT_PARTS, floor_minute, part_of
@@ -324,6 +325,18 @@ def test_the_same_local_occurrence_is_the_nearest_ring_under_the_new_rules() -> 
         assert moved is not None
         assert (moved.occurrence, moved.due) == (datetime(2027, 1, 5, 14, 0, tzinfo=UTC),) * 2
     assert replanned(row, now) is None  # already right: nothing to write
+
+
+def test_a_change_of_half_the_period_takes_the_earlier_ring_and_skips_none() -> None:
+    """An hourly repeat whose zone moves by 30 minutes: the stored 06:00Z lies between the
+    new rules' 05:30Z and 06:30Z. The earlier is taken; the later follows it."""
+    now = datetime(2027, 1, 4, 4, 40, tzinfo=UTC)
+    start = datetime(2027, 1, 4, 0, 0)
+    schedule = parse_rrule("FREQ=HOURLY", "Asia/Kolkata", start)  # :30 UTC every hour
+    row = at_instant("u", datetime(2027, 1, 4, 6, 0, tzinfo=UTC), now, schedule)
+    moved = replanned(row, now)
+    assert moved is not None
+    assert moved.due == datetime(2027, 1, 4, 5, 30, tzinfo=UTC)
 
 
 def test_an_occurrence_moved_into_the_past_rings_now_rather_than_never() -> None:
