@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from reminders_svc.schedule.errors import ScheduleError
-from reminders_svc.schedule.expand import HORIZON_YEARS, first_ring
+from reminders_svc.schedule.expand import HORIZON_YEARS, check_cost, first_ring
 from reminders_svc.schedule.model import OneOff, Repeat
 from reminders_svc.schedule.rule import Rule, parse_rule_text
 from reminders_svc.schedule.zones import check_year, load_zone, to_utc_in
@@ -55,6 +55,7 @@ def repeat_from_rule(rule: Rule, zone: str, start: datetime, field: str) -> Repe
             "until",
             f"end {rule.until:%Y-%m-%dT%H:%M:%SZ} is before the start {start.isoformat()}",
         )
+    check_cost(rule, start)
     repeat = Repeat(rrule=rule.text(), zone=zone, start=start)
     if first_ring(repeat) is None:
         if rule.until is not None or rule.count is not None:

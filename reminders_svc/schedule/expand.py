@@ -127,6 +127,48 @@ def make_plan(rule: Rule, start: datetime) -> _Plan:
     )
 
 
+# BYSETPOS picks from every candidate time of a period, each built before the pick: a
+# period may hold at most this many (a year of days at 4 hours), so that finding one ring
+# costs a few milliseconds, and a COUNT walk (from the start, every period) at most this
+# many candidates in all.
+MAX_SET_CANDIDATES = 366
+MAX_COUNT_WALK = 40_000
+
+
+def _most_days_in_period(plan: _Plan) -> int:
+    freq = plan.rule.freq
+    if freq is Freq.YEARLY:
+        months = plan.months or frozenset(range(1, 13))
+        return sum(calendar.monthrange(2024, month)[1] for month in months)  # a leap year
+    return {Freq.MONTHLY: 31, Freq.WEEKLY: 7}.get(freq, 1)
+
+
+def check_cost(rule: Rule, start: datetime) -> None:
+    """Refuse, at once, a new rule whose expansion would cost too much: BYSETPOS over more
+    candidate times per period than `MAX_SET_CANDIDATES`, positions past the most a period
+    can hold (which never pick anything), or COUNT times that per-period cost past
+    `MAX_COUNT_WALK`. Checked when a rule is made, never on a stored one."""
+    if not rule.by_set_pos:
+        return
+    plan = make_plan(rule, start)
+    per_period = 1 if rule.freq is Freq.HOURLY else _most_days_in_period(plan) * len(plan.hours)
+    if per_period > MAX_SET_CANDIDATES:
+        raise ScheduleError(
+            "rrule",
+            f"BYSETPOS picks from at most {MAX_SET_CANDIDATES} times a period, not up to"
+            f" {per_period}: use fewer BYHOUR values, a BYMONTH, or a shorter FREQ",
+        )
+    if all(abs(position) > per_period for position in rule.by_set_pos):
+        raise ScheduleError(
+            "rrule", f"never occurs: a period holds at most {per_period} times for BYSETPOS"
+        )
+    if rule.count is not None and rule.count * per_period > MAX_COUNT_WALK:
+        most = max(1, MAX_COUNT_WALK // per_period)
+        raise ScheduleError(
+            "rrule", f"COUNT with BYSETPOS over {per_period} times a period: at most {most}"
+        )
+
+
 def interval_can_reach(plan: _Plan) -> bool:
     """False when INTERVAL keeps every aligned period off the BYDAY/BYHOUR values.
 
@@ -211,6 +253,7 @@ def _raw_local(plan: _Plan, first: date, last: date, budget: _Budget) -> Iterato
             if index < len(days) and days[index] == cursor.day:
                 on = date(year, month, days[index])
                 for hour in _aligned_hours(plan, on):
+                    budget.spend()  # per candidate: a day may hold 24
                     yield datetime(year, month, on.day, hour, plan.minute)
                 cursor = on + timedelta(days=1) if on < _CALENDAR_END else None
                 continue

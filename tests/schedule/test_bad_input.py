@@ -20,6 +20,7 @@ from reminders_svc.schedule import (
 START = datetime(2026, 10, 20, 8, 0)
 NOW = datetime(2026, 10, 20, 12, 0, tzinfo=UTC)
 NY = "America/New_York"
+EVERY_HOUR = ",".join(str(hour) for hour in range(24))
 
 
 def rrule(text: str) -> Callable[[], object]:
@@ -60,6 +61,17 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
      "BYMINUTE takes one value: at most one ring an hour"),
     ("lone BYSETPOS", rrule("FREQ=MONTHLY;BYSETPOS=1"), "rrule",
      "BYSETPOS needs another BYxxx part to select from"),
+    ("BYSETPOS past an hour's one time", rrule("FREQ=HOURLY;BYMONTH=5;BYSETPOS=2"), "rrule",
+     "never occurs: a period holds at most 1 times for BYSETPOS"),
+    ("BYSETPOS past a day's times", rrule(f"FREQ=DAILY;BYHOUR={EVERY_HOUR};BYSETPOS=25"),
+     "rrule", "never occurs: a period holds at most 24 times for BYSETPOS"),
+    ("BYSETPOS over a year of hours",
+     rrule(f"FREQ=YEARLY;BYDAY=MO,TU,WE,TH,FR,SA,SU;BYHOUR={EVERY_HOUR};BYSETPOS=-1"), "rrule",
+     "BYSETPOS picks from at most 366 times a period, not up to 8784: use fewer BYHOUR"
+     " values, a BYMONTH, or a shorter FREQ"),
+    ("BYSETPOS with a long COUNT",
+     rrule("FREQ=YEARLY;COUNT=1000;BYDAY=MO,TU,WE,TH,FR;BYSETPOS=-1"), "rrule",
+     "COUNT with BYSETPOS over 366 times a period: at most 109"),
     ("interval 0", rrule("FREQ=DAILY;INTERVAL=0"), "rrule",
      "INTERVAL=0 must be between 1 and 10000"),
     ("count 0", rrule("FREQ=DAILY;COUNT=0"), "count", "COUNT=0 must be between 1 and 1000"),
