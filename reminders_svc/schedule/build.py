@@ -8,7 +8,7 @@ from reminders_svc.schedule.errors import ScheduleError
 from reminders_svc.schedule.expand import HORIZON_YEARS, check_cost, first_ring
 from reminders_svc.schedule.model import OneOff, Repeat
 from reminders_svc.schedule.rule import Rule, parse_rule_text
-from reminders_svc.schedule.zones import check_year, load_zone, to_utc_in
+from reminders_svc.schedule.zones import check_year, load_zone, to_local, to_utc_in
 
 
 def quoted(text: str, longest: int = 60) -> str:
@@ -51,9 +51,12 @@ def repeat_from_rule(rule: Rule, zone: str, start: datetime, field: str) -> Repe
     # Reminders ring on whole minutes; seconds in the start would only shift DTSTART.
     start = _naive(start, "start").replace(second=0, microsecond=0)
     if rule.until is not None and rule.until < to_utc_in(start, zone_info):
+        # Both in local time, as the caller wrote them (an end date means its day's end).
+        until = to_local(rule.until, zone_info)
         raise ScheduleError(
             "until",
-            f"end {rule.until:%Y-%m-%dT%H:%M:%SZ} is before the start {start.isoformat()}",
+            f"end {until:%Y-%m-%dT%H:%M:%S} ({rule.until:%Y-%m-%dT%H:%M:%SZ}) is before the"
+            f" start {start.isoformat()}, {zone}",
         )
     check_cost(rule, start)
     repeat = Repeat(rrule=rule.text(), zone=zone, start=start)

@@ -65,11 +65,15 @@ def _every(rule: Rule, start: datetime) -> str:
         if rule.freq is Freq.YEARLY and not month_numbers:
             month_numbers = (start.month,)
     months = [_MONTH_NAMES[month - 1] for month in month_numbers]
-    if rule.by_day:
-        days = _days(rule)
+    if rule.by_day or rule.freq is Freq.WEEKLY:
+        # A weekly rule without days rings on the start's weekday.
+        days = _days(rule) if rule.by_day else _DAY_NAMES[start.weekday()]
         plain = all(entry.ordinal is None for entry in rule.by_day)
-        if rule.freq is Freq.WEEKLY:
-            every = f"Every {days}" if rule.interval == 1 else f"{every} on {days}"
+        # Hours, or days but not each one: the unit rings on those days, not once a day.
+        within_days = rule.freq is Freq.HOURLY or (rule.freq is Freq.DAILY and rule.interval > 1)
+        if rule.freq is Freq.WEEKLY or within_days:
+            once_a_day = rule.freq is Freq.WEEKLY and rule.interval == 1
+            every = f"Every {days}" if once_a_day else f"{every} on {days}"
         elif plain:
             every = f"Every {days}" if rule.interval == 1 else f"Every {days} of {every.lower()}"
         elif rule.freq is Freq.YEARLY and not months:
@@ -92,6 +96,8 @@ def _times(rule: Rule, repeat: Repeat) -> str:
     minute = rule.by_minute[0] if rule.by_minute else repeat.start.minute
     if rule.freq is Freq.HOURLY and not rule.by_hour:
         return f"at :{minute:02d}"
+    if rule.freq is Freq.HOURLY:
+        return "in the hours " + _listing([f"{hour:02d}:{minute:02d}" for hour in rule.by_hour])
     hours = rule.by_hour or (repeat.start.hour,)
     return "at " + _listing([f"{hour:02d}:{minute:02d}" for hour in hours])
 

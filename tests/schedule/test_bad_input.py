@@ -82,7 +82,8 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
     ("bad until", rrule("FREQ=DAILY;UNTIL=tomorrow"), "until",
      "UNTIL=TOMORROW is not YYYYMMDD or YYYYMMDDTHHMMSS[Z]"),
     ("until before start", rrule("FREQ=DAILY;UNTIL=20260101T000000Z"), "until",
-     "end 2026-01-01T00:00:00Z is before the start 2026-10-20T08:00:00"),
+     "end 2025-12-31T19:00:00 (2026-01-01T00:00:00Z) is before the start"
+     " 2026-10-20T08:00:00, America/New_York"),
     ("feb 30", rrule("FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30"), "rrule",
      "never occurs: no occurrence within 400 years of the start"),
     ("6th monday", rrule("FREQ=MONTHLY;BYDAY=6MO"), "rrule",
@@ -121,7 +122,8 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
     ("bad date", repeat("every day 08:00 until 2027-02-30"), "repeat",
      "at character 23 ('2027-02-30'): expected a valid date YYYY-MM-DD"),
     ("grammar until before start", repeat("every day 08:00 until 2026-01-01"), "until",
-     "end 2026-01-02T04:59:59Z is before the start 2026-10-20T08:00:00"),
+     "end 2026-01-01T23:59:59 (2026-01-02T04:59:59Z) is before the start"
+     " 2026-10-20T08:00:00, America/New_York"),
     ("aware local", lambda: one_off_local(datetime(2026, 11, 1, tzinfo=UTC), NY), "at",
      "2026-11-01T00:00:00+00:00 must be a local time without offset"),
     ("naive instant", lambda: one_off_instant(datetime(2026, 11, 1)), "at",

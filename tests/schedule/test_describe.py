@@ -19,6 +19,11 @@ START = datetime(2027, 1, 31, 9, 0)  # a Sunday, the 31st: short months show
         ("FREQ=DAILY;BYDAY=MO,TU,WE,TH,FR", "Every weekday"),
         ("FREQ=WEEKLY;BYDAY=MO", "Every Monday"),
         ("FREQ=WEEKLY;INTERVAL=2;BYDAY=TU,TH", "Every 2 weeks on Tuesday and Thursday"),
+        # A weekly rule without days rings on the start's weekday.
+        ("FREQ=WEEKLY", "Every Sunday"),
+        ("FREQ=WEEKLY;INTERVAL=2;BYMONTH=1,2", "Every 2 weeks on Sunday in January and February"),
+        # Hours, or every few days, ring on those days: not once a day.
+        ("FREQ=DAILY;INTERVAL=2;BYDAY=MO", "Every 2 days on Monday"),
         # A plain weekday in a monthly or yearly rule is every such day of the period.
         ("FREQ=MONTHLY;BYDAY=MO", "Every Monday"),
         ("FREQ=MONTHLY;INTERVAL=2;BYDAY=MO", "Every Monday of every 2 months"),
@@ -41,6 +46,18 @@ def test_a_rule_is_described_as_it_rings(rrule: str, described: str) -> None:
     assert describe(parse_rrule(rrule, "UTC", START)) == (
         f"{described} at 09:00, from 2027-01-31, UTC"
     )
+
+
+@pytest.mark.parametrize(
+    ("rrule", "described"),
+    [
+        ("FREQ=HOURLY;BYDAY=MO", "Every hour on Monday at :00"),
+        ("FREQ=HOURLY;INTERVAL=2;BYDAY=MO,TU", "Every 2 hours on Monday and Tuesday at :00"),
+        ("FREQ=HOURLY;BYHOUR=9,10,11", "Every hour in the hours 09:00, 10:00 and 11:00"),
+    ],
+)
+def test_an_hourly_rule_is_described_as_ringing_every_hour(rrule: str, described: str) -> None:
+    assert describe(parse_rrule(rrule, "UTC", START)) == f"{described}, from 2027-01-31, UTC"
 
 
 def test_what_the_descriptions_of_rfc_5545s_readings_claim_is_what_rings() -> None:
