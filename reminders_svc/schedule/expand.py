@@ -415,12 +415,15 @@ def latest_at_or_before(schedule: Schedule, since: datetime, instant: datetime) 
 # be: a ring's bucket entry lives until its due plus a retention, and Cassandra refuses a
 # TTL over 20 years.
 MAX_AHEAD = timedelta(days=3653)  # 10 years, whatever their leap days
+_SPACING_RINGS = 12
 
 
 def validate_new(schedule: Schedule, now: datetime) -> datetime:
     """The first ring at or after ``now``, or ScheduleError if there is none, if it is more
     than ``MAX_AHEAD`` away, or if a repeat's rings are spaced further apart than that."""
-    found = occurrences(schedule, now, 3)  # the first ring, and a repeat's spacing
+    # The first ring, and a repeat's spacing over its first rings: a sparse rule's gaps
+    # need not show in the first two (INTERVAL=25 months in BYMONTH=1,2,3: 2, 2, 21 years).
+    found = occurrences(schedule, now, _SPACING_RINGS)
     if found:
         if found[0] - now > MAX_AHEAD:
             field = "at" if isinstance(schedule, OneOff) else "start"

@@ -157,6 +157,10 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
          parse_rrule("FREQ=YEARLY;INTERVAL=5;BYMONTH=2;BYMONTHDAY=29", NY, datetime(2028, 1, 1)),
          NOW),
      "rule", "rings must be at most 10 years apart"),
+    ("a gap only after the first rings",  # 2027, 2029, 2031, then 2052
+     lambda: validate_new(
+         parse_rrule("FREQ=MONTHLY;INTERVAL=25;BYMONTH=1,2,3", NY, datetime(2027, 1, 15)), NOW),
+     "rule", "rings must be at most 10 years apart"),
     # Dates near datetime's own limits (years 1 and 9999): zone offsets and the search
     # around an end overflowed there (OverflowError, answered INTERNAL by the API).
     ("UNTIL in year 9999", rrule("FREQ=DAILY;UNTIL=99991231"), "until",
