@@ -127,7 +127,8 @@ async def grow(admin: Admin, to: int, lead: timedelta, *, force: bool = False) -
 
     Refuses a P not above the latest stored (or scheduled) one, and a lead under the
     floor. Run one at a time: of two concurrent grows, one taking effect later with a
-    smaller P is caught after the fact; with a larger P both stand (`_seed`).
+    smaller P is caught after the fact and raised to the larger (`_raise_shrinking`);
+    with a larger P both stand (`_seed`).
     """
     floor = min_lead()
     if lead < floor:
@@ -158,9 +159,10 @@ async def grow(admin: Admin, to: int, lead: timedelta, *, force: bool = False) -
         raise AdminError(f"a part count is already stored from {iso(effective)}; nothing changed")
     stored = await admin.parts.load()
     if _shrinks(stored):
+        healed = await _raise_shrinking(admin, stored)
         raise AdminError(
-            "part counts no longer only grow (a concurrent grow?): "
-            f"{history(stored)}; fix part_counts before the first of these minutes"
+            "part counts no longer only grew (a concurrent grow?): raised to "
+            f"{history(healed)}; check them with `reminders admin parts`"
         )
     seeded = [part for part in range(latest.parts, to) if await _seed(admin, part, effective)]
     return GrowResult(latest.parts, to, effective, tuple(seeded))
@@ -168,7 +170,25 @@ async def grow(admin: Admin, to: int, lead: timedelta, *, force: bool = False) -
 
 def _shrinks(counts: tuple[PartCount, ...]) -> bool:
     ordered = sorted(counts, key=lambda count: count.from_minute)
-    return any(later.parts <= earlier.parts for earlier, later in itertools.pairwise(ordered))
+    return any(later.parts < earlier.parts for earlier, later in itertools.pairwise(ordered))
+
+
+async def _raise_shrinking(admin: Admin, counts: tuple[PartCount, ...]) -> tuple[PartCount, ...]:
+    """Raise each count below an earlier one to that one's P, by LWT. Never a delete nor a
+    lowering: a process may have cached any stored count and written entries into parts
+    under it, which only a P at least as large still reads. The parts up to the raised P
+    were seeded by the earlier grow, from its earlier minute."""
+    highest = 0
+    for count in sorted(counts, key=lambda count: count.from_minute):
+        if count.parts < highest:
+            await aio.execute(
+                admin.session,
+                "UPDATE part_counts SET parts = %s WHERE scope = %s AND from_minute = %s"
+                " IF parts = %s",
+                (highest, _SCOPE, count.from_minute, count.parts),
+            )
+        highest = max(highest, count.parts)
+    return await admin.parts.load()
 
 
 async def _insert_count(admin: Admin, count: PartCount) -> bool:

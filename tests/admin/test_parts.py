@@ -7,8 +7,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from dispatcher.leases import PartLeases
+from reminders_svc.admin import parts as parts_admin
+from reminders_svc.admin.context import Admin
 from reminders_svc.admin.parts import ceil_minute, checkpoint_lag_s
-from reminders_svc.storage.parts import PartCounts
+from reminders_svc.storage.parts import PartCount, PartCounts
 from reminders_svc.storage.session import CassandraConnection
 from tests.admin.conftest import AdminRunner, minutes_ago, run
 
@@ -183,3 +185,28 @@ def test_a_grow_moves_back_new_parts_a_concurrent_later_grow_seeded_first(
     }
     assert {checkpoints[part] for part in range(64, 96)} == {effective - timedelta(minutes=1)}
     assert {checkpoints[part] for part in range(96, 128)} == {later - timedelta(minutes=1)}
+
+
+def test_a_concurrent_grow_storing_a_smaller_p_later_is_raised_not_left_to_shrink(
+    own_keyspace: CassandraConnection, admin: AdminRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another grow, to 80 an hour on, lands between this one's read of the counts and its
+    write (to 128, ~3 min on): P would fall from 128 to 80, and entries written under 128
+    into parts 80-127 would go unread. The later count is raised to 128 instead (never
+    deleted: some process may already have cached it)."""
+    insert = parts_admin._insert_count
+    later = ceil_minute(datetime.now(UTC) + timedelta(hours=1))
+
+    async def with_a_concurrent_grow(admin_context: Admin, count: PartCount) -> bool:
+        if count.parts == 128:
+            await insert(admin_context, PartCount(later, 80))
+        return await insert(admin_context, count)
+
+    monkeypatch.setattr(parts_admin, "_insert_count", with_a_concurrent_grow)
+    grown = admin("parts", "grow", "--to", "128")
+
+    assert grown.code == 2
+    assert "raised to" in grown.err
+    counts = admin("parts", "--json").json()["part_counts"]
+    assert [count["parts"] for count in counts] == [64, 128, 128]
+    assert counts[-1]["from_minute"] == later.isoformat(timespec="milliseconds")[:-6] + "Z"
