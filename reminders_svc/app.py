@@ -288,7 +288,7 @@ class RemindersApp:
             current = stored.reminder
             if version is not None and current.version != version:
                 raise VersionConflict(
-                    f"version {version} is stale: the reminder is at version {current.version}"
+                    f"version {version} is not the reminder's: it is at version {current.version}"
                 )
             now = self._clock()
             changed = step(current, now)

@@ -22,7 +22,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.domain.delivery import Answer, Delivery
 from reminders_svc.domain.errors import InvalidArgument
-from reminders_svc.domain.reminder import Reminder, Status
+from reminders_svc.domain.reminder import Reminder, Status, as_seen
 from reminders_svc.schedule import (
     OneOff,
     Repeat,
@@ -211,7 +211,8 @@ def schedule_to_proto(schedule: Schedule) -> pb.Schedule:
     return message
 
 
-def reminder_to_proto(reminder: Reminder) -> pb.Reminder:
+def reminder_to_proto(stored: Reminder, now: datetime) -> pb.Reminder:
+    reminder = as_seen(stored, now)
     return pb.Reminder(
         id=str(reminder.reminder_id),
         text=reminder.text,

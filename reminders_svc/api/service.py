@@ -96,19 +96,20 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
             # A repeat without a start begins now, so a replay can fail where its original
             # passed (its end now behind it): answer with what the original made.
             if (made := await self._app.replayed(user, request.request_id, payload)) is not None:
-                return convert.reminder_to_proto(made)
+                return convert.reminder_to_proto(made, self._clock())
             raise
         with convert.schedule_errors(request.reminder.schedule, "reminder.schedule"):
             async with self._within_write_deadline():
                 created = await self._app.create(
                     user, request.request_id, request.reminder.text, schedule, payload
                 )
-        return convert.reminder_to_proto(created)
+        return convert.reminder_to_proto(created, self._clock())
 
     @translated
     async def GetReminder(self, request: pb.GetReminderRequest, context: Context) -> pb.Reminder:
         user = self._user(context)
-        return convert.reminder_to_proto(await self._app.get(user, convert.reminder_id(request.id)))
+        reminder = await self._app.get(user, convert.reminder_id(request.id))
+        return convert.reminder_to_proto(reminder, self._clock())
 
     @translated
     async def ListReminders(
@@ -120,8 +121,9 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         after = pages.cursor(request.page_token)
         size = self._page_size(request.page_size)
         page, next_after = await self._app.list(user, after, size, status)
+        now = self._clock()
         return pb.ListRemindersResponse(
-            reminders=[convert.reminder_to_proto(r) for r in page],
+            reminders=[convert.reminder_to_proto(r, now) for r in page],
             next_page_token=pages.token(next_after),
         )
 
@@ -148,7 +150,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         with convert.schedule_errors(request.reminder.schedule, "reminder.schedule"):
             async with self._within_write_deadline():
                 updated = await self._app.update(user, target, version, text, schedule)
-        return convert.reminder_to_proto(updated)
+        return convert.reminder_to_proto(updated, self._clock())
 
     @translated
     async def DeleteReminder(
@@ -159,7 +161,8 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         async with self._within_write_deadline():
             deleted = await self._app.delete(user, target, convert.version_seen(request.version))
         return pb.DeleteReminderResponse(
-            reminder=convert.reminder_to_proto(deleted.reminder), was_sending=deleted.was_sending
+            reminder=convert.reminder_to_proto(deleted.reminder, self._clock()),
+            was_sending=deleted.was_sending,
         )
 
     @translated
@@ -182,7 +185,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
             until = convert.local_time(request.snooze_until_local_time, which)
         async with self._within_write_deadline():
             snoozed = await self._app.snooze(user, target, until, which)
-        return convert.reminder_to_proto(snoozed)
+        return convert.reminder_to_proto(snoozed, self._clock())
 
     @translated
     async def PauseReminder(
@@ -207,7 +210,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         target = convert.reminder_id(request.id)
         async with self._within_write_deadline():
             changed = await change(user, target, convert.version_seen(request.version))
-        return convert.reminder_to_proto(changed)
+        return convert.reminder_to_proto(changed, self._clock())
 
     @translated
     async def PreviewSchedule(

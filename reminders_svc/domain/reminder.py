@@ -210,6 +210,24 @@ def resume(reminder: Reminder, now: datetime) -> Reminder:
     )
 
 
+def as_seen(reminder: Reminder, now: datetime) -> Reminder:
+    """The reminder as its owner should read it at `now`, for reading only (the row keeps
+    what it holds): a deleted one rings nothing; a paused one shows what resuming now would
+    ring, where its stored occurrence may long have passed (a repeat's next occurrence
+    after now, a snooze still ahead; a one-off whose time has passed, nothing)."""
+    if reminder.status is Status.DELETED:
+        return dataclasses.replace(reminder, occurrence=None, snooze_until=None, due=None)
+    if reminder.status is not Status.PAUSED:
+        return reminder
+    try:
+        resumed = resume(reminder, now)
+    except FailedPrecondition:
+        return dataclasses.replace(reminder, occurrence=None, snooze_until=None)
+    return dataclasses.replace(
+        reminder, occurrence=resumed.occurrence, snooze_until=resumed.snooze_until
+    )
+
+
 def delete(reminder: Reminder, now: datetime) -> Reminder:
     _require_not_deleted(reminder)
     return _changed(reminder, now, status=Status.DELETED, due=None, **_claim_cleared(reminder))

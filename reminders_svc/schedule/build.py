@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from reminders_svc.schedule.errors import ScheduleError
@@ -69,13 +70,24 @@ def repeat_from_rule(rule: Rule, zone: str, start: datetime, field: str) -> Repe
     return repeat
 
 
+# A wall time as RFC 3339 writes one, without its offset: date, "T", time to the minute or
+# second. Python's parser takes more (a date alone, a fraction, week dates, other digits),
+# each of which would be read silently: a date picker that lost its time rang at midnight.
+_LOCAL_DATETIME = re.compile(
+    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?(?P<offset>Z|[+-].+)?", re.ASCII
+)
+
+
 def parse_local_datetime(text: str, field: str) -> datetime:
-    """An ISO 8601 local wall time without an offset (`2026-11-01T01:30:00`)."""
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise ScheduleError(field, f"{quoted(text)} is not an ISO 8601 date-time") from None
-    if value.tzinfo is not None:
+    """A local wall time without an offset: `2026-11-01T01:30` or `2026-11-01T01:30:00`."""
+    form = _LOCAL_DATETIME.fullmatch(text)
+    if form is not None and form["offset"]:
         raise ScheduleError(field, f"{quoted(text)} must be a local time without offset")
+    try:
+        value = datetime.fromisoformat(text) if form is not None else None
+    except ValueError:
+        value = None
+    if value is None:
+        raise ScheduleError(field, f"{quoted(text)} is not a local date-time YYYY-MM-DDTHH:MM[:SS]")
     check_year(value, field)
     return value

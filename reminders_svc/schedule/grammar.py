@@ -34,7 +34,10 @@ from reminders_svc.schedule.rule import (
 )
 from reminders_svc.schedule.zones import check_year, load_zone
 
-_TOKEN = re.compile(r"\s*(?:(\d{4}-\d{2}-\d{2})|(\d{1,2}:\d{2})|(\d+)(st|nd|rd|th)?|([a-z]+)|(,))")
+# ASCII digits only ("\d" takes every script's, which int() reads as well).
+_TOKEN = re.compile(
+    r"\s*(?:([0-9]{4}-[0-9]{2}-[0-9]{2})|([0-9]{1,2}:[0-9]{2})|([0-9]+)(st|nd|rd|th)?|([a-z]+)|(,))"
+)
 _WEEKDAYS = {
     name: index
     for index, names in enumerate(

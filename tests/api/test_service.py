@@ -315,9 +315,13 @@ def test_pause_stops_and_resume_continues_from_the_next_occurrence(api: Api, use
     assert not paused.HasField("next_ring_time")
 
     api.clock.now = at("2026-11-10T00:00:00")
+    # Read while paused, it shows what resuming would ring, not the Oct 26 it paused at.
+    shown = api.reminders.GetReminder(pb.GetReminderRequest(id=created.id), metadata=md)
+    assert shown.next_occurrence_time.ToDatetime(tzinfo=Z) == at("2026-11-16T14:00:00")
     resumed = api.reminders.ResumeReminder(pb.ResumeReminderRequest(id=created.id), metadata=md)
     assert resumed.state == pb.Reminder.STATE_PENDING
     assert resumed.next_ring_time.ToDatetime(tzinfo=Z) == at("2026-11-16T14:00:00")
+    assert resumed.next_occurrence_time == shown.next_occurrence_time
     assert resumed.version == 3
 
 
@@ -326,6 +330,8 @@ def test_resuming_a_one_off_whose_time_passed_is_refused(api: Api, user: str) ->
     md = api.as_user(user)
     api.reminders.PauseReminder(pb.PauseReminderRequest(id=created.id), metadata=md)
     api.clock.now = at("2026-10-21T00:00:00")
+    shown = api.reminders.GetReminder(pb.GetReminderRequest(id=created.id), metadata=md)
+    assert not shown.HasField("next_occurrence_time")  # nothing a resume would ring
 
     with pytest.raises(grpc.RpcError) as refused:
         api.reminders.ResumeReminder(pb.ResumeReminderRequest(id=created.id), metadata=md)
@@ -351,6 +357,10 @@ def test_delete_makes_it_invisible_and_says_whether_a_ring_was_in_flight(
 
     assert (first.was_sending, second.was_sending) == (False, True)
     assert second.reminder.state == pb.Reminder.STATE_DELETED
+    assert not any(  # a deleted reminder rings nothing more
+        second.reminder.HasField(name)
+        for name in ("next_ring_time", "next_occurrence_time", "snooze_until_time")
+    )
     row = cassandra.session.execute(
         "SELECT status, claim_token FROM reminders WHERE user_id = %s AND reminder_id = %s",
         (user, uuid.UUID(ringing.id)),

@@ -12,6 +12,7 @@ from reminders_svc.schedule import (
     load_zone,
     one_off_instant,
     one_off_local,
+    parse_local_datetime,
     parse_repeat,
     parse_rrule,
     validate_new,
@@ -124,6 +125,18 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
     ("grammar until before start", repeat("every day 08:00 until 2026-01-01"), "until",
      "end 2026-01-01T23:59:59 (2026-01-02T04:59:59Z) is before the start"
      " 2026-10-20T08:00:00, America/New_York"),
+    # Local times are written date, "T", time to the minute or second, as RFC 3339 does:
+    # the parser's other forms would each be read silently (a lost time, midnight).
+    *[
+        (f"local time {text!r}", lambda text=text: parse_local_datetime(text, "at"), "at",
+         f"{text!r} is not a local date-time YYYY-MM-DDTHH:MM[:SS]")
+        for text in ("2026-12-10", "2026-12-10T09:30:45.5", "2026-12-20 09:00:00",
+                     "20261220T090000", "2026-W52-1T09:00", "\u0662\u0660\u0662\u0666-12-10T09:30")
+    ],
+    ("other digits in an expression", repeat("every day \u0660\u0669:\u0660\u0660"), "repeat",
+     "at character 11: unexpected '\u0660'"),
+    ("local time with an offset", lambda: parse_local_datetime("2026-12-10T09:30Z", "at"), "at",
+     "'2026-12-10T09:30Z' must be a local time without offset"),
     ("aware local", lambda: one_off_local(datetime(2026, 11, 1, tzinfo=UTC), NY), "at",
      "2026-11-01T00:00:00+00:00 must be a local time without offset"),
     ("naive instant", lambda: one_off_instant(datetime(2026, 11, 1)), "at",

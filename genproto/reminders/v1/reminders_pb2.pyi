@@ -10,7 +10,8 @@ A reminder the caller does not own answers NOT_FOUND, exactly like a missing one
 Errors (AIP-193): every refusal by the service carries a google.rpc.ErrorInfo (domain
 "reminders.v1") whose `reason` is stable: branch on it, never on the message. A status
 without one is gRPC's own (a transport failure, a server shutting down, the caller's
-own deadline, a request over the size limit): handle it by its code. Codes and reasons:
+own deadline, a request over the size limit, 64 KiB by default): handle it by its code.
+Codes and reasons:
 INVALID_ARGUMENT (INVALID_FIELD) carries a google.rpc.BadRequest naming the field at
   fault, e.g. "reminder.schedule.time_zone"; nothing was written;
 UNAUTHENTICATED: CREDENTIALS_MISSING, TOKEN_EXPIRED (get a new token),
@@ -117,7 +118,9 @@ class Reminder(_message.Message):
     id: _builtins.str
     """Output only. The reminder's id (a UUID)."""
     text: _builtins.str
-    """Required on create. 1 to 500 characters."""
+    """Required on create. 1 to 500 characters, counted as Unicode code points (an emoji
+    of several code points counts as several), not all whitespace.
+    """
     state: Global___Reminder.State.ValueType
     """Output only."""
     version: _builtins.int
@@ -139,11 +142,16 @@ class Reminder(_message.Message):
 
     @_builtins.property
     def next_occurrence_time(self) -> _timestamp_pb2.Timestamp:
-        """Output only. The next regular occurrence, unset when the series has ended."""
+        """Output only. The next regular occurrence, unset when the series has ended. While
+        paused: the one resuming now would ring (a repeat's next occurrence after now; unset
+        for a one-off whose time has passed). Unset once deleted.
+        """
 
     @_builtins.property
     def snooze_until_time(self) -> _timestamp_pb2.Timestamp:
-        """Output only. An extra one-time ring, if snoozed."""
+        """Output only. An extra one-time ring, if snoozed (while paused, a snooze still ahead
+        rings once resumed). Unset once deleted.
+        """
 
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:
@@ -186,7 +194,10 @@ class Schedule(_message.Message):
     REPEAT_FIELD_NUMBER: _builtins.int
     DESCRIPTION_FIELD_NUMBER: _builtins.int
     time_zone: _builtins.str
-    """Required. An IANA time zone name, e.g. "America/New_York"."""
+    """Required. An IANA time zone name, e.g. "America/New_York" (at most 64 characters).
+    The first ring must be within 10 years from now, and a repeat's rings at most 10
+    years apart.
+    """
     description: _builtins.str
     """Output only. A human description, e.g. "Every Monday at 09:00, America/New_York"."""
     @_builtins.property
@@ -224,14 +235,14 @@ class OneOff(_message.Message):
     LOCAL_TIME_FIELD_NUMBER: _builtins.int
     INSTANT_FIELD_NUMBER: _builtins.int
     local_time: _builtins.str
-    """A local wall time in the schedule's zone, ISO 8601 without offset,
+    """A local wall time in the schedule's zone, YYYY-MM-DDTHH:MM[:SS] without offset,
     e.g. "2026-11-01T01:30:00". A time that happens twice (a clock set back) rings at
     the first; one that never happens (a clock set forward) is moved forward by the
     gap (02:30 -> 03:30).
     """
     @_builtins.property
     def instant(self) -> _timestamp_pb2.Timestamp:
-        """An absolute instant."""
+        """An absolute instant, in whole seconds (nanos are dropped)."""
 
     def __init__(
         self,
@@ -268,11 +279,12 @@ class Repeat(_message.Message):
     """
     rrule: _builtins.str
     """RFC 5545 RRULE text, e.g. "FREQ=WEEKLY;BYDAY=MO;BYHOUR=9;BYMINUTE=0". HOURLY at
-    most often.
+    most often. Parts left out come from the start, as RFC 5545 says: without BYMINUTE
+    the rings fall on the start's minute (and with the default start, on now's).
     """
     start_local_time: _builtins.str
-    """The local wall time the series starts from (ISO 8601 without offset); COUNT, UNTIL
-    and INTERVAL count from it. Default: now.
+    """The local wall time the series starts from (YYYY-MM-DDTHH:MM[:SS] without offset);
+    COUNT, UNTIL and INTERVAL count from it. Default: now.
     """
     canonical_rrule: _builtins.str
     """Output only. The canonical RRULE the schedule is stored as."""
@@ -510,16 +522,16 @@ class SnoozeReminderRequest(_message.Message):
     id: _builtins.str
     """Required."""
     snooze_until_local_time: _builtins.str
-    """A local wall time in the reminder's zone (ISO 8601 without offset). A time that
+    """A local wall time in the reminder's zone (YYYY-MM-DDTHH:MM[:SS]). A time that
     happens twice means the next of the two to come.
     """
     @_builtins.property
     def duration(self) -> _duration_pb2.Duration:
-        """From now: 1 minute to 7 days."""
+        """From now: 1 minute to 7 days, in whole seconds (nanos are dropped)."""
 
     @_builtins.property
     def snooze_until_time(self) -> _timestamp_pb2.Timestamp:
-        """An absolute instant, 1 minute to 7 days from now."""
+        """An absolute instant, 1 minute to 7 days from now, in whole seconds."""
 
     def __init__(
         self,
