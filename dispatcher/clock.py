@@ -59,6 +59,11 @@ class DbClock:
         fresh = time.monotonic() - self._checked_at < 60
         return fresh and abs(self.offset_s) + self.uncertainty_s <= self._max_offset_s
 
+    def known_off(self) -> bool:
+        """The host's clock is off by more than the bound whatever the last probe's error:
+        not a slow probe (a busy database, a lagging event loop), a clock to fix."""
+        return abs(self.offset_s) - self.uncertainty_s > self._max_offset_s
+
     async def sleep_until(self, instant: datetime) -> None:
         delay = (instant - self.now()).total_seconds()
         if delay > 0:

@@ -466,9 +466,9 @@ class Ringer:
             # and try again. A stop does not cut this short (the ring went out); the
             # shutdown grace does, by cancelling.
             await asyncio.sleep(backoff.next())
-            if not shift.lease.held():
-                return False
             stored = await self._store.get_serial(claimed_row.user_id, claimed_row.reminder_id)
+            if stored is not None and not shift.lease.held():
+                return False
 
     async def _forget(self, claimed_row: Reminder) -> None:
         """The row is gone while its ring was under way: an operator purged the user's data

@@ -8,8 +8,8 @@ Part balance: every `lease_renew_every`, release the leases of parts whose work
 ended, write a heartbeat (with a TTL) into `dispatcher_members`, then take free parts
 while holding fewer than ceil(P / live dispatchers); hold more than that and the extra
 parts are handed over. A dispatcher whose clock is off by more than the bound is not
-ready: it takes no part and hands nothing off, and once not ready for a lease's length
-it hands over the parts it holds.
+ready: it takes no part and hands nothing off, and once its clock has been known off for
+a lease's length it hands over the parts it holds.
 
 Winding a part down (SIGTERM for every part, a hand-over for one): at once, no new
 minute is read and no new ring claimed; rings already with the notifier finish, claims
@@ -68,7 +68,7 @@ class Dispatcher:
         self._health = ProcessHealth(("",), self.metrics.clock_ready)
         self._workers: dict[int, tuple[PartWorker, asyncio.Task[None]]] = {}
         self._stopping = asyncio.Event()
-        self._unready_since: float | None = None  # monotonic
+        self._off_since: float | None = None  # monotonic
         self._connection: CassandraConnection | None = None
         self._server: grpc.aio.Server | None = None
         self._metrics_endpoint: MetricsEndpoint | None = None
@@ -177,10 +177,10 @@ class Dispatcher:
         if not ready:
             # No part taken, nor this dispatcher counted in the fleet's shares (others take
             # them), on a clock not checked: it tells a part's minutes live or past.
-            self._hand_over_if_long_unready()
+            self._hand_over_if_long_off()
             self._report()
             return
-        self._unready_since = None
+        self._off_since = None
         try:
             await self._balance()
         except STORAGE_ERRORS as error:
@@ -189,15 +189,19 @@ class Dispatcher:
             log.warning("part balance skipped: storage did not answer (%s)", type(error).__name__)
         self._report()
 
-    def _hand_over_if_long_unready(self) -> None:
-        """Not ready for a lease's length: wind every part down and release it, as a dead
-        dispatcher's would lapse, so the fleet rings them instead of their rings waiting
-        on a clock that may not come back. Not sooner: one slow clock probe on a busy
-        database must not move every part."""
+    def _hand_over_if_long_off(self) -> None:
+        """The host's clock known off for a lease's length: wind every part down and
+        release it, as a dead dispatcher's would lapse, so the fleet rings them instead of
+        their rings waiting on a clock that may not come back. Not for slow probes (a busy
+        database, a lagging loop: the fleet would only trade its parts around), nor
+        sooner than a lease."""
+        if not self.clock.known_off():
+            self._off_since = None
+            return
         now = time.monotonic()
-        if self._unready_since is None:
-            self._unready_since = now
-        if now - self._unready_since < self.settings.lease.total_seconds():
+        if self._off_since is None:
+            self._off_since = now
+        if now - self._off_since < self.settings.lease.total_seconds():
             return
         for part, (worker, _) in sorted(self._workers.items()):
             if not worker.shift.stopping:

@@ -60,6 +60,10 @@ class Servicers(Protocol):
     @property
     def admin(self) -> reminders_pb2_grpc.RemindersAdminServiceServicer: ...
 
+    async def finish(self, timeout_s: float) -> None:
+        """Let work begun by calls but outliving them finish (a shutdown's grace)."""
+        ...
+
 
 ServicerFactory = Callable[[CassandraConnection, Authenticator, ApiSettings], Servicers]
 
@@ -248,6 +252,7 @@ class ApiServer:
         self._services = StorageBoundHandlers()
         self._connection: CassandraConnection | None = None
         self._storage_task: asyncio.Task[None] | None = None
+        self._servicers: Servicers | None = None
         self._metrics_endpoint: MetricsEndpoint | None = None
         self._server: grpc.aio.Server | None = None
         # The ports bound (differ from the settings when those ask for 0: any free port).
@@ -293,6 +298,8 @@ class ApiServer:
         await self._health.shut_down()
         if self._server is not None:
             await self._server.stop(grace)
+        if self._servicers is not None:
+            await self._servicers.finish(grace)
         if self._storage_task is not None:
             self._storage_task.cancel()
             with suppress(asyncio.CancelledError):
@@ -318,6 +325,7 @@ class ApiServer:
             log.exception("building the servicers failed; staying NOT_SERVING")
             raise
         self._services.install(servicers)
+        self._servicers = servicers
         await self._health.follow_storage(connection.session, interval)
 
 

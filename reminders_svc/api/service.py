@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -26,6 +27,7 @@ from reminders_svc.schedule import occurrences, tzdata_version
 from reminders_svc.schedule.zones import load_zone
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.migrations import require_current_schema
+from reminders_svc.storage.purge import UserPurge
 from reminders_svc.storage.reminders_store import ReminderStore
 from reminders_svc.storage.session import CassandraConnection
 
@@ -258,16 +260,16 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
 
 class AdminServicer(pb_grpc.RemindersAdminServiceServicer):
     def __init__(
-        self, store: ReminderStore, history: DeliveryHistory, auth: Authenticator, clock: Clock
+        self, purge: UserPurge, history: DeliveryHistory, auth: Authenticator, clock: Clock
     ) -> None:
-        self._store = store
+        self._purge = purge
         self._history = history
         self._auth = auth
         self._clock = clock
-        # Purges under way, held here so that they finish (fence lifted, count right) when
-        # their caller goes away or its deadline passes: a purge cut in the middle would
-        # leave the user unable to create until it is run again.
-        self._purges: set[asyncio.Task[pb.DeleteUserDataResponse]] = set()
+        # Purges under way in this process, by user. Each runs in a task of its own, so
+        # that it finishes (fence lifted, count right) when its caller goes away or its
+        # deadline passes; a caller retrying here joins it.
+        self._purges: dict[str, asyncio.Task[pb.DeleteUserDataResponse]] = {}
 
     @translated
     async def DeleteUserData(
@@ -276,15 +278,22 @@ class AdminServicer(pb_grpc.RemindersAdminServiceServicer):
         operator = self._auth.require_admin(metadata_of(context))
         if not request.user_id:
             raise InvalidArgument("user_id", "required")
-        purge = asyncio.ensure_future(self._purge(operator, request.user_id))
-        self._purges.add(purge)
-        purge.add_done_callback(self._purges.discard)
+        purge = self._purges.get(request.user_id)
+        if purge is None:
+            purge = asyncio.create_task(self._purge_user(operator, request.user_id))
+            self._purges[request.user_id] = purge
+            purge.add_done_callback(functools.partial(self._purged, operator, request.user_id))
         return await asyncio.shield(purge)
 
-    async def _purge(self, operator: str, user_id: str) -> pb.DeleteUserDataResponse:
+    async def finish(self, timeout_s: float) -> None:
+        """Let the purges under way finish, for up to `timeout_s` (a shutdown's grace)."""
+        if self._purges:
+            await asyncio.wait(set(self._purges.values()), timeout=timeout_s)
+
+    async def _purge_user(self, operator: str, user_id: str) -> pb.DeleteUserDataResponse:
         # An audit trail of who wiped whose account, asked and done (ids only, no texts).
         audit.info("operator %r deletes all data of user %r", operator, user_id)
-        purged = await self._store.purge_user(user_id, self._clock())
+        purged = await self._purge.run(user_id, self._clock())
         # After the rows: a dispatcher whose ring was in flight finds its row gone and
         # removes the record it wrote (refinement 29); one it wrote before is removed here.
         deliveries = await self._history.purge_user(user_id)
@@ -305,11 +314,28 @@ class AdminServicer(pb_grpc.RemindersAdminServiceServicer):
             rings_in_flight=purged.rings_in_flight,
         )
 
+    def _purged(
+        self, operator: str, user_id: str, purge: asyncio.Task[pb.DeleteUserDataResponse]
+    ) -> None:
+        del self._purges[user_id]
+        if not purge.cancelled() and purge.exception() is not None:
+            # Its caller may be gone: the audit trail says it did not finish.
+            audit.warning(
+                "operator %r's deletion of all data of user %r failed (%s); run it again",
+                operator,
+                user_id,
+                type(purge.exception()).__name__,
+            )
+
 
 @dataclass(frozen=True)
 class ApiServicers:
     reminders: RemindersServicer
     admin: AdminServicer
+
+    async def finish(self, timeout_s: float) -> None:
+        """Let work the servicers run past their calls finish (an operator's purge)."""
+        await self.admin.finish(timeout_s)
 
 
 def build_servicers(
@@ -326,5 +352,5 @@ def build_servicers(
     app = RemindersApp(store, settings.limits, clock)
     return ApiServicers(
         reminders=RemindersServicer(app, history, auth, settings, clock),
-        admin=AdminServicer(store, history, auth, clock),
+        admin=AdminServicer(UserPurge(connection.session), history, auth, clock),
     )

@@ -350,6 +350,8 @@ def _repeat_rings(repeat: Repeat, near: datetime) -> Iterator[datetime]:
             continue  # a gap-shifted time landing on or before a ring already given
         previous = instant
         if rule.until is not None and instant > rule.until:
+            if instant > rule.until + _RESUME_MARGIN:
+                return  # no local time this far on maps back before the end
             continue
         budget.steps = 0
         yield instant

@@ -34,8 +34,11 @@ class DeliveryHistory:
             " lateness_ms, late, user_id, reminder_id, claim_due)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
         )
+        # By LWT: a record an LWT wrote (`_record_first`) carries the database's time, which
+        # a plain delete stamped by a host clock behind it would not cover.
         self._forget = session.prepare(
             "DELETE FROM deliveries WHERE user_id = ? AND reminder_id = ? AND claim_due = ?"
+            " IF EXISTS"
         )
 
     async def record(self, delivery: Delivery, *, keep_earlier: bool = False) -> None:

@@ -29,19 +29,19 @@ from cassandra.cluster import ResultSet, Session
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
 
 from reminders_svc.config import Retention
-from reminders_svc.domain.errors import QuotaExceeded, Unavailable, UserDataBeingDeleted
+from reminders_svc.domain.errors import QuotaExceeded, UserDataBeingDeleted
 from reminders_svc.domain.reminder import Claim, Reminder, Status
 from reminders_svc.storage import aio
 from reminders_svc.storage.errors import WriteOutcomeUnknown
 from reminders_svc.storage.parts import PartCounts, bucket_minute, entry_ttl, part_of
+from reminders_svc.storage.purge import PURGE_FENCE_FLOOR
 from reminders_svc.storage.rows import (
     MUTABLE_COLUMNS,
     SELECT_COLUMNS,
     from_row,
     to_columns,
-    utc,
 )
-from reminders_svc.storage.session import serial_read_level
+from reminders_svc.storage.session import prepare_serial
 
 Executor = Callable[[Session, Any, Any], Awaitable[ResultSet]]
 
@@ -51,28 +51,10 @@ Executor = Callable[[Session, Any, Any], Awaitable[ResultSet]]
 LIST_SCAN_ROWS = 2000
 # Rows per query once rows may be skipped: a few round trips cover the scan bound.
 _LIST_CHUNK_ROWS = 500
-# While a purge runs, the user's `active_count` holds this fence: a create's compare on
-# the count it read fails, and a create that reads it is refused, so no row slips in
-# behind the purge's listing. User deletes meanwhile count down from it: any count at or
-# above the floor is a fence. (The column is a 32-bit int; no cap comes near.)
-PURGE_FENCE = 2_000_000_000
-PURGE_FENCE_FLOOR = 1_000_000_000
-# A row's delete by the purge compares its status and claim as listed; a dispatcher's
-# claim or finalize landing in between makes it read the row again, a few times at most.
-_PURGE_ROW_ATTEMPTS = 5
 
 
 async def _default_executor(session: Session, statement: Any, params: Any) -> ResultSet:
     return await aio.execute(session, statement, params)
-
-
-@dataclass(frozen=True)
-class PurgedUser:
-    reminders: int  # rows removed, tombstones of deleted reminders included
-    requests: int  # create records removed
-    # Rows whose ring was with the notifier (sending, or a claim cleared by a user's
-    # change that may still be handing off): those rings may still reach the devices.
-    rings_in_flight: int
 
 
 @dataclass(frozen=True)
@@ -186,8 +168,9 @@ class ReminderStore:
         where = "WHERE user_id = ? AND reminder_id = ?"
         prepare = session.prepare
         self._select = prepare(f"SELECT {', '.join(SELECT_COLUMNS)} FROM reminders {where}")
-        self._select_serial = prepare(f"SELECT {', '.join(SELECT_COLUMNS)} FROM reminders {where}")
-        self._select_serial.consistency_level = serial_read_level(session)
+        self._select_serial = prepare_serial(
+            session, f"SELECT {', '.join(SELECT_COLUMNS)} FROM reminders {where}"
+        )
         self._list = prepare(
             f"SELECT {', '.join(SELECT_COLUMNS)} FROM reminders"
             " WHERE user_id = ? AND reminder_id > ? LIMIT ?"
@@ -198,8 +181,7 @@ class ReminderStore:
         )
         count_of = "SELECT active_count FROM reminders WHERE user_id = ? LIMIT 1"
         self._count_of = prepare(count_of)
-        self._count_of_serial = prepare(count_of)
-        self._count_of_serial.consistency_level = serial_read_level(session)
+        self._count_of_serial = prepare_serial(session, count_of)
         self._create = prepare(
             f"UPDATE reminders SET {assignments}, created_at = ? {where} IF status = null"
         )
@@ -207,13 +189,6 @@ class ReminderStore:
         self._count = prepare(
             "UPDATE reminders SET active_count = ? WHERE user_id = ? IF active_count = ?"
         )
-        self._delete_as_read = prepare(
-            f"DELETE FROM reminders {where} IF status = ? AND claim_token = ?"
-        )
-        self._in_flight_of = prepare(
-            f"SELECT status, claim_token, handoff_until FROM reminders {where}"
-        )
-        self._in_flight_of.consistency_level = serial_read_level(session)
         self._bucket = prepare(
             "INSERT INTO due_buckets (minute, part, written_at, reminder_id, user_id, due)"
             " VALUES (?, ?, now(), ?, ?, ?) USING TTL ?"
@@ -446,79 +421,6 @@ class ReminderStore:
             return settled is not None and _landed(settled.reminder, before, written)
 
         return await aio.applied_or_settled(self._execute(self._session, statement, None), settle)
-
-    # -- account data --------------------------------------------------------------------
-
-    async def purge_user(self, user_id: str, now: datetime) -> PurgedUser:
-        """Remove every row of a user (each by LWT), then their create records.
-
-        Fenced: the user's count is set to `PURGE_FENCE` first, by LWT, so every create
-        under way loses its compare and new ones are refused until the fence is lifted at
-        the end. The fence's Paxos round completes any create accepted before it, so the
-        listing after it sees every row a create made. Safe to run again after a failure
-        or a timeout (a fence found in place is kept; rows gone are skipped). Bucket entries
-        are left to expire: they then point at nothing and dispatchers skip them.
-        """
-        await self._fence(user_id)
-        removed = in_flight = 0
-        listing = (
-            "SELECT reminder_id, status, claim_token, handoff_until FROM reminders"
-            " WHERE user_id = %s"
-        )
-        async for rows in aio.pages(self._session, listing, (user_id,)):
-            for row in rows:
-                if row.reminder_id is None:  # the partition's static cells alone
-                    continue
-                purged = await self._purge_row(user_id, row, now)
-                if purged is not None:
-                    removed += 1
-                    in_flight += purged
-        requests = await aio.count_all(
-            self._session, "SELECT request_id FROM create_requests WHERE user_id = %s", (user_id,)
-        )
-        await aio.execute(
-            self._session, "DELETE FROM create_requests WHERE user_id = %s", (user_id,)
-        )
-        await aio.execute(
-            self._session,
-            "DELETE active_count FROM reminders WHERE user_id = %s IF active_count >= %s",
-            (user_id, PURGE_FENCE_FLOOR),
-        )
-        return PurgedUser(removed, requests, in_flight)
-
-    async def _fence(self, user_id: str) -> None:
-        async def fenced() -> bool:
-            count = await self.active_count(user_id, serial=True)
-            return count is not None and count >= PURGE_FENCE_FLOOR
-
-        for _ in range(_PURGE_ROW_ATTEMPTS):
-            count = await self.active_count(user_id, serial=True)
-            if count is not None and count >= PURGE_FENCE_FLOOR:
-                return  # fenced already: a purge run again, or one running beside it
-            fence = self._execute(self._session, self._count, (PURGE_FENCE, user_id, count))
-            if await aio.applied_or_settled(fence, fenced):
-                return
-        raise Unavailable.contention("this user's reminders")
-
-    async def _purge_row(self, user_id: str, listed: Any, now: datetime) -> bool | None:
-        """Delete one row if it is still as last read; whether its ring was in flight, or
-        None if it was gone already."""
-        row = listed
-        for _ in range(_PURGE_ROW_ATTEMPTS):
-            if row is None or row.status is None:
-                return None
-            handoff_until = utc(row.handoff_until)
-            in_flight = row.claim_token is not None or (
-                handoff_until is not None and handoff_until > now
-            )
-            key = (user_id, listed.reminder_id)
-            as_read = (*key, row.status, row.claim_token)
-            deleted = (await aio.execute(self._session, self._delete_as_read, as_read)).one()
-            if deleted.applied:
-                return in_flight
-            # A claim or finalize landed since: read the row again (through Paxos).
-            row = (await aio.execute(self._session, self._in_flight_of, key)).one()
-        raise Unavailable.contention("this user's reminders")
 
     # -- the dispatcher's claim --------------------------------------------------------
 

@@ -26,7 +26,7 @@ from cassandra.policies import (
     ExponentialReconnectionPolicy,
     TokenAwarePolicy,
 )
-from cassandra.query import named_tuple_factory
+from cassandra.query import PreparedStatement, named_tuple_factory
 
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage.errors import StorageUnavailable
@@ -87,6 +87,13 @@ def serial_read_level(session: Session) -> int:
     can miss a proposal accepted in the local data centre only, and the reverse."""
     level: int = session.cluster.profile_manager.default.serial_consistency_level
     return level
+
+
+def prepare_serial(session: Session, query: str) -> PreparedStatement:
+    """A read through Paxos (`serial_read_level`): it completes any LWT in flight first."""
+    statement = session.prepare(query)
+    statement.consistency_level = serial_read_level(session)
+    return statement
 
 
 def connect(

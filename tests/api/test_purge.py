@@ -15,14 +15,16 @@ from typing import Any
 
 import grpc
 import pytest
+from cassandra.cluster import Session
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.api.auth import Authenticator
 from reminders_svc.api.service import AdminServicer, ApiServicers, build_servicers
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import CassandraSettings
+from reminders_svc.domain.errors import Unavailable
 from reminders_svc.storage.history import DeliveryHistory
-from reminders_svc.storage.reminders_store import ReminderStore
+from reminders_svc.storage.purge import UserPurge
 from reminders_svc.storage.session import CassandraConnection
 from tests.api.conftest import (
     SEED_NOW,
@@ -109,20 +111,22 @@ def test_admin_deletes_all_of_one_users_data(
     assert survived.id == survivor.id
 
 
-class PurgeHeldAtItsFirstRow(ReminderStore):
-    """The real store, whose purge waits at its first row (its fence is up) until the
-    test releases it."""
+class PurgeHeldAtItsFirstRow(UserPurge):
+    """The real purge, waiting at its first row (its fence is up) until the test releases
+    it."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
         self.fenced = threading.Event()
         self.release = threading.Event()
 
-    async def _purge_row(self, user_id: str, listed: Any, now: datetime) -> bool | None:
+    async def _purge_row(
+        self, user_id: str, purge_id: uuid.UUID, listed: Any, now: datetime
+    ) -> bool | None:
         if not self.fenced.is_set():
             self.fenced.set()
             await asyncio.to_thread(self.release.wait, 60)
-        return await super()._purge_row(user_id, listed, now)
+        return await super()._purge_row(user_id, purge_id, listed, now)
 
 
 @pytest.fixture
@@ -133,7 +137,7 @@ def held(migrated_settings: CassandraSettings) -> Iterator[tuple[Api, PurgeHeldA
         connection: CassandraConnection, auth: Authenticator, api: ApiSettings, clock: FakeClock
     ) -> ApiServicers:
         servicers = build_servicers(connection, auth, api, clock)
-        stores.append(PurgeHeldAtItsFirstRow(connection.session, api.retention))
+        stores.append(PurgeHeldAtItsFirstRow(connection.session))
         history = DeliveryHistory(connection.session, api.retention.history)
         admin = AdminServicer(stores[-1], history, auth, clock)
         return dataclasses.replace(servicers, admin=admin)
@@ -264,3 +268,80 @@ def test_creates_racing_a_purge_leave_the_count_equal_to_the_rows_left(
 
     assert set(answers) <= {"created", "FAILED_PRECONDITION"}
     assert (active_count(cassandra, user) or 0) == live_rows(cassandra, user)
+
+
+def fence_owner(cassandra: CassandraConnection, user: str) -> Any:
+    return cassandra.session.execute(
+        "SELECT active_count, purge_id FROM reminders WHERE user_id = %s LIMIT 1", (user,)
+    ).one()
+
+
+def test_a_second_purge_while_one_runs_joins_it_here_and_waits_its_turn_elsewhere(
+    held: tuple[Api, PurgeHeldAtItsFirstRow], user: str, cassandra: CassandraConnection
+) -> None:
+    """A caller's retry reaches this replica (it joins the purge under way) or another one
+    (UNAVAILABLE until that purge is done). Two purges of one user at once each thought
+    the other's fence their own: the first lifted it while the second still deleted, so a
+    create in between was purged and its count left behind for good."""
+    api, purger = held
+    create(api, user, weekly_monday_nine())
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(purge, api, user)
+        assert purger.fenced.wait(30)
+        retried_here = pool.submit(purge, api, user)
+
+        async def elsewhere() -> None:
+            await UserPurge(cassandra.session).run(user, SEED_NOW)
+
+        with pytest.raises(Unavailable) as refused:
+            asyncio.run(elsewhere())
+        assert refused.value.reason == "PURGE_UNDER_WAY"
+
+        purger.release.set()
+        assert first.result(60) == retried_here.result(60)
+    assert first.result().reminders_deleted == 1
+    assert fence_owner(cassandra, user) is None  # fence lifted, nothing left
+    create(api, user, weekly_monday_nine())
+    assert (live_rows(cassandra, user), active_count(cassandra, user)) == (1, 1)
+
+
+def test_a_purge_taken_over_deletes_nothing_more_and_leaves_the_fence_to_its_new_owner(
+    held: tuple[Api, PurgeHeldAtItsFirstRow], user: str, cassandra: CassandraConnection
+) -> None:
+    api, purger = held
+    create(api, user, weekly_monday_nine())
+    with ThreadPoolExecutor(1) as pool:
+        stalled = pool.submit(purge, api, user)
+        assert purger.fenced.wait(30)
+        successor = uuid.uuid4()  # as a purge taking over a fence it found stale
+        cassandra.session.execute(
+            "UPDATE reminders SET purge_id = %s WHERE user_id = %s", (successor, user)
+        )
+        purger.release.set()
+        with pytest.raises(grpc.RpcError) as answered:
+            stalled.result(60)
+    assert answered.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert live_rows(cassandra, user) == 1  # not its rows any more
+    owner = fence_owner(cassandra, user)
+    assert (owner.active_count, owner.purge_id) == (2_000_000_000, successor)
+
+
+def test_the_fence_of_a_purge_that_died_is_taken_over_by_the_next(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    """A pod killed mid-purge leaves its fence: creates are refused until a purge runs
+    again, which takes the fence over once it is stale by the database's clock."""
+    create(api, user, weekly_monday_nine())
+    cassandra.session.execute(
+        "UPDATE reminders SET active_count = 2000000000, purge_id = %s,"
+        " purge_at = '2026-01-01T00:00:00Z' WHERE user_id = %s",
+        (uuid.uuid4(), user),
+    )
+    assert reason_of(lambda: create(api, user, weekly_monday_nine())) == ("USER_DATA_BEING_DELETED")
+
+    answer = purge(api, user)
+
+    assert answer.reminders_deleted == 1
+    assert fence_owner(cassandra, user) is None
+    create(api, user, weekly_monday_nine())
+    assert (live_rows(cassandra, user), active_count(cassandra, user)) == (1, 1)

@@ -220,6 +220,9 @@ class _SlowServicers:
         self.reminders = self.Reminders(started)  # type: ignore[abstract]
         self.admin = pb_grpc.RemindersAdminServiceServicer()  # type: ignore[abstract]
 
+    async def finish(self, timeout_s: float) -> None:
+        pass  # nothing runs past its call
+
 
 def test_shutdown_finishes_in_flight_calls_and_refuses_new_ones(
     migrated_settings: CassandraSettings,

@@ -51,6 +51,7 @@ from reminders_svc.schedule import one_off_instant
 from reminders_svc.storage import aio
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.parts import DEFAULT_PARTS, floor_minute, part_of
+from reminders_svc.storage.purge import UserPurge
 from reminders_svc.storage.reminders_store import ReminderStore, StoredReminder
 from reminders_svc.storage.session import CassandraConnection
 from tests.dispatcher.stack import room_wait_s
@@ -499,7 +500,7 @@ def test_a_part_lost_while_its_ring_waits_lets_the_claim_go_and_loses_no_claim(
 
 async def _purge(part: Part, session: Session, user: str) -> None:
     """An operator's DeleteUserData: the rows, then the history."""
-    await ReminderStore.purge_user(part.store, user, part.clock.now())
+    await UserPurge(session).run(user, part.clock.now())
     await DeliveryHistory(session).purge_user(user)
 
 

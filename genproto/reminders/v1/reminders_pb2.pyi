@@ -24,7 +24,8 @@ FAILED_PRECONDITION: valid, but not in this state, with a google.rpc.Preconditio
   operator's DeleteUserData of the caller is under way);
 RESOURCE_EXHAUSTED (ACTIVE_REMINDERS_CAP, with a google.rpc.QuotaFailure): the per-user
   cap is reached (every reminder not deleted counts, done ones included);
-UNAVAILABLE (STORAGE_UNAVAILABLE, CONTENTION): retry with backoff; the retry is safe
+UNAVAILABLE (STORAGE_UNAVAILABLE, CONTENTION, and PURGE_UNDER_WAY on DeleteUserData):
+  retry with backoff; the retry is safe
   (the change was not made, or is completed by the retry);
 DEADLINE_EXCEEDED (OUTCOME_UNKNOWN) on a change: it may have been applied: read
   before retrying (a create: repeat it with the same request_id).

@@ -538,7 +538,9 @@ class RemindersAdminServiceServicer:
         delivery history. Due-bucket entries then point at nothing and are skipped. While it
         runs, the user's creates are refused (FAILED_PRECONDITION, USER_DATA_BEING_DELETED).
         It finishes even if the caller goes away, and is safe to repeat after an error or a
-        timeout (each call reports what it removed).
+        timeout: a repeat reaching the same server joins the deletion under way, one reaching
+        another is UNAVAILABLE (PURGE_UNDER_WAY) until it has finished, and one made after a
+        deletion that died (a server killed) takes it over after 2 minutes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -24,7 +24,8 @@ FAILED_PRECONDITION: valid, but not in this state, with a google.rpc.Preconditio
   operator's DeleteUserData of the caller is under way);
 RESOURCE_EXHAUSTED (ACTIVE_REMINDERS_CAP, with a google.rpc.QuotaFailure): the per-user
   cap is reached (every reminder not deleted counts, done ones included);
-UNAVAILABLE (STORAGE_UNAVAILABLE, CONTENTION): retry with backoff; the retry is safe
+UNAVAILABLE (STORAGE_UNAVAILABLE, CONTENTION, and PURGE_UNDER_WAY on DeleteUserData):
+  retry with backoff; the retry is safe
   (the change was not made, or is completed by the retry);
 DEADLINE_EXCEEDED (OUTCOME_UNKNOWN) on a change: it may have been applied: read
   before retrying (a create: repeat it with the same request_id).
@@ -277,7 +278,9 @@ class RemindersAdminServiceStub:
     delivery history. Due-bucket entries then point at nothing and are skipped. While it
     runs, the user's creates are refused (FAILED_PRECONDITION, USER_DATA_BEING_DELETED).
     It finishes even if the caller goes away, and is safe to repeat after an error or a
-    timeout (each call reports what it removed).
+    timeout: a repeat reaching the same server joins the deletion under way, one reaching
+    another is UNAVAILABLE (PURGE_UNDER_WAY) until it has finished, and one made after a
+    deletion that died (a server killed) takes it over after 2 minutes.
     """
 
 @_typing.type_check_only
@@ -290,7 +293,9 @@ class RemindersAdminServiceAsyncStub(RemindersAdminServiceStub):
     delivery history. Due-bucket entries then point at nothing and are skipped. While it
     runs, the user's creates are refused (FAILED_PRECONDITION, USER_DATA_BEING_DELETED).
     It finishes even if the caller goes away, and is safe to repeat after an error or a
-    timeout (each call reports what it removed).
+    timeout: a repeat reaching the same server joins the deletion under way, one reaching
+    another is UNAVAILABLE (PURGE_UNDER_WAY) until it has finished, and one made after a
+    deletion that died (a server killed) takes it over after 2 minutes.
     """
 
 class RemindersAdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -306,7 +311,9 @@ class RemindersAdminServiceServicer(metaclass=_abc_1.ABCMeta):
         delivery history. Due-bucket entries then point at nothing and are skipped. While it
         runs, the user's creates are refused (FAILED_PRECONDITION, USER_DATA_BEING_DELETED).
         It finishes even if the caller goes away, and is safe to repeat after an error or a
-        timeout (each call reports what it removed).
+        timeout: a repeat reaching the same server joins the deletion under way, one reaching
+        another is UNAVAILABLE (PURGE_UNDER_WAY) until it has finished, and one made after a
+        deletion that died (a server killed) takes it over after 2 minutes.
         """
 
 def add_RemindersAdminServiceServicer_to_server(servicer: RemindersAdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

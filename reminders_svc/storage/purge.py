@@ -1,0 +1,188 @@
+"""An operator's purge of one user's reminders (DeleteUserData), fenced against creates.
+
+The fence is the user's static `active_count`, set to `PURGE_FENCE` by LWT together with
+`purge_id` (this purge) and `purge_at` (the database's time):
+- every create under way loses its compare on the count it read, and a create that reads
+  the fence is refused (`ReminderStore.create`), so no row slips in behind the listing;
+  the fence's Paxos round completes any create accepted before it, so the listing sees
+  its row;
+- a user's delete meanwhile counts down from the fence (any count at or above
+  `PURGE_FENCE_FLOOR` is one);
+- only the fence's owner deletes rows (each delete compares `purge_id`) and lifts it
+  (`IF purge_id`): a second purge of the user, say a caller's retry on another replica,
+  is answered UNAVAILABLE while the first runs, and one that ran on after being taken
+  over deletes nothing more, so no create made after the fence was lifted is purged;
+- the owner refreshes `purge_at` as it goes; a fence left unrefreshed for
+  `STALE_AFTER` (by the database's clock) belongs to a purge that died, and the next
+  purge takes it over, so a user is never left fenced for good.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from cassandra.cluster import Session
+
+from reminders_svc.domain.errors import Unavailable
+from reminders_svc.storage import aio
+from reminders_svc.storage.rows import utc
+from reminders_svc.storage.session import prepare_serial
+
+# The column is a 32-bit int; no cap comes near either.
+PURGE_FENCE = 2_000_000_000
+PURGE_FENCE_FLOOR = 1_000_000_000
+STALE_AFTER = timedelta(minutes=2)
+_REFRESH_EVERY_ROWS = 100
+# A row's delete compares its status and claim as listed: a dispatcher's claim or finalize
+# landing in between makes it read the row again, a few times at most.
+_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class PurgedUser:
+    reminders: int  # rows removed, tombstones of deleted reminders included
+    requests: int  # create records removed
+    # Rows whose ring was with the notifier (sending, or a claim cleared by a user's
+    # change that may still be handing off): those rings may still reach the devices.
+    rings_in_flight: int
+
+
+@dataclass(frozen=True)
+class _FenceState:
+    count: int | None
+    purge_id: uuid.UUID | None
+    stale: bool
+
+
+def _under_way() -> Unavailable:
+    return Unavailable(
+        "another deletion of this user's data is under way; retry", reason="PURGE_UNDER_WAY"
+    )
+
+
+class UserPurge:
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        prepare = session.prepare
+        self._fence_state = prepare_serial(
+            session,
+            "SELECT active_count, purge_id, purge_at, toTimestamp(now()) AS read_at"
+            " FROM reminders WHERE user_id = ? LIMIT 1",
+        )
+        self._fence = prepare(
+            "UPDATE reminders SET active_count = ?, purge_id = ?, purge_at = toTimestamp(now())"
+            " WHERE user_id = ? IF active_count = ?"
+        )
+        self._take_over = prepare(
+            "UPDATE reminders SET purge_id = ?, purge_at = toTimestamp(now())"
+            " WHERE user_id = ? IF purge_id = ?"
+        )
+        self._refresh = prepare(
+            "UPDATE reminders SET purge_at = toTimestamp(now()) WHERE user_id = ? IF purge_id = ?"
+        )
+        self._delete_as_read = prepare(
+            "DELETE FROM reminders WHERE user_id = ? AND reminder_id = ?"
+            " IF status = ? AND claim_token = ? AND purge_id = ?"
+        )
+        self._row = prepare_serial(
+            session,
+            "SELECT status, claim_token, handoff_until FROM reminders"
+            " WHERE user_id = ? AND reminder_id = ?",
+        )
+        self._lift = prepare(
+            "DELETE active_count, purge_id, purge_at FROM reminders WHERE user_id = ?"
+            " IF purge_id = ?"
+        )
+
+    async def run(self, user_id: str, now: datetime) -> PurgedUser:
+        """Remove every row of a user (each by LWT), then their create records.
+
+        Safe to run again after a failure or a timeout: a fence of a purge that died is
+        taken over, rows gone are skipped. Bucket entries are left to expire: they then
+        point at nothing and dispatchers skip them.
+        """
+        purge_id = uuid.uuid4()
+        await self._hold_fence(user_id, purge_id)
+        removed = in_flight = 0
+        listing = (
+            "SELECT reminder_id, status, claim_token, handoff_until FROM reminders"
+            " WHERE user_id = %s"
+        )
+        async for rows in aio.pages(self._session, listing, (user_id,)):
+            for row in rows:
+                if row.reminder_id is None:  # the partition's static cells alone
+                    continue
+                purged = await self._purge_row(user_id, purge_id, row, now)
+                if purged is not None:
+                    removed += 1
+                    in_flight += purged
+                    if removed % _REFRESH_EVERY_ROWS == 0:
+                        await self._still_held(self._refresh, (user_id, purge_id))
+        requests = await aio.count_all(
+            self._session, "SELECT request_id FROM create_requests WHERE user_id = %s", (user_id,)
+        )
+        await aio.execute(
+            self._session, "DELETE FROM create_requests WHERE user_id = %s", (user_id,)
+        )
+        await self._still_held(self._lift, (user_id, purge_id))
+        return PurgedUser(removed, requests, in_flight)
+
+    async def _hold_fence(self, user_id: str, purge_id: uuid.UUID) -> None:
+        """Fence the user for this purge, or take over the fence of a purge that died."""
+
+        async def held() -> bool:
+            return (await self._state(user_id)).purge_id == purge_id
+
+        for _ in range(_ATTEMPTS):
+            state = await self._state(user_id)
+            if state.count is None or state.count < PURGE_FENCE_FLOOR:
+                params: tuple[object, ...] = (PURGE_FENCE, purge_id, user_id, state.count)
+                attempt = aio.execute(self._session, self._fence, params)
+            elif state.stale:
+                params = (purge_id, user_id, state.purge_id)
+                attempt = aio.execute(self._session, self._take_over, params)
+            else:
+                raise _under_way()
+            if await aio.applied_or_settled(attempt, held):
+                return
+        raise Unavailable.contention("this user's reminders")
+
+    async def _state(self, user_id: str) -> _FenceState:
+        row = (await aio.execute(self._session, self._fence_state, (user_id,))).one()
+        if row is None:  # no partition at all: nothing stored for the user yet
+            return _FenceState(None, None, stale=False)
+        # Unrefreshed for STALE_AFTER by the database's clock, or without its owner's time
+        # (torn): the purge that set it died.
+        stale = row.purge_at is None or row.read_at - row.purge_at > STALE_AFTER
+        return _FenceState(row.active_count, row.purge_id, stale)
+
+    async def _still_held(self, statement: Any, params: tuple[object, ...]) -> None:
+        if not (await aio.execute(self._session, statement, params)).one().applied:
+            raise _under_way()  # taken over: that purge finishes the work
+
+    async def _purge_row(
+        self, user_id: str, purge_id: uuid.UUID, listed: Any, now: datetime
+    ) -> bool | None:
+        """Delete one row if it is still as last read; whether its ring was in flight, or
+        None if it was gone already."""
+        row = listed
+        key = (user_id, listed.reminder_id)
+        for _ in range(_ATTEMPTS):
+            if row is None or row.status is None:
+                return None
+            handoff_until = utc(row.handoff_until)
+            in_flight = row.claim_token is not None or (
+                handoff_until is not None and handoff_until > now
+            )
+            as_read = (*key, row.status, row.claim_token, purge_id)
+            deleted = (await aio.execute(self._session, self._delete_as_read, as_read)).one()
+            if deleted.applied:
+                return in_flight
+            if deleted.purge_id != purge_id:
+                raise _under_way()
+            # A claim or finalize landed since: read the row again (through Paxos).
+            row = (await aio.execute(self._session, self._row, key)).one()
+        raise Unavailable.contention("this user's reminders")
