@@ -20,7 +20,7 @@ from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType
 
 from reminders_svc.storage import aio
-from reminders_svc.storage.session import serial_read_level
+from reminders_svc.storage.session import prepare_serial
 
 
 @dataclass
@@ -73,10 +73,10 @@ class PartLeases:
         self._read = prepare(
             "SELECT part, owner, epoch, checkpoint, lease_until FROM dispatch_parts"
         )
-        self._read_one = prepare(
-            "SELECT part, owner, epoch, checkpoint, lease_until FROM dispatch_parts WHERE part = ?"
+        self._read_one = prepare_serial(
+            session,
+            "SELECT part, owner, epoch, checkpoint, lease_until FROM dispatch_parts WHERE part = ?",
         )
-        self._read_one.consistency_level = serial_read_level(session)
         self._take_owner = prepare(
             "UPDATE dispatch_parts USING TTL ? SET owner = ?, lease_until = ? WHERE part = ?"
             " IF owner = null AND epoch = ?"

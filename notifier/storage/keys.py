@@ -42,7 +42,7 @@ from cassandra.query import PreparedStatement
 from notifier.domain.model import Notification, Settlement
 from reminders_svc.storage.aio import execute, or_settled
 from reminders_svc.storage.rows import utc
-from reminders_svc.storage.session import serial_read_level
+from reminders_svc.storage.session import prepare_serial
 
 
 class KeyState(enum.Enum):
@@ -152,13 +152,13 @@ class KeyStore:
         self._release = session.prepare(
             f"DELETE FROM {table} WHERE idempotency_key = ? IF accept_id = ?"
         )
-        # With the database's time, by which a holder's accepted_at was written.
-        self._read: PreparedStatement = session.prepare(
+        # With the database's time, by which a holder's accepted_at was written. A SERIAL
+        # read finishes any in-flight Paxos round, so what it finds is final.
+        self._read: PreparedStatement = prepare_serial(
+            session,
             f"SELECT accept_id, accepted_at, settled_as, toTimestamp(now()) AS read_at"
-            f" FROM {table} WHERE idempotency_key = ?"
+            f" FROM {table} WHERE idempotency_key = ?",
         )
-        # A SERIAL read finishes any in-flight Paxos round, so what it finds is final.
-        self._read.consistency_level = serial_read_level(session)
         # key -> the accept_ids of its attempts that failed here: a write that may have
         # landed unseen carries one of them.
         self._unsettled: OrderedDict[str, frozenset[uuid.UUID]] = OrderedDict()

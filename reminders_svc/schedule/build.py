@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from datetime import UTC, datetime
 
@@ -83,10 +84,10 @@ def parse_local_datetime(text: str, field: str) -> datetime:
     form = _LOCAL_DATETIME.fullmatch(text)
     if form is not None and form["offset"]:
         raise ScheduleError(field, f"{quoted(text)} must be a local time without offset")
-    try:
-        value = datetime.fromisoformat(text) if form is not None else None
-    except ValueError:
-        value = None
+    value = None
+    if form is not None:
+        with contextlib.suppress(ValueError):  # a date that does not exist (Feb 30)
+            value = datetime.fromisoformat(text)
     if value is None:
         raise ScheduleError(field, f"{quoted(text)} is not a local date-time YYYY-MM-DDTHH:MM[:SS]")
     check_year(value, field)

@@ -128,7 +128,7 @@ def make_plan(rule: Rule, start: datetime) -> _Plan:
 
 
 # BYSETPOS picks from every candidate time of a period, each built before the pick: a
-# period may hold at most this many (a year of days at 4 hours), so that finding one ring
+# period may hold at most this many (a year of days at one time), so that finding one ring
 # costs a few milliseconds, and a COUNT walk (from the start, every period) at most this
 # many candidates in all.
 MAX_SET_CANDIDATES = 366

@@ -35,12 +35,7 @@ from reminders_svc.storage import aio
 from reminders_svc.storage.errors import WriteOutcomeUnknown
 from reminders_svc.storage.parts import PartCounts, bucket_minute, entry_ttl, part_of
 from reminders_svc.storage.purge import PURGE_FENCE_FLOOR
-from reminders_svc.storage.rows import (
-    MUTABLE_COLUMNS,
-    SELECT_COLUMNS,
-    from_row,
-    to_columns,
-)
+from reminders_svc.storage.rows import MUTABLE_COLUMNS, SELECT_COLUMNS, from_row, to_columns
 from reminders_svc.storage.session import prepare_serial
 
 Executor = Callable[[Session, Any, Any], Awaitable[ResultSet]]
