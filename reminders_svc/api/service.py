@@ -23,7 +23,7 @@ from reminders_svc.api.settings import ApiSettings
 from reminders_svc.app import Clock, RemindersApp, utc_now
 from reminders_svc.domain.errors import DeadlineExceeded, InvalidArgument
 from reminders_svc.domain.reminder import Reminder
-from reminders_svc.schedule import occurrences, tzdata_version
+from reminders_svc.schedule import Schedule, ScheduleError, occurrences, tzdata_version
 from reminders_svc.schedule.zones import load_zone
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.migrations import require_current_schema
@@ -36,6 +36,9 @@ audit = logging.getLogger("reminders.audit")
 Context = grpc.aio.ServicerContext[Any, Any]
 _UPDATABLE = frozenset({"text", "schedule"})
 _MAX_PREVIEW = 100
+# The expansion steps one preview may spend (~0.2 s of CPU on a slow core): a dense
+# BYSETPOS rule costs ~1,000 steps a ring, so 100 of them would hold a core for ~0.5 s.
+_PREVIEW_MAX_STEPS = 50_000
 
 
 def metadata_of(context: Context) -> tuple[tuple[str, str | bytes], ...]:
@@ -57,6 +60,9 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         self._auth = auth
         self._limits = settings.limits
         self._write_deadline = settings.write_deadline.total_seconds()
+        # Previews expand off the event loop, one at a time: many costly ones at once
+        # queue here instead of stalling every other call this process serves.
+        self._expanding = asyncio.Semaphore(1)
 
     @contextlib.asynccontextmanager
     async def _within_write_deadline(self) -> AsyncIterator[None]:
@@ -228,7 +234,8 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
             raise InvalidArgument("count", f"0 to {_MAX_PREVIEW}")
         schedule = convert.schedule_from_proto(request.schedule, start, "schedule")
         zone = load_zone(schedule.zone)
-        found = occurrences(schedule, start, request.count or 10)
+        with convert.schedule_errors(request.schedule, "schedule"):
+            found = await self._expand(schedule, start, request.count or 10)
         return pb.PreviewScheduleResponse(
             occurrences=[
                 pb.Occurrence(
@@ -240,6 +247,17 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
             schedule=convert.schedule_to_proto(schedule),
             tzdata_version=tzdata_version(),
         )
+
+    async def _expand(self, schedule: Schedule, start: datetime, count: int) -> list[datetime]:
+        async with self._expanding:
+            try:
+                return await asyncio.to_thread(
+                    occurrences, schedule, start, count, _PREVIEW_MAX_STEPS
+                )
+            except ScheduleError as error:
+                if error.field != "count":
+                    raise
+                raise InvalidArgument("count", error.message) from None
 
     @translated
     async def ListDeliveries(

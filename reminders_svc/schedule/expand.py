@@ -5,7 +5,8 @@ counted from the start), then each local time is mapped to UTC by zones.to_utc_i
 ring whose instant is not strictly after the previous ring is dropped.
 
 Bounds: a search looks at most HORIZON_YEARS ahead, and spends at most STEP_BUDGET
-steps per ring found; exceeding the budget is a ScheduleError, never an endless loop.
+steps per ring found; exceeding the budget is a ScheduleError, never an endless loop. A
+caller expanding many rings at once (a preview) also caps the steps of the whole call.
 """
 
 from __future__ import annotations
@@ -33,18 +34,30 @@ _RESUME_MARGIN = timedelta(days=3)
 _CALENDAR_END = date(MAXYEAR, 12, 31)
 
 
-class _Budget:
-    """Counts expansion steps; pathological rules fail fast instead of spinning."""
+class _OverCallBudget(Exception):
+    """The steps of a whole call ran out (see `occurrences`' `max_steps`)."""
 
-    def __init__(self) -> None:
+
+class _Budget:
+    """Counts expansion steps; pathological rules fail fast instead of spinning.
+
+    `steps` counts since the last ring found (reset by the walk); `total` the whole call's,
+    capped by `total_limit` when one is set."""
+
+    def __init__(self, total_limit: int | None = None) -> None:
         self.steps = 0
+        self.total = 0
+        self.total_limit = total_limit
 
     def spend(self) -> None:
         self.steps += 1
+        self.total += 1
         if self.steps > STEP_BUDGET:
             raise ScheduleError(
                 "rrule", f"too sparse: no occurrence found within {STEP_BUDGET} steps"
             )
+        if self.total_limit is not None and self.total > self.total_limit:
+            raise _OverCallBudget
 
 
 @dataclass(frozen=True)
@@ -329,7 +342,9 @@ def _horizon(local: datetime) -> date:
     return date(min(local.year + HORIZON_YEARS, MAXYEAR), 12, 31)
 
 
-def _repeat_rings(repeat: Repeat, near: datetime) -> Iterator[datetime]:
+def _repeat_rings(
+    repeat: Repeat, near: datetime, budget: _Budget | None = None
+) -> Iterator[datetime]:
     """The repeat's rings in increasing UTC order, from a little before ``near`` on.
 
     Callers filter to the exact bound. With COUNT the walk starts at the start, since
@@ -341,7 +356,7 @@ def _repeat_rings(repeat: Repeat, near: datetime) -> Iterator[datetime]:
     if rule.until is not None:
         last = min(last, to_local(rule.until, zone).date() + _RESUME_MARGIN)
     lower = repeat.start if rule.count is not None else near_local - _RESUME_MARGIN
-    budget = _Budget()
+    budget = budget or _Budget()
     previous: datetime | None = None
     rung = 0
     for local in local_occurrences(plan, lower, last, budget):
@@ -372,16 +387,37 @@ def _check_instant(instant: datetime, name: str) -> None:
         raise ScheduleError(name, f"{instant.isoformat()} must be an aware instant")
 
 
-def occurrences(schedule: Schedule, after: datetime, limit: int) -> list[datetime]:
-    """Up to ``limit`` rings at or after ``after`` (aware), in increasing order."""
+def occurrences(
+    schedule: Schedule, after: datetime, limit: int, max_steps: int | None = None
+) -> list[datetime]:
+    """Up to ``limit`` rings at or after ``after`` (aware), in increasing order.
+
+    ``max_steps`` caps the expansion steps of the whole call (the per-ring budget alone
+    lets a dense BYSETPOS rule cost ~1,000 steps a ring): past it, ScheduleError on
+    "count", naming how many rings the call found, so the caller can ask for that many.
+    """
     _check_instant(after, "from")
     if limit < 0:
         raise ScheduleError("count", f"limit {limit} must not be negative")
     if isinstance(schedule, OneOff):
         ring = _one_off_ring(schedule)
         return [ring] if ring >= after and limit > 0 else []
-    rings = (ring for ring in _repeat_rings(schedule, after) if ring >= after)
-    return list(itertools.islice(rings, limit))
+    found: list[datetime] = []
+    if limit == 0:
+        return found
+    try:
+        for ring in _repeat_rings(schedule, after, _Budget(max_steps)):
+            if ring >= after:
+                found.append(ring)
+                if len(found) == limit:
+                    break
+    except _OverCallBudget:
+        raise ScheduleError(
+            "count",
+            f"{limit} rings of this schedule cost too much to expand at once:"
+            f" ask for at most {max(1, len(found))}",
+        ) from None
+    return found
 
 
 def next_after(schedule: Schedule, instant: datetime) -> datetime | None:

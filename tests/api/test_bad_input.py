@@ -116,6 +116,16 @@ def _purge(user_id: Callable[[str], str]) -> Callable[[Api, str, str], Any]:
 
 GOOD = pb.Reminder(text="ok", schedule=weekly_monday_nine())
 
+COSTLY = pb.Schedule(
+    time_zone="America/New_York",
+    repeat=pb.Repeat(
+        rrule="FREQ=YEARLY;INTERVAL=3;BYMONTHDAY="
+        + ",".join(map(str, range(1, 32)))
+        + ";BYSETPOS=-1",
+        start_local_time="2026-12-04T09:00",
+    ),
+)
+
 CASES: list[tuple[str, Callable[[Api, str, str], Any], str]] = [
     ("empty text", _create(pb.Reminder(text="", schedule=weekly_monday_nine())), "reminder.text"),
     (
@@ -324,6 +334,15 @@ CASES: list[tuple[str, Callable[[Api, str, str], Any], str]] = [
         lambda api, rid, user: api.reminders.PreviewSchedule(
             pb.PreviewScheduleRequest(schedule=weekly_monday_nine(), count=1000),
             metadata=api.as_user(user),
+        ),
+        "count",
+    ),
+    (
+        # The last day of every third year: ~1,000 expansion steps a ring, so 100 rings
+        # cost more than one call may spend.
+        "preview: 100 rings of a costly rule",
+        lambda api, rid, user: api.reminders.PreviewSchedule(
+            pb.PreviewScheduleRequest(schedule=COSTLY, count=100), metadata=api.as_user(user)
         ),
         "count",
     ),

@@ -29,6 +29,7 @@ from tests.api.conftest import (
     running_api,
     weekly_monday_nine,
 )
+from tests.api.test_bad_input import COSTLY
 from tests.tracing import scanned
 
 Z = UTC
@@ -421,6 +422,22 @@ def test_preview_schedule_lists_occurrences_without_storing(api: Api, user: str)
     assert answer.tzdata_version
     listed = api.reminders.ListReminders(pb.ListRemindersRequest(), metadata=api.as_user(user))
     assert list(listed.reminders) == []
+
+
+def test_costly_previews_queue_off_the_event_loop_while_other_calls_answer(
+    api: Api, user: str
+) -> None:
+    """Previews expand in a worker, one at a time: a burst of the costliest ones allowed
+    queues there, and a GetReminder sent behind them answers before they are all done."""
+    md = api.as_user(user)
+    created = create(api, user, weekly_monday_nine())
+    costly = pb.PreviewScheduleRequest(schedule=COSTLY, count=30)
+    previews = [api.reminders.PreviewSchedule.future(costly, metadata=md) for _ in range(8)]
+    got = api.reminders.GetReminder(pb.GetReminderRequest(id=created.id), metadata=md)
+    pending = sum(not preview.done() for preview in previews)
+    assert got.id == created.id
+    assert all(len(preview.result().occurrences) == 30 for preview in previews)
+    assert pending > 0
 
 
 def test_list_deliveries_reads_the_history_newest_first(

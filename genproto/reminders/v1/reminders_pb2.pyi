@@ -614,7 +614,10 @@ class PreviewScheduleRequest(_message.Message):
     FROM_TIME_FIELD_NUMBER: _builtins.int
     COUNT_FIELD_NUMBER: _builtins.int
     count: _builtins.int
-    """How many (default 10, at most 100)."""
+    """How many (default 10, at most 100). A rule costly to expand (one picking a day out of
+    hundreds each period) may be refused for 100 with INVALID_ARGUMENT on `count`, whose
+    message names how many one call can give.
+    """
     @_builtins.property
     def schedule(self) -> Global___Schedule:
         """Required."""
