@@ -35,6 +35,12 @@ class DispatcherMetrics:
             ["reason"],
             registry=r,
         )
+        self.skips_deferred = Counter(
+            "reminders_dispatch_skips_deferred_total",
+            "Skips decided on a row read before its minute's final read, looked at again"
+            " then: a user's write may still have been landing (counted in skips once final).",
+            registry=r,
+        )
         self.claims_lost = Counter(
             "reminders_dispatch_claims_lost_total",
             "Claims, claim renewals or finalizes lost to a user's change (edit, snooze,"

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import heapq
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -74,11 +76,12 @@ class MinuteJob:
         self.minute = minute
         self._worker = worker
         self._seen: set[tuple[object, object]] = set()
-        # A heap by due: (due, arrival, entry, late when read).
+        # A heap by due (or by when to look again): (due, arrival, entry, late when read).
         self._waiting: list[tuple[datetime, int, Entry, bool]] = []
+        self._arrivals = itertools.count()
         self._arrived = asyncio.Event()
         self._reads_over = False
-        self._running: set[asyncio.Task[bool]] = set()
+        self._running: set[asyncio.Task[bool | datetime]] = set()
         self._all_resolved = True
         self._failure: BaseException | None = None
 
@@ -94,8 +97,11 @@ class MinuteJob:
                 continue
             self._seen.add(key)
             late = read_at - entry.due > late_after
-            heapq.heappush(self._waiting, (entry.due, len(self._seen), entry, late))
+            self._wait(entry.due, entry, late)
         self._arrived.set()
+
+    def _wait(self, start_at: datetime, entry: Entry, late: bool) -> None:
+        heapq.heappush(self._waiting, (start_at, next(self._arrivals), entry, late))
 
     async def run(self) -> bool:
         """True when the minute is finished: read to its end and once more after the grace,
@@ -137,10 +143,10 @@ class MinuteJob:
                     if ring is None:
                         return False
                     self._running.add(ring)
-                    ring.add_done_callback(self._ring_ended)
+                    ring.add_done_callback(functools.partial(self._ring_ended, entry))
                     continue
-            elif self._reads_over:
-                return True
+            elif self._reads_over and not self._running:
+                return True  # (a ring under way may yet hand its entry back: see _ring_ended)
             else:
                 wait_s = LOOK_EVERY_S
             # Until the next due, an entry read meanwhile (it may be due sooner), or a look
@@ -151,13 +157,16 @@ class MinuteJob:
                     await self._arrived.wait()
         return False
 
-    def _ring_ended(self, ring: asyncio.Task[bool]) -> None:
+    def _ring_ended(self, entry: Entry, ring: asyncio.Task[bool | datetime]) -> None:
         self._running.discard(ring)
+        self._arrived.set()
         if ring.cancelled():
             self._all_resolved = False
         elif (error := ring.exception()) is not None:
             self._failure = self._failure or error
-        elif not ring.result():
+        elif isinstance(again := ring.result(), datetime):
+            self._wait(again, entry, False)  # a skip to decide again (Ringer._recheck_at)
+        elif not again:
             self._all_resolved = False
 
     async def _read_through(self) -> bool:

@@ -133,15 +133,26 @@ class HandoffBatcher:
         self._queue: list[_Pending] = []
         self._flusher: asyncio.Task[None] | None = None
         self._sending: set[asyncio.Task[None]] = set()
+        self._keys_sending: set[str] = set()
 
     async def send(self, ring: Ring) -> Answer:
+        """The notifier's answer. A caller cancelled while its ring waits in the queue takes
+        it out (never sent); once its batch is sent, the call goes on (`sending`)."""
         pending = _Pending(ring, asyncio.get_running_loop().create_future())
         self._queue.append(pending)
         if len(self._queue) >= self._batch_size:
             self._flush()
         elif self._flusher is None:
             self._flusher = asyncio.create_task(self._flush_later())
-        return await pending.answer
+        try:
+            return await pending.answer
+        except asyncio.CancelledError:
+            self._queue = [queued for queued in self._queue if queued is not pending]
+            raise
+
+    def sending(self, key: str) -> bool:
+        """Whether a batch holding the ring of `key` is with the notifier right now."""
+        return key in self._keys_sending
 
     async def _flush_later(self) -> None:
         await asyncio.sleep(self._linger_s)
@@ -157,6 +168,8 @@ class HandoffBatcher:
 
     async def _send(self, batch: list[_Pending]) -> None:
         rings = [p.ring for p in batch]
+        keys = {ring.key for ring in rings}
+        self._keys_sending |= keys
         try:
             answers = await self._client.send(rings)
         except Exception as error:
@@ -165,6 +178,8 @@ class HandoffBatcher:
             log.exception("a hand-off batch failed")
             reason = f"hand-off failed: {type(error).__name__}"
             answers = {ring.key: Answer(Outcome.RETRYABLE, reason) for ring in rings}
+        finally:
+            self._keys_sending -= keys
         _crash_if("crash_after_send")
         for pending in batch:
             if not pending.answer.done():
@@ -196,7 +211,7 @@ class Ringer:
 
     async def start(
         self, entry: Entry, horizon: datetime, shift: Shift, *, late: bool
-    ) -> asyncio.Task[bool] | None:
+    ) -> asyncio.Task[bool | datetime] | None:
         """The entry's ring, started once it is its turn: paced if the entry is `late` (a
         backlog's, read long past its due: paced before its row is read, so a backlog's
         reads are paced too; live ones never, however long they wait their turn), then
@@ -214,10 +229,12 @@ class Ringer:
             return task
         return None
 
-    async def ring(self, entry: Entry, horizon: datetime, shift: Shift) -> bool:
+    async def ring(self, entry: Entry, horizon: datetime, shift: Shift) -> bool | datetime:
         """Handle one bucket entry to the end. True when nothing is left unresolved; False
         when the shift ended first (its claim, if any, is then let go, or left to expire
-        when storage does not answer; its minute is not finished)."""
+        when storage does not answer; its minute is not finished); an instant when the row
+        was skipped on a read that a user's write may still overtake: the entry is to be
+        looked at again then (see `_recheck_at`)."""
         if not await shift.sleep_until(self._clock, entry.due):
             return False
         while shift.on():
@@ -260,7 +277,7 @@ class Ringer:
             del self._in_flight[reminder_id]
             done.set_result(None)
 
-    async def _ring(self, entry: Entry, horizon: datetime, shift: Shift) -> bool:
+    async def _ring(self, entry: Entry, horizon: datetime, shift: Shift) -> bool | datetime:
         due = entry.due
         read = self._store.get
         while shift.on():
@@ -282,6 +299,9 @@ class Ringer:
                     stored.reminder if stored else None, now, horizon, entry.written
                 )
                 if isinstance(decision, dispatch.Skip):
+                    if (again := self._recheck_at(stored, decision, now, horizon)) is not None:
+                        self._metrics.skips_deferred.inc()
+                        return again
                     self._metrics.skips.labels(decision.reason.value).inc()
                     return True
                 if not isinstance(decision, dispatch.WaitUntil):
@@ -298,6 +318,20 @@ class Ringer:
             if not await shift.sleep_until(self._clock, due):
                 return False
         return False
+
+    def _recheck_at(
+        self, stored: StoredReminder | None, skip: dispatch.Skip, now: datetime, horizon: datetime
+    ) -> datetime | None:
+        """When a skip must be looked at again: a user's write whose bucket entry this is
+        lands on the row up to the write deadline after the entry, so a row read before the
+        minute's final read (its end plus the grace) may not show it yet: not yet created,
+        still paused or done, its due not yet moved into the minute. Such a skip is decided
+        again at the final read's time, when the row shows every write of the minute
+        (DESIGN.md invariant 3); None when the skip is final (read at or after that time, or
+        a tombstone, which nothing brings back)."""
+        final_read_at = horizon + self._settings.grace
+        tombstone = stored is not None and skip.reason is dispatch.SkipReason.DELETED
+        return None if tombstone or now >= final_read_at else final_read_at
 
     async def _claim(
         self, stored: StoredReminder, decision: dispatch.Decision, now: datetime, shift: Shift
@@ -374,7 +408,16 @@ class Ringer:
         finally:
             self.claimed_since.pop(reminder_id, None)
             if not resolved:
-                await _to_the_end(self._let_go(claimed_row))
+                if self._batcher.sending(dispatch.idempotency_key(claimed_row)):
+                    # Cancelled while its batch is with the notifier: the ring may still go
+                    # out, so the claim stands until it expires. Let go now, a user's pause
+                    # or edit would clear it with a hand-off window already passed, and a
+                    # delete would answer "not in flight" before the push (refinement 27).
+                    log.info(
+                        "reminder %s: a hand-off under way; its claim left to expire", reminder_id
+                    )
+                else:
+                    await _to_the_end(self._let_go(claimed_row))
 
     async def _hand_off(self, row: Reminder, shift: Shift) -> Answer | None:
         """The notifier's final answer; RETRYABLE when the claim was taken while retrying;

@@ -35,6 +35,8 @@ from dispatcher.settings import DispatcherSettings, MisfirePolicy
 from dispatcher.shift import Shift
 from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
+from reminders_svc.api.settings import Limits
+from reminders_svc.app import RemindersApp
 from reminders_svc.config import Retention
 from reminders_svc.domain.delivery import Answer as HistoryAnswer
 from reminders_svc.domain.delivery import Delivery
@@ -70,11 +72,15 @@ class Notifier(npb_grpc.NotificationServiceServicer):
         self.down = False
         self.accepted: list[str] = []
         self.refused = 0
+        self.received = 0  # items, as soon as they arrive
+        self.answer_after_s = 0.0  # a slow push: the answer (and the push) this much later
 
     async def SendBatch(  # noqa: N802 (the gRPC method's name)
         self, request: npb.SendBatchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> npb.SendBatchResponse:
         keys = [item.idempotency_key for item in request.notifications]
+        self.received += len(keys)
+        await asyncio.sleep(self.answer_after_s)
         if self.down:
             self.refused += len(keys)
             outcome = npb.SendResult.OUTCOME_RETRYABLE
@@ -159,7 +165,7 @@ class Part:
         assert await self.store.create(reminder, await self.store.active_count(user), 1000)
         return reminder
 
-    def ring(self, reminder: Reminder, shift: Shift | None = None) -> asyncio.Task[bool]:
+    def ring(self, reminder: Reminder, shift: Shift | None = None) -> asyncio.Task[bool | datetime]:
         """Ring the reminder's bucket entry, in this part's shift or in `shift`."""
         assert reminder.due is not None
         entry = Entry(reminder.user_id, reminder.reminder_id, reminder.due, uuid.uuid1())
@@ -253,13 +259,14 @@ def test_a_claim_lost_to_a_users_change_is_counted_and_the_row_decides_again(
             reminder = await part.due_reminder("u-claim", _just_due())
             part.store.before_claim.append(change)
 
-            assert await part.ring(reminder)
+            ended = await part.ring(reminder)
 
             assert part.count("reminders_dispatch_claims_lost_total") == 1
-            # Paused: skipped. Snoozed (its due unchanged, so no new entry): it still rings.
+            # Snoozed (its due unchanged, so no new entry): it still rings. Paused: skipped,
+            # and looked at again at the minute's final read (a resume may be landing).
             assert len(part.notifier.accepted) == (1 if rings else 0)
-            paused_skips = part.count("reminders_dispatch_skips_total", reason="paused")
-            assert paused_skips == (0 if rings else 1)
+            assert ended is True if rings else isinstance(ended, datetime)
+            assert part.count("reminders_dispatch_skips_deferred_total") == (0 if rings else 1)
 
     asyncio.run(scenario())
 
@@ -300,6 +307,34 @@ class _RowOnlyStore(ReminderStore):
         pass
 
 
+@contextlib.asynccontextmanager
+async def _this_minute_worked(
+    connection: CassandraConnection, user: str
+) -> AsyncIterator[tuple[Part, PartWorker, datetime]]:
+    """The current minute of `user`'s part worked from a checkpoint just before it, with
+    room left in it for a due; yields once its first whole read is done and the reads of
+    entries written since are under way. Nothing renews the lease: it outlasts the test."""
+    await _with_room_left_in_the_minute(15)
+    async with leased_part(
+        connection, part_of(user, DEFAULT_PARTS), lease=timedelta(seconds=120)
+    ) as part:
+        minute = floor_minute(datetime.now(UTC))
+        worker = await worker_from(part, connection.session, minute)
+        working = asyncio.create_task(worker.run())
+        await asyncio.sleep(2)
+        try:
+            yield part, worker, minute
+        finally:
+            worker.stop()
+            await working
+
+
+def _one_off_in(user: str, text: str, seconds: int) -> Reminder:
+    created = datetime.now(UTC).replace(microsecond=0)
+    due = created + timedelta(seconds=seconds)
+    return new_reminder(user, text, one_off_instant(due), due, created)
+
+
 @pytest.mark.slow
 def test_an_entry_the_reads_since_the_last_look_cannot_see_rings_after_the_final_read(
     own_keyspace: CassandraConnection,
@@ -312,21 +347,10 @@ def test_an_entry_the_reads_since_the_last_look_cannot_see_rings_after_the_final
     session = own_keyspace.session
 
     async def scenario() -> None:
-        # Nothing renews the lease here: it must outlast the test (up to ~80 s).
-        long_lease = timedelta(seconds=120)
-        await _with_room_left_in_the_minute(15)  # for the entry's due
-        async with leased_part(
-            own_keyspace, part_of(user, DEFAULT_PARTS), lease=long_lease
-        ) as part:
-            minute = floor_minute(datetime.now(UTC))
+        async with _this_minute_worked(own_keyspace, user) as (part, worker, minute):
             lease = part.shift.lease
-            worker = await worker_from(part, session, minute)
-            working = asyncio.create_task(worker.run())
-            await asyncio.sleep(2)  # its first whole read done, reads since under way
-
-            created = datetime.now(UTC).replace(microsecond=0)
-            due = created + timedelta(seconds=5)
-            reminder = new_reminder(user, "late entry", one_off_instant(due), due, created)
+            reminder = _one_off_in(user, "late entry", 5)
+            due = reminder.due
             rows_only = _RowOnlyStore(session, Retention())
             assert await rows_only.create(reminder, await rows_only.active_count(user), 1000)
             stamped = uuid_from_time(time.time() - 60)  # well before the last look
@@ -347,16 +371,95 @@ def test_an_entry_the_reads_since_the_last_look_cannot_see_rings_after_the_final
             assert datetime.now(UTC) >= end + part.settings.grace
             await _until(lambda: lease.checkpoint is not None and lease.checkpoint >= minute, 20)
             worker.stop()
-            await working
             assert len(part.notifier.accepted) == 1
             assert (await part.row(reminder)).status is Status.DONE
 
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("landing", ["create", "resume"])
+def test_a_row_whose_write_lands_after_its_entry_was_read_rings_at_the_final_read(
+    own_keyspace: CassandraConnection, landing: str
+) -> None:
+    """A user's write puts the bucket entry first and the row second; the row's LWT may
+    land seconds later (contention, a timeout that lands), within the write deadline. Read
+    before it lands, the row says skip (not there yet; still paused): that skip is decided
+    again at the minute's final read, and the reminder rings then, once (invariant 3).
+    Before, the final read ignored entries already seen, the minute was checkpointed, and
+    the reminder (for a repeat, its whole series) never rang."""
+    user = f"u-late-{landing}"
+    session = own_keyspace.session
+
+    async def scenario() -> None:
+        async with _this_minute_worked(own_keyspace, user) as (part, worker, minute):
+            lease = part.shift.lease
+            reminder = _one_off_in(user, "late row", 3)
+            created, due = reminder.created_at, reminder.due
+            assert due is not None
+            rows_only = _RowOnlyStore(session, Retention())
+            if landing == "resume":  # the row there, paused, when its entry is read
+                assert await rows_only.create(reminder, await rows_only.active_count(user), 9)
+                stored = await part.store.get_serial(user, reminder.reminder_id)
+                assert stored is not None
+                paused = dataclasses.replace(
+                    reminder, status=Status.PAUSED, version=reminder.version + 1
+                )
+                assert await part.store.replace(stored, paused, created)
+            await part.store.write_bucket_entry(reminder, created)
+            await _sleep_until(due + timedelta(seconds=2))  # read, skipped; then the row:
+            if landing == "create":
+                assert await rows_only.create(reminder, await rows_only.active_count(user), 9)
+            else:
+                stored = await part.store.get_serial(user, reminder.reminder_id)
+                assert stored is not None
+                resumed = dataclasses.replace(
+                    stored.reminder, status=Status.PENDING, version=stored.reminder.version + 1
+                )
+                assert await part.store.replace(stored, resumed, datetime.now(UTC))
+            assert part.notifier.accepted == []
+
+            end = minute + timedelta(minutes=1)
+            await _until(lambda: lease.checkpoint is not None and lease.checkpoint >= minute, 90)
+            worker.stop()
+            assert len(part.notifier.accepted) == 1
+            assert datetime.now(UTC) >= end + part.settings.grace
+            assert (await part.row(reminder)).status is Status.DONE
+
+    asyncio.run(scenario())
+
+
+def test_a_ring_cancelled_while_with_the_notifier_keeps_its_claim_so_a_delete_says_in_flight(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """The part lost (or the shutdown grace over) while a ring's batch is with the notifier:
+    the push may still happen, so the claim is not let go but stands until it expires. A
+    pause then clears it with its hand-off window still open, and a delete answers "a ring
+    may be in flight". Before, the claim was let go (expiry now), the delete answered "not
+    in flight", and the push went out after it."""
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace) as part:
+            part.notifier.answer_after_s = 3.0
+            reminder = await part.due_reminder("u-cancelled-in-flight", _just_due())
+            ring = part.ring(reminder)
+            await _until(lambda: part.notifier.received == 1, 10)
+            ring.cancel()
+            await asyncio.gather(ring, return_exceptions=True)
+
+            app = RemindersApp(part.store, Limits())
+            await app.pause(reminder.user_id, reminder.reminder_id, None)
+            deleted = await app.delete(reminder.user_id, reminder.reminder_id, None)
+            await _until(lambda: len(part.notifier.accepted) == 1, 10)  # the push went out
+
+            assert deleted.was_sending
+
+    asyncio.run(scenario())
+
+
 async def _claimed_and_waiting_to_retry(
     part: Part, user: str, count: int
-) -> tuple[list[Reminder], list[asyncio.Task[bool]]]:
+) -> tuple[list[Reminder], list[asyncio.Task[bool | datetime]]]:
     """`count` of `user`'s reminders due now, each claimed, handed off once to a notifier
     that is down, and waiting to retry."""
     part.notifier.down = True
@@ -757,8 +860,9 @@ def test_a_batch_whose_call_fails_unexpectedly_answers_each_ring_retryable() -> 
 
 
 async def _entries_without_rows(session: Session, due: datetime, count: int) -> datetime:
-    """`count` entries of part 0 due at `due` whose rows are gone (a purge): each is read,
-    then skipped as deleted. Returns their minute."""
+    """`count` entries of part 0 due at `due` with no row (a purge, or a create yet to
+    land): each is read, then skipped, deferred to the minute's final read. Returns their
+    minute."""
     minute = floor_minute(due)
     insert = session.prepare(
         "INSERT INTO due_buckets (minute, part, written_at, reminder_id, user_id, due)"
@@ -787,7 +891,7 @@ def test_a_busy_minute_keeps_only_the_rings_under_way_as_tasks(
             most = 0
             working = asyncio.create_task(worker.run())
             async with asyncio.timeout(90):
-                while part.count("reminders_dispatch_skips_total", reason="deleted") < entries:
+                while part.count("reminders_dispatch_skips_deferred_total") < entries:
                     most = max(most, len(asyncio.all_tasks()) - before)
                     await asyncio.sleep(0.01)
             worker.stop()
@@ -821,7 +925,7 @@ def test_a_busy_minutes_rings_waiting_their_turn_are_not_paced_as_a_backlog(
             worker = await worker_from(part, own_keyspace.session, minute)
             working = asyncio.create_task(worker.run())
             await _until(
-                lambda: part.count("reminders_dispatch_skips_total", reason="deleted") >= entries,
+                lambda: part.count("reminders_dispatch_skips_deferred_total") >= entries,
                 60,
             )
             all_done_after = (datetime.now(UTC) - due).total_seconds()
