@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
@@ -30,12 +31,23 @@ from reminders_svc.api.client_cli import DEFAULT_TARGET
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("demo", help="ring one reminder through the running stack")
-    parser.add_argument("--user", default="demo")
-    parser.add_argument("--in", dest="seconds", type=float, default=20.0)
-    # Where the stack `make run` starts listens, as the dispatcher finds the notifier.
-    parser.add_argument("--api", default=DEFAULT_TARGET)
-    parser.add_argument("--notifier", default=NOTIFIER_TARGET)
-    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--user", default="demo", help="the demo user (default: demo)")
+    parser.add_argument(
+        "--in", dest="seconds", type=float, default=20.0, help="ring this many seconds from now"
+    )
+    parser.add_argument(
+        "--api",
+        help=f"the API (default: $REMINDERS_API_TARGET, else {DEFAULT_TARGET}, where"
+        " `make run` serves it)",
+    )
+    parser.add_argument(
+        "--notifier",
+        help=f"the reference notifier (default: $REMINDERS_NOTIFIER_TARGET, as the"
+        f" dispatcher finds it, else {NOTIFIER_TARGET})",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=120.0, help="give up after this many seconds"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -64,7 +76,16 @@ def _calling(service: str, address: str) -> Iterator[None]:
         ) from None
 
 
+def targets(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, str]:
+    """The API and the notifier to reach: the options, else the variables the client
+    commands and the dispatcher read, else where `make run` serves them."""
+    api = args.api or environ.get("REMINDERS_API_TARGET") or DEFAULT_TARGET
+    notifier = args.notifier or environ.get("REMINDERS_NOTIFIER_TARGET") or NOTIFIER_TARGET
+    return api, notifier
+
+
 def run(args: argparse.Namespace) -> int:
+    args.api, args.notifier = targets(args, os.environ)
     try:
         return _demo(args)
     except DemoError as error:

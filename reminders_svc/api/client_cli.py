@@ -90,8 +90,10 @@ def _edit(call: Call, args: argparse.Namespace) -> Message:
         reminder.text = args.text
         paths.append("text")
     if any(getattr(args, name) is not None for name in ("at", "repeat", "rrule", "start", "zone")):
-        # A partial schedule (say, only --zone) keeps the rest of the stored one.
-        complete = (args.at or args.repeat or args.rrule) and args.zone
+        # A partial schedule (say, only --zone) keeps the rest of the stored one; so does a
+        # new rule without --start: it keeps the series' start (the API would start it now).
+        once = args.at is not None
+        complete = args.zone is not None and (once or args.start is not None)
         current = pb.Schedule() if complete else _get(call, args).schedule
         schedule = _schedule_from_args(args, current)
         assert schedule is not None
@@ -325,7 +327,7 @@ def run(args: argparse.Namespace) -> int:
         if error.code() == grpc.StatusCode.UNAVAILABLE and not failure["error"]["reason"]:
             # gRPC's own UNAVAILABLE (the API's carry a reason): nothing answered there.
             failure["error"]["hint"] = f"no API answered at {target}; `make run` starts one"
-        print(json.dumps(failure, indent=2), file=sys.stderr)
+        print(json.dumps(failure), file=sys.stderr)  # one line, as every refusal here
         return 1
     print(
         json.dumps(

@@ -75,6 +75,35 @@ def test_edit_builds_the_mask_and_keeps_the_rest_of_the_schedule() -> None:
     assert zone_only.reminder.version == 3
 
 
+def test_edit_of_the_rule_keeps_the_series_start_unless_given() -> None:
+    """A new rule with its zone, and no --start: the stored start stays (the API would
+    start a repeat sent without one now); with --start or a one-off, nothing is fetched."""
+    stored_start = "2027-01-10T09:00"
+    STORED.schedule.repeat.start_local_time = stored_start
+    try:
+        (get, _), (_, new_rule) = requests_of(
+            "edit", "r1", "--version", "3", "--repeat", "every day 11:00", "--zone", "UTC"
+        )
+    finally:
+        STORED.schedule.repeat.start_local_time = ""
+    assert get == "GetReminder"
+    assert isinstance(new_rule, pb.UpdateReminderRequest)
+    schedule = new_rule.reminder.schedule
+    assert (schedule.repeat.expression, schedule.time_zone) == ("every day 11:00", "UTC")
+    assert schedule.repeat.start_local_time == stored_start
+    [(_, restarted)] = requests_of(
+        "edit", "r1", "--version", "3", "--repeat", "every day 11:00", "--zone", "UTC",
+        "--start", "2027-02-01T11:00",
+    )  # fmt: skip
+    assert isinstance(restarted, pb.UpdateReminderRequest)
+    assert restarted.reminder.schedule.repeat.start_local_time == "2027-02-01T11:00"
+    [(_, one_off)] = requests_of(
+        "edit", "r1", "--version", "3", "--at", "2027-02-01T11:00", "--zone", "UTC"
+    )
+    assert isinstance(one_off, pb.UpdateReminderRequest)
+    assert one_off.reminder.schedule.once.local_time == "2027-02-01T11:00"
+
+
 def test_snooze_for_and_until() -> None:
     [(_, for_ten)] = requests_of("snooze", "r1", "--for", "1h30m")
     assert isinstance(for_ten, pb.SnoozeReminderRequest)
@@ -134,6 +163,7 @@ def test_no_server_at_the_target_says_so() -> None:
     done = run_cli("get", "r1", "--user", "alice", "--target", target, timeout=60)
 
     assert done.returncode == 1, done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr  # one JSON line
     error = json.loads(done.stderr)["error"]
     assert (error["code"], error["hint"]) == (
         "UNAVAILABLE",

@@ -189,10 +189,12 @@ def test_clients_with_no_configuration_reach_the_servers_make_run_starts() -> No
     parser = argparse.ArgumentParser()
     demo.register(parser.add_subparsers())
     defaults = parser.parse_args(["demo"])
-    assert (defaults.api, defaults.notifier) == (
-        client_cli.DEFAULT_TARGET,
-        dispatcher.notifier_target,
-    )
+    assert demo.targets(defaults, {}) == (client_cli.DEFAULT_TARGET, dispatcher.notifier_target)
+    # Moved ports, named as the client commands and the dispatcher read them:
+    moved = {"REMINDERS_API_TARGET": "127.0.0.1:1", "REMINDERS_NOTIFIER_TARGET": "127.0.0.1:2"}
+    assert demo.targets(defaults, moved) == ("127.0.0.1:1", "127.0.0.1:2")
+    given = parser.parse_args(["demo", "--api", "h:3", "--notifier", "h:4"])
+    assert demo.targets(given, moved) == ("h:3", "h:4")
 
 
 def test_the_stack_says_it_is_up_only_once_its_services_serve(

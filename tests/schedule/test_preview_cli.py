@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 
 import pytest
 
 from reminders_svc.schedule import preview_cli
+from tests.platform.helpers import REMINDERS
 
 
 def preview(*argv: str) -> int:
@@ -61,3 +63,18 @@ def test_past_one_off_is_refused_against_from(capsys: pytest.CaptureFixture[str]
 def test_version_names_the_pinned_database(capsys: pytest.CaptureFixture[str]) -> None:
     assert preview("--version") == 0
     assert capsys.readouterr().out == "tz database 2026f (tzdata 2026.6)\n"
+
+
+def test_a_reader_that_stops_early_ends_the_listing_without_a_traceback() -> None:
+    """`reminders preview ... | head -1`: the pipe closes under the writer."""
+    writer = subprocess.Popen(
+        [REMINDERS, "preview", "--repeat", "every hour", "--zone", "UTC", "--count", "1000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert writer.stdout is not None
+    assert writer.stderr is not None
+    writer.stdout.close()  # as `head -1` exits: ~50 KB of lines meet a closed pipe
+    complaint = writer.stderr.read()
+    assert writer.wait(timeout=60) == 141
+    assert complaint == b""
