@@ -123,6 +123,10 @@ def _token_key(
     if secret is not None and key_file is not None:
         raise ConfigError(f"set one of {prefix}SECRET and {prefix}PUBLIC_KEY_FILE, not both")
     if secret is not None:
+        if secret != secret.strip():
+            # A file's trailing newline (`kubectl create secret --from-file`) is a different
+            # key from the issuer's, and would hide a development secret from the check.
+            raise ConfigError(f"{prefix}SECRET: starts or ends with whitespace (a newline?)")
         published = secret in _DEVELOPMENT_SECRETS
         if published and not _is_dev(env):
             # Anyone can forge tokens with it; the message names the variable, never the value.
@@ -147,6 +151,16 @@ def _token_key(
         f"no token key: set {prefix}SECRET or {prefix}PUBLIC_KEY_FILE "
         "(development secrets are used only with REMINDERS_ENV=dev)"
     )
+
+
+def _encodable(text: str) -> bool:
+    """Whether `text` is valid Unicode for UTF-8 (JSON lets a token carry a lone surrogate,
+    which no user id, log line or CQL text can hold)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def mint_token(key: TokenKey, subject: str, ttl_s: float, *, now: float | None = None) -> str:
@@ -245,7 +259,7 @@ class Authenticator:
         except jwt.InvalidTokenError:
             raise Unauthenticated("token invalid") from None
         subject = claims.get("sub")
-        if not isinstance(subject, str) or not subject:
+        if not isinstance(subject, str) or not subject or not _encodable(subject):
             raise Unauthenticated("token subject invalid")
         if len(subject.encode()) > MAX_USER_ID_BYTES:
             raise Unauthenticated(f"token subject longer than {MAX_USER_ID_BYTES} bytes")

@@ -18,6 +18,7 @@ from typing import Any, Protocol, cast
 
 import grpc
 import grpc.aio
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -28,7 +29,7 @@ from reminders_svc.api.errors import abort
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import CassandraSettings
 from reminders_svc.connections import SERVER_OPTIONS
-from reminders_svc.domain.errors import Unavailable
+from reminders_svc.domain.errors import InvalidArgument, Unavailable
 from reminders_svc.health import ProcessHealth
 from reminders_svc.runtime import MetricsEndpoint, run_until_signal
 from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
@@ -142,12 +143,36 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         return _observed(handler, handler_call_details.method, self._metrics)
 
 
+class _Undecodable:
+    """A request whose bytes are not its message: answered INVALID_ARGUMENT by the handler's
+    wrapper (gRPC itself answers a failed parse UNKNOWN and logs a traceback per call)."""
+
+
+_UNDECODABLE = _Undecodable()
+
+
+def _tolerant(parse: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if parse is None:
+        return None
+
+    def parsed_or_undecodable(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except DecodeError:
+            return _UNDECODABLE
+
+    return parsed_or_undecodable
+
+
 def _observed(
     handler: grpc.RpcMethodHandler[Any, Any], method: str, metrics: ApiMetrics
 ) -> grpc.RpcMethodHandler[Any, Any]:
     def single(behavior: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
         async def observed(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             with metrics.observe(method, context):
+                if request is _UNDECODABLE:
+                    name = method.rsplit("/", 1)[-1]
+                    await abort(context, InvalidArgument("request", f"not a valid {name} request"))
                 result = behavior(request, context)
                 return await result if inspect.isawaitable(result) else result
 
@@ -168,7 +193,11 @@ def _observed(
         return single(behavior)
 
     serialization: dict[str, Any] = {
-        "request_deserializer": handler.request_deserializer,
+        "request_deserializer": (
+            handler.request_deserializer
+            if handler.request_streaming
+            else _tolerant(handler.request_deserializer)
+        ),
         "response_serializer": handler.response_serializer,
     }
     if handler.unary_unary is not None:

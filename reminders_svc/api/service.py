@@ -22,7 +22,7 @@ from reminders_svc.api.errors import MAY_HAVE_BEEN_APPLIED, translated
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.app import Clock, RemindersApp, utc_now
 from reminders_svc.domain.errors import DeadlineExceeded, InvalidArgument
-from reminders_svc.domain.reminder import Reminder
+from reminders_svc.domain.reminder import MAX_USER_ID_BYTES, Reminder
 from reminders_svc.schedule import Schedule, ScheduleError, occurrences, tzdata_version
 from reminders_svc.schedule.zones import load_zone
 from reminders_svc.storage.history import DeliveryHistory
@@ -296,6 +296,8 @@ class AdminServicer(pb_grpc.RemindersAdminServiceServicer):
         operator = self._auth.require_admin(metadata_of(context))
         if not request.user_id:
             raise InvalidArgument("user_id", "required")
+        if len(request.user_id.encode()) > MAX_USER_ID_BYTES:
+            raise InvalidArgument("user_id", f"at most {MAX_USER_ID_BYTES} bytes")
         purge = self._purges.get(request.user_id)
         if purge is None:
             purge = asyncio.create_task(self._purge_user(operator, request.user_id))

@@ -91,6 +91,8 @@ def _without(claim: str) -> dict[str, object]:
         (lambda: jwt.encode(claims(), "", algorithm="none"), "invalid"),
         # A user id the notifier could never ring for (notifier/domain/model.py).
         (lambda: signed(claims(sub="é" * 129)), "longer than 256 bytes"),
+        # Valid JSON, not valid Unicode: was an INTERNAL error and a traceback in the log.
+        (lambda: signed(claims(sub="\ud800")), "subject invalid"),
     ],
     ids=[
         "bad-signature",
@@ -103,6 +105,7 @@ def _without(claim: str) -> dict[str, object]:
         "other-alg",
         "alg-none",
         "sub-over-256-bytes",
+        "sub-lone-surrogate",
     ],
 )
 def test_rejected_tokens(token: Callable[[], str], message: str) -> None:
@@ -249,6 +252,13 @@ def test_a_development_secret_set_explicitly_is_refused_outside_dev(
             "PUBLIC_KEY_FILE",
         ),
         ({**CONFIGURED, "REMINDERS_JWT_AUDIENCE": "reminders-admin"}, "AUDIENCE"),
+        # A secret file's trailing newline: another key than the issuer's, and it hid the
+        # development secret from the check below.
+        ({**CONFIGURED, "REMINDERS_JWT_SECRET": USER_SECRET + "\n"}, "whitespace"),
+        (
+            {**CONFIGURED, "REMINDERS_ADMIN_JWT_SECRET": DEV_ADMIN_SECRET + "\n"},
+            "REMINDERS_ADMIN_JWT_SECRET: starts or ends with whitespace",
+        ),
     ],
 )
 def test_bad_configuration_fails_at_startup(env: dict[str, str], message: str) -> None:

@@ -495,6 +495,9 @@ CASES: list[tuple[str, Callable[[Api, str, str], Any], str]] = [
     ("pause: version -1", _at_version("PauseReminder", -1), "version"),
     ("resume: version -1", _at_version("ResumeReminder", -1), "version"),
     ("purge: no user_id", _purge(lambda user: ""), "user_id"),
+    # No user has such an id (a token's subject is at most 256 bytes), and the audit log
+    # would carry it whole.
+    ("purge: user_id over 256 bytes", _purge(lambda user: user + "x" * 256), "user_id"),
 ]
 
 # Rejections with another code than INVALID_ARGUMENT still name the field at fault.
@@ -624,3 +627,16 @@ def test_an_oversized_message_is_refused_before_it_reaches_the_service(
         _create(huge)(api, "", user)
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert _snapshot(cassandra, user) == []
+
+
+def test_bytes_that_are_not_the_request_message_are_an_invalid_argument(
+    api: Api, user: str
+) -> None:
+    """Not a GetReminderRequest (a string field holding bytes that are not UTF-8): gRPC
+    itself answered UNKNOWN with the parser's exception and logged a traceback per call."""
+    raw: grpc.UnaryUnaryMultiCallable[bytes, bytes] = api.channel.unary_unary(
+        "/reminders.v1.RemindersService/GetReminder"
+    )
+    with pytest.raises(grpc.RpcError) as refused:
+        raw(b"\x0a\x02\xff\xfe", metadata=api.as_user(user))
+    _assert_refused(refused.value, INVALID, "request", "INVALID_FIELD")
