@@ -10,7 +10,7 @@ from datetime import timedelta
 from enum import StrEnum
 
 from reminders_svc.config import ConfigError, Env, MinuteTiming, Retention, check_tz_override
-from reminders_svc.tls import NOTIFIER_CLIENT_PREFIX, ClientTls
+from reminders_svc.tls import NOTIFIER_CLIENT_PREFIX, ClientTls, host_of, require_protected
 
 # notification.v1's SendBatch takes 1 to 500 items (proto/notification/v1): a larger
 # batch would be refused whole, and its rings retried for ever.
@@ -126,4 +126,10 @@ class DispatcherSettings:
         if settings.lease_renew_every * 2 >= settings.lease:
             raise ConfigError(f"{prefix}LEASE_RENEW_S must be under half of {prefix}LEASE_S")
         check_tz_override(values)  # a finalize computes the next ring in its zone
+        require_protected(
+            values,
+            "REMINDERS_NOTIFIER_TARGET (the link to the notifier: reminder texts)",
+            host_of(settings.notifier_target),
+            settings.notifier_tls is not None,
+        )
         return settings

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Literal
 
 from reminders_svc.config import CassandraSettings, ConfigError, Env
-from reminders_svc.tls import NOTIFIER_SERVER_PREFIX, ServerTls
+from reminders_svc.tls import NOTIFIER_SERVER_PREFIX, ServerTls, require_protected
 
 AdapterName = Literal["recording", "logging"]
 PREFIX = "REMINDERS_NOTIFIER_"
@@ -129,6 +129,13 @@ class NotifierSettings:
             tls=ServerTls.from_env(values, NOTIFIER_SERVER_PREFIX),
         )
         _check_adapter_named(env, dev)  # last: a malformed value is named first
+        require_protected(
+            values,
+            "REMINDERS_NOTIFIER_HOST (the reference notifier's port: only mutual TLS"
+            " authenticates its callers)",
+            settings.host,
+            settings.tls is not None and settings.tls.mutual,
+        )
         return settings
 
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from reminders_svc.config import ConfigError, Env, MinuteTiming, Retention, check_tz_override
 from reminders_svc.storage.reminders_store import LIST_SCAN_ROWS
-from reminders_svc.tls import API_PREFIX, ServerTls
+from reminders_svc.tls import API_PREFIX, ServerTls, require_protected
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class ApiSettings:
         )
         _check_write_deadline(write_deadline, values)
         check_tz_override(values)  # the zones every due is computed in
-        return cls(
+        settings = cls(
             host=env.text("REMINDERS_API_HOST", "127.0.0.1"),
             port=env.port("REMINDERS_API_PORT", cls.port),
             metrics_port=env.port("REMINDERS_API_METRICS_PORT", cls.metrics_port),
@@ -96,6 +96,13 @@ class ApiSettings:
                 high=600,
             ),
         )
+        require_protected(
+            values,
+            "REMINDERS_API_HOST (the API's port: tokens and reminder texts)",
+            settings.host,
+            settings.tls is not None,
+        )
+        return settings
 
 
 def _check_write_deadline(write_deadline: timedelta, env: Mapping[str, str]) -> None:

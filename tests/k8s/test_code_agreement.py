@@ -20,8 +20,9 @@ from reminders_svc.api import serve_cli
 from reminders_svc.api.auth import AuthSettings
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.cli import build_parser
-from reminders_svc.config import CassandraSettings
+from reminders_svc.config import CassandraSettings, ConfigError
 from reminders_svc.storage import migrate_cli
+from reminders_svc.tls import MESH_VARIABLE
 from tests.k8s.tools import OVERLAYS, REFERENCE_NOTIFIER_OVERLAYS, Obj
 from tests.k8s.workloads import container_env, find, one, selected_deployment
 
@@ -162,6 +163,21 @@ def test_every_variable_set_is_one_the_code_reads(
     own = {item["name"] for item in container.get("env", [])}
     assert own - env.read == set(), f"{overlay} {name}: set but never read"
     assert all(variable.startswith("REMINDERS_") for variable in env)
+
+
+@pytest.mark.parametrize("name", ["api", "dispatcher"])
+def test_the_prod_overlay_without_its_mesh_line_refuses_plaintext(
+    overlays: dict[str, list[Obj]], name: str
+) -> None:
+    """The shipped prod overlay runs its links in plaintext for a mesh, and says so; an SRE
+    without a mesh deletes that line, and the API and the dispatchers then refuse to start
+    until their TLS variables are set, rather than carry texts and tokens readable."""
+    objects = overlays["prod"]
+    _, container = _pod(objects, DEPLOYABLES[name])
+    env = container_env(objects, container)
+    assert env.pop(MESH_VARIABLE) == "true"
+    with pytest.raises(ConfigError, match="is plaintext to"):
+        DEPLOYABLES[name].settings(env)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

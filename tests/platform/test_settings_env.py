@@ -102,3 +102,38 @@ def test_an_unknown_log_level_is_a_usage_error_of_every_service_command(command:
     assert done.returncode == 2
     assert "invalid choice: 'LOUD'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+ALL_INTERFACES = "0.0.0.0"  # noqa: S104 (what a pod binds: the case under test)
+PLAINTEXT_OFF_HOST = {
+    "api": {"REMINDERS_API_HOST": ALL_INTERFACES},
+    "dispatcher": {"REMINDERS_NOTIFIER_TARGET": "notification.example.internal:443"},
+    "notifier": {
+        "REMINDERS_NOTIFIER_ADAPTER": "logging",
+        "REMINDERS_NOTIFIER_HOST": ALL_INTERFACES,
+    },
+}
+PLAINTEXT_ON_LOOPBACK = {
+    "api": {"REMINDERS_API_HOST": "127.0.0.1"},
+    "dispatcher": {"REMINDERS_NOTIFIER_TARGET": "localhost:50061"},
+    "notifier": {"REMINDERS_NOTIFIER_ADAPTER": "logging", "REMINDERS_NOTIFIER_HOST": "::1"},
+}
+
+
+@pytest.mark.parametrize(
+    ("process", "variable"),
+    [
+        ("api", "REMINDERS_API_HOST"),
+        ("dispatcher", "REMINDERS_NOTIFIER_TARGET"),
+        ("notifier", "REMINDERS_NOTIFIER_HOST"),
+    ],
+)
+def test_plaintext_off_the_host_needs_development_or_a_mesh(process: str, variable: str) -> None:
+    """Texts and tokens in plaintext across the network: refused outside development unless
+    a mesh protects the link; on the loopback interface, as `make run` serves, accepted."""
+    exposed = PLAINTEXT_OFF_HOST[process]
+    with pytest.raises(ConfigError, match=f"^{variable} .* is plaintext to"):
+        READERS[process](exposed)
+    READERS[process]({**exposed, "REMINDERS_PLAINTEXT_IN_MESH": "true"})
+    READERS[process]({**exposed, "REMINDERS_ENV": "dev"})
+    READERS[process](PLAINTEXT_ON_LOOPBACK[process])
