@@ -50,6 +50,7 @@ def test_a_replayed_minute_rings_what_was_missed_once_and_only_once(
     assert admin("replay", *span, "--json").json()["outcomes"] == {"done": 1}
     time.sleep(4)
     assert rings_per_reminder(stack)[reminder_id] == 1
+    assert stack.notifier_answers().get("duplicate", 0) == 0  # nor handed off twice
 
 
 def users_in_every_part(parts: int, per_part: int) -> list[str]:
@@ -92,8 +93,9 @@ def test_growing_parts_loses_no_ring(
     ids += [stack.create_at(user, effective + 7 * second).id for user in users]
 
     pushes = stack.wait_for_pushes(len(ids), timeout_s=60)
-    time.sleep(3)  # a second ring of anything would show by now
+    time.sleep(3)  # a second push of anything would show by now
     assert rings_per_reminder(stack) == Counter(dict.fromkeys(ids, 1))
+    assert stack.notifier_answers().get("duplicate", 0) == 0  # nor a second hand-off
     lateness = [
         (push.push_time.ToDatetime() - push.due_time.ToDatetime()).total_seconds()
         for push in pushes

@@ -486,10 +486,14 @@ def test_nothing_is_lost_while_the_notifier_is_down(stack: Stack) -> None:
     notifier = stack.start_notifier()
     # The outage outlasts a ring's expiry: the ring is late, not expired.
     stack.start_dispatcher("d", REMINDERS_DISPATCH_RING_EXPIRY_S="4")
+    wait_owning(stack, {"d"})
     stack.stop(notifier)
     user = new_user()
     created = stack.create_at(user, soon(3))
-    time.sleep(10)  # due, claimed, retried against a notifier that is not there
+    # Due, claimed, then retried against a notifier that is not there past its expiry.
+    claimed = stack.wait_status(user, created.id, "sending", timeout_s=30)
+    assert claimed.status == "sending"  # type: ignore[attr-defined]
+    time.sleep(6)
     assert stack.row(user, created.id).status == "sending"  # type: ignore[attr-defined]
 
     stack.start_notifier()
@@ -623,6 +627,20 @@ def test_a_dispatcher_started_before_its_database_waits_not_ready_then_works(
         proxy.close()
 
 
+def _wait_clock_measured_ahead(metrics_port: int, timeout_s: float = 60) -> None:
+    """Until the dispatcher has measured its host clock 30 s ahead of the database's (the
+    fault hook's), so what the test checks next follows a measurement, not a start-up."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if scrape(metrics_port).get("reminders_dispatch_clock_offset_seconds", 0) < -20:
+                return
+        except OSError:
+            pass  # not serving its metrics yet
+        assert time.monotonic() < deadline, "the clock was never measured off"
+        time.sleep(0.2)
+
+
 def test_a_dispatcher_whose_clock_is_off_takes_no_part_and_the_fleet_rings_without_it(
     stack: Stack,
 ) -> None:
@@ -630,11 +648,15 @@ def test_a_dispatcher_whose_clock_is_off_takes_no_part_and_the_fleet_rings_witho
     invariant 8): not ready, the dispatcher takes no part and is not counted in the fleet's
     shares, so another takes every part and rings."""
     stack.start_notifier()
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     stack.start_dispatcher(
-        "off", REMINDERS_DISPATCH_FAULTS="wall_clock_ahead", REMINDERS_DISPATCH_PORT=str(port)
+        "off",
+        REMINDERS_DISPATCH_FAULTS="wall_clock_ahead",
+        REMINDERS_DISPATCH_PORT=str(port),
+        REMINDERS_DISPATCH_METRICS_PORT=str(metrics_port),
     )
-    time.sleep(8)  # a few ticks, each measuring the clock
+    _wait_clock_measured_ahead(metrics_port)
+    time.sleep(5)  # a few more ticks (every 2 s), each measuring the clock, none taking a part
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         health = health_pb2_grpc.HealthStub(channel)
         status = health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
@@ -654,16 +676,19 @@ def test_a_dispatcher_whose_clock_goes_bad_hands_its_parts_over_after_a_lease(
     """Parts held when the clock goes bad would wait for it to come back: not ready for a
     lease's length, the dispatcher winds them down and releases them to the fleet."""
     stack.start_notifier()
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     drifting = stack.start_dispatcher(
         "drifting",
         REMINDERS_DISPATCH_FAULTS="wall_clock_ahead_on_sigusr1",
         REMINDERS_DISPATCH_PORT=str(port),
+        REMINDERS_DISPATCH_METRICS_PORT=str(metrics_port),
     )
     wait_owning(stack, {"drifting"})
     drifting.send_signal(signal.SIGUSR1)
     stack.start_dispatcher("steady")
-    time.sleep(8)  # a few ticks: not ready, its parts still held (one slow probe moves none)
+    # Measured off: not ready at once, its parts still held until off for a lease (6 s).
+    _wait_clock_measured_ahead(metrics_port)
+    time.sleep(0.5)  # the same tick marks it not ready, just after the measurement
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         health = health_pb2_grpc.HealthStub(channel)
         status = health.Check(health_pb2.HealthCheckRequest(), timeout=5).status

@@ -113,3 +113,6 @@ def test_one_user_with_50_reminders_in_one_minute_all_ring_once(stack: Stack, us
     keys = [p.idempotency_key for p in stack.pushes(user)]
     assert len(keys) == 50
     assert {k.split("/")[0] for k in keys} == {c.id for c in created}
+    # Handed off once each: a second hand-off is deduplicated by its key, so it shows only
+    # as the notifier's "duplicate" answer, never as a second push.
+    assert stack.notifier_answers().get("duplicate", 0) == 0

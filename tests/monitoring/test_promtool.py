@@ -2,9 +2,9 @@
 expression) and `test rules` (tests/monitoring/rules_test.yaml: synthetic series, and the
 alerts that must or must not fire on them).
 
-promtool is looked up as $PROMTOOL, on PATH, or built into the checkout's cache
-(.cache/go/promtool-*/promtool). Without it the tests are skipped on a workstation, and
-fail in CI (CI=true), where it must have been installed."""
+promtool is looked up as $PROMTOOL, as the build of the Makefile's pinned version in the
+checkout's cache (.cache/go/promtool-<version>/promtool), or on PATH. Without it the tests
+are skipped on a workstation, and fail in CI (CI=true), where it must have been installed."""
 
 from __future__ import annotations
 
@@ -18,17 +18,21 @@ import yaml
 
 from tests.ci import unavailable
 from tests.monitoring.files import ROOT, rule_document
+from tests.pins import makefile_pin
 
 UNIT_TESTS = Path(__file__).with_name("rules_test.yaml")
 
 
 @pytest.fixture
 def promtool() -> str:
-    found = os.environ.get("PROMTOOL") or shutil.which("promtool")
-    cached = sorted((ROOT / ".cache" / "go").glob("promtool-*/promtool"))
-    if not (found or cached):
-        unavailable("promtool is not installed (set PROMTOOL, or put it on PATH)")
-    return found or str(cached[-1])
+    """$PROMTOOL, else the build of the Makefile's pinned version, else one on PATH: not
+    whichever older build the cache still holds."""
+    pinned = ROOT / ".cache" / "go" / f"promtool-{makefile_pin('PROMTOOL_VERSION')}" / "promtool"
+    found = os.environ.get("PROMTOOL") or (str(pinned) if pinned.is_file() else None)
+    found = found or shutil.which("promtool")
+    if not found:
+        unavailable("promtool is not installed (`make promtool`, PROMTOOL, or on PATH)")
+    return found
 
 
 @pytest.fixture
