@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -138,14 +139,16 @@ def _deliveries(call: Call, args: argparse.Namespace) -> Message:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--user", required=True, type=_user_id, help="act as this user (the token's sub)"
+        "--user", required=True, type=user_id, help="act as this user (the token's sub)"
     )
     common.add_argument(
         "--target",
         default=None,
         help=f"host:port (default $REMINDERS_API_TARGET or {DEFAULT_TARGET})",
     )
-    common.add_argument("--timeout", type=float, default=10.0, help="seconds (default 10)")
+    common.add_argument(
+        "--timeout", type=positive_seconds, default=10.0, help="seconds (default 10)"
+    )
 
     def add(name: str, command: Command, help_text: str, *, takes_id: bool = True) -> Parser:
         parser = subparsers.add_parser(name, parents=[common], help=help_text)
@@ -208,10 +211,22 @@ def _add_page_options(parser: Parser) -> None:
     parser.add_argument("--page-token", default="")
 
 
-def _user_id(value: str) -> str:
+def user_id(value: str) -> str:
+    """An argparse type: a user id, not blank (a token's subject)."""
     if not value.strip():
         raise argparse.ArgumentTypeError("a user id is required")
     return value
+
+
+def positive_seconds(value: str) -> float:
+    """An argparse type: a number of seconds above 0 (a call's deadline)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError("expected a number of seconds above 0")
+    return seconds
 
 
 class UsageError(Exception):
@@ -306,7 +321,9 @@ def run(args: argparse.Namespace) -> int:
     command: Command = args.command_function
     target = args.target or env.get("REMINDERS_API_TARGET") or DEFAULT_TARGET
     try:
-        token = mint_token(user_key_from_env(env), args.user, TOKEN_TTL_S)
+        key = user_key_from_env(env)
+        # As long as the server accepts (REMINDERS_JWT_MAX_LIFETIME_S may be shorter).
+        token = mint_token(key, args.user, min(TOKEN_TTL_S, key.max_lifetime_s))
         with _channel(target, env) as channel:
             stub = pb_grpc.RemindersServiceStub(channel)
             metadata = (("authorization", f"Bearer {token}"),)

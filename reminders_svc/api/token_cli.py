@@ -11,6 +11,7 @@ import os
 import sys
 
 from reminders_svc.api.auth import admin_key_from_env, mint_token, user_key_from_env
+from reminders_svc.api.client_cli import positive_seconds, user_id
 from reminders_svc.config import ConfigError
 
 
@@ -19,9 +20,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "token",
         help="print a bearer token (needs REMINDERS_ENV=dev or a configured HS256 secret)",
     )
-    parser.add_argument("--user", required=True, help="the token's subject (the user id)")
+    parser.add_argument(
+        "--user", required=True, type=user_id, help="the token's subject (the user id)"
+    )
     parser.add_argument("--admin", action="store_true", help="an admin credential instead")
-    parser.add_argument("--ttl", type=float, default=3600.0, help="seconds (default 3600)")
+    parser.add_argument(
+        "--ttl", type=positive_seconds, default=3600.0, help="seconds (default 3600)"
+    )
     parser.set_defaults(handler=run)
 
 

@@ -146,8 +146,13 @@ def test_a_value_no_request_can_hold_is_one_line_not_a_traceback(argv: tuple[str
     [
         (("list", "--state", "deleted", "--user", "alice"), "argument --state: invalid choice"),
         (("get", "r1", "--user", " "), "argument --user: a user id is required"),
+        (
+            ("get", "r1", "--user", "alice", "--timeout", "0"),
+            "argument --timeout: expected a number of seconds above 0",
+        ),
+        (("get", "r1", "--user", "alice", "--timeout", "soon"), "is not a number of seconds"),
     ],
-    ids=["deleted is no state to list by", "blank user"],
+    ids=["deleted is no state to list by", "blank user", "no time to call", "not a number"],
 )
 def test_options_no_server_takes_are_refused_naming_the_option(
     argv: tuple[str, ...], complaint: str
@@ -220,3 +225,21 @@ def test_end_to_end_against_serve_api(migrated_settings: CassandraSettings) -> N
         assert (error["code"], error["reason"]) == ("INVALID_ARGUMENT", "INVALID_FIELD")
         assert [v["field"] for v in error["field_violations"]] == ["reminder.schedule.time_zone"]
         assert api.terminate() == 0
+
+
+def test_the_token_command_refuses_a_blank_user() -> None:
+    done = run_cli("token", "--user", "", env={"REMINDERS_ENV": "dev"}, timeout=60)
+
+    assert done.returncode == 2, done.stderr
+    assert "argument --user: a user id is required" in done.stderr
+
+
+def test_the_client_signs_for_no_longer_than_the_server_accepts() -> None:
+    """A shared ConfigMap may cap tokens below the client's 300 s: it signs for the cap,
+    and reaches the call (no server here), rather than refusing to sign at all."""
+    target = f"127.0.0.1:{free_port()}"
+    capped = {"REMINDERS_JWT_MAX_LIFETIME_S": "100"}
+    done = run_cli("get", "r1", "--user", "alice", "--target", target, env=capped, timeout=60)
+
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stderr)["error"]["code"] == "UNAVAILABLE"
