@@ -6,7 +6,7 @@ from datetime import datetime
 
 from reminders_svc.schedule.model import OneOff, Repeat, Schedule
 from reminders_svc.schedule.rule import ByDay, Freq, Rule, parse_rule_text
-from reminders_svc.schedule.zones import load_zone, to_local
+from reminders_svc.schedule.zones import load_zone, to_local, to_utc_in
 
 _DAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 _MONTH_NAMES = (
@@ -102,13 +102,30 @@ def _times(rule: Rule, repeat: Repeat) -> str:
     return "at " + _listing([f"{hour:02d}:{minute:02d}" for hour in hours])
 
 
+def _clock(local: datetime) -> str:
+    return f"{local:%H:%M:%S}" if local.second else f"{local:%H:%M}"
+
+
+def _one_off_time(one_off: OneOff) -> str:
+    """Its date and wall time, and when that time does not exist (a clock change skips it)
+    the one it rings at instead."""
+    zone = load_zone(one_off.zone)
+    if one_off.instant is not None:
+        rings = to_local(one_off.instant, zone)
+        return f"{rings:%Y-%m-%d} at {_clock(rings)}"
+    local = one_off.local
+    assert local is not None
+    written = f"{local:%Y-%m-%d} at {_clock(local)}"
+    rings = to_local(to_utc_in(local, zone), zone).replace(tzinfo=None)
+    if rings == local:
+        return written
+    return f"{written} (rings at {_clock(rings)}: the clock change skips {_clock(local)})"
+
+
 def describe(schedule: Schedule) -> str:
     """One line for people, e.g. "Every Monday at 09:00, America/New_York"."""
     if isinstance(schedule, OneOff):
-        local = schedule.local
-        if schedule.instant is not None:
-            local = to_local(schedule.instant, load_zone(schedule.zone))
-        return f"Once on {local:%Y-%m-%d} at {local:%H:%M}, {schedule.zone}"
+        return f"Once on {_one_off_time(schedule)}, {schedule.zone}"
     rule = parse_rule_text(schedule.rrule, load_zone(schedule.zone))
     text = f"{_every(rule, schedule.start)} {_times(rule, schedule)}"
     if rule.by_set_pos:

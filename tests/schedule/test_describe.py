@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from reminders_svc.schedule import occurrences, parse_repeat, parse_rrule
+from reminders_svc.schedule import occurrences, one_off_local, parse_repeat, parse_rrule
 from reminders_svc.schedule.describe import describe
 
 START = datetime(2027, 1, 31, 9, 0)  # a Sunday, the 31st: short months show
@@ -81,3 +81,23 @@ def test_the_grammars_expressions_read_back_as_written() -> None:
     ]:
         text = describe(parse_repeat(expression, "UTC", START))
         assert text == f"{described}, from 2027-01-31, UTC", expression
+
+
+@pytest.mark.parametrize(
+    ("local", "described"),
+    [
+        (datetime(2027, 1, 10, 9, 0), "Once on 2027-01-10 at 09:00, America/New_York"),
+        (datetime(2027, 1, 10, 13, 44, 11), "Once on 2027-01-10 at 13:44:11, America/New_York"),
+        # A time the spring-forward change skips rings an hour later (docs/time.md): said.
+        (
+            datetime(2027, 3, 14, 2, 30),
+            "Once on 2027-03-14 at 02:30 (rings at 03:30: the clock change skips 02:30),"
+            " America/New_York",
+        ),
+        # A repeated time rings at its first instance, which is the time as written.
+        (datetime(2027, 11, 7, 1, 30), "Once on 2027-11-07 at 01:30, America/New_York"),
+    ],
+    ids=["plain", "seconds", "spring-forward gap", "fall-back overlap"],
+)
+def test_a_one_off_is_described_at_the_wall_time_it_rings(local: datetime, described: str) -> None:
+    assert describe(one_off_local(local, "America/New_York")) == described
