@@ -21,7 +21,9 @@ minute's waiting entries are kept as data).
    edit landed) -> recompute and retry, with backoff, as long as the part is ours; the
    claim gone -> the user's change wins.
 A ring not resolved when its shift ends (a stop, the part lost) lets its claim go (expiry
-now), so it is re-claimed at once, under the same key, by whoever works the part next.
+now), so it is re-claimed at once, under the same key, by whoever works the part next;
+unless its batch is with the notifier: then the claim stands until it expires (the push
+may still happen, and a delete meanwhile must say a ring may be in flight).
 
 One user's LWTs never run concurrently (a lock per user), so they do not contend; the
 hand-off itself runs outside that lock so one user's many rings still batch together.
@@ -30,6 +32,7 @@ hand-off itself runs outside that lock so one user's many rings still batch toge
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -133,7 +136,9 @@ class HandoffBatcher:
         self._queue: list[_Pending] = []
         self._flusher: asyncio.Task[None] | None = None
         self._sending: set[asyncio.Task[None]] = set()
-        self._keys_sending: set[str] = set()
+        # Keys of the batches cut for sending and not yet answered (a Counter: two batches
+        # may carry one key, a retry after a timed-out call).
+        self._keys_sending: collections.Counter[str] = collections.Counter()
 
     async def send(self, ring: Ring) -> Answer:
         """The notifier's answer. A caller cancelled while its ring waits in the queue takes
@@ -151,8 +156,9 @@ class HandoffBatcher:
             raise
 
     def sending(self, key: str) -> bool:
-        """Whether a batch holding the ring of `key` is with the notifier right now."""
-        return key in self._keys_sending
+        """Whether a batch holding the ring of `key` is cut for sending or with the
+        notifier: its ring may still go out."""
+        return self._keys_sending[key] > 0
 
     async def _flush_later(self) -> None:
         await asyncio.sleep(self._linger_s)
@@ -160,16 +166,20 @@ class HandoffBatcher:
         self._flush()
 
     def _flush(self) -> None:
-        batch, self._queue = self._queue[: self._batch_size], self._queue[self._batch_size :]
+        # A waiter cancelled in this same turn of the loop is still queued: it is left out
+        # (its caller lets its claim go, so its ring must not go out).
+        live = [pending for pending in self._queue if not pending.answer.cancelled()]
+        batch, self._queue = live[: self._batch_size], live[self._batch_size :]
         if batch:
+            # Marked as sending when cut, not when the task first runs: a caller cancelled
+            # meanwhile must see its ring as on its way.
+            self._keys_sending.update(pending.ring.key for pending in batch)
             task = asyncio.create_task(self._send(batch))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
 
     async def _send(self, batch: list[_Pending]) -> None:
         rings = [p.ring for p in batch]
-        keys = {ring.key for ring in rings}
-        self._keys_sending |= keys
         try:
             answers = await self._client.send(rings)
         except Exception as error:
@@ -179,7 +189,8 @@ class HandoffBatcher:
             reason = f"hand-off failed: {type(error).__name__}"
             answers = {ring.key: Answer(Outcome.RETRYABLE, reason) for ring in rings}
         finally:
-            self._keys_sending -= keys
+            self._keys_sending.subtract(ring.key for ring in rings)
+            self._keys_sending += collections.Counter()  # drops the keys at zero
         _crash_if("crash_after_send")
         for pending in batch:
             if not pending.answer.done():
@@ -299,7 +310,8 @@ class Ringer:
                     stored.reminder if stored else None, now, horizon, entry.written
                 )
                 if isinstance(decision, dispatch.Skip):
-                    if (again := self._recheck_at(stored, decision, now, horizon)) is not None:
+                    again = self._recheck_at(stored, decision, now, horizon, entry.written)
+                    if again is not None:
                         self._metrics.skips_deferred.inc()
                         return again
                     self._metrics.skips.labels(decision.reason.value).inc()
@@ -320,7 +332,12 @@ class Ringer:
         return False
 
     def _recheck_at(
-        self, stored: StoredReminder | None, skip: dispatch.Skip, now: datetime, horizon: datetime
+        self,
+        stored: StoredReminder | None,
+        skip: dispatch.Skip,
+        now: datetime,
+        horizon: datetime,
+        entry_written: datetime | None,
     ) -> datetime | None:
         """When a skip must be looked at again: a user's write whose bucket entry this is
         lands on the row up to the write deadline after the entry, so a row read before the
@@ -331,7 +348,10 @@ class Ringer:
         a tombstone, which nothing brings back)."""
         final_read_at = horizon + self._settings.grace
         tombstone = stored is not None and skip.reason is dispatch.SkipReason.DELETED
-        return None if tombstone or now >= final_read_at else final_read_at
+        # The write that made the entry lands within G of it (the write deadline plus the
+        # skew): past that, the row shows it, and an older entry's skip is final at once.
+        landed = entry_written is not None and now >= entry_written + self._settings.grace
+        return None if tombstone or landed or now >= final_read_at else final_read_at
 
     async def _claim(
         self, stored: StoredReminder, decision: dispatch.Decision, now: datetime, shift: Shift

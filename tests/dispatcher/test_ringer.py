@@ -25,7 +25,7 @@ from cassandra.util import uuid_from_time
 
 from dispatcher.buckets import BucketReader, Entry
 from dispatcher.clock import DbClock
-from dispatcher.handoff import NotifierClient, Outcome, Ring
+from dispatcher.handoff import Answer, NotifierClient, Outcome, Ring
 from dispatcher.leases import PartLeases
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.minutes import PartWorker
@@ -210,7 +210,7 @@ async def leased_part(
     client = NotifierClient(f"127.0.0.1:{port}")
     session = connection.session
     settings = DispatcherSettings(
-        dispatcher_id="in-process", grace=timedelta(seconds=1), **settings_changes
+        **{"dispatcher_id": "in-process", "grace": timedelta(seconds=1), **settings_changes}
     )
     clock = DbClock(session, settings.max_clock_offset, wall=wall)
     await clock.measure()
@@ -265,8 +265,11 @@ def test_a_claim_lost_to_a_users_change_is_counted_and_the_row_decides_again(
             # Snoozed (its due unchanged, so no new entry): it still rings. Paused: skipped,
             # and looked at again at the minute's final read (a resume may be landing).
             assert len(part.notifier.accepted) == (1 if rings else 0)
-            assert ended is True if rings else isinstance(ended, datetime)
-            assert part.count("reminders_dispatch_skips_deferred_total") == (0 if rings else 1)
+            # (decided again at the final read while the entry's own write may be landing)
+            deferred = part.count("reminders_dispatch_skips_deferred_total")
+            paused_skips = part.count("reminders_dispatch_skips_total", reason="paused")
+            assert deferred + paused_skips == (0 if rings else 1)
+            assert (ended is True) if rings or paused_skips else isinstance(ended, datetime)
 
     asyncio.run(scenario())
 
@@ -309,24 +312,34 @@ class _RowOnlyStore(ReminderStore):
 
 @contextlib.asynccontextmanager
 async def _this_minute_worked(
-    connection: CassandraConnection, user: str
+    connection: CassandraConnection, user: str, **settings_changes: Any
 ) -> AsyncIterator[tuple[Part, PartWorker, datetime]]:
     """The current minute of `user`'s part worked from a checkpoint just before it, with
     room left in it for a due; yields once its first whole read is done and the reads of
     entries written since are under way. Nothing renews the lease: it outlasts the test."""
     await _with_room_left_in_the_minute(15)
     async with leased_part(
-        connection, part_of(user, DEFAULT_PARTS), lease=timedelta(seconds=120)
+        connection, part_of(user, DEFAULT_PARTS), lease=timedelta(seconds=120), **settings_changes
     ) as part:
         minute = floor_minute(datetime.now(UTC))
         worker = await worker_from(part, connection.session, minute)
         working = asyncio.create_task(worker.run())
+        # A clock measured over a minute ago is not ready (no hand-off on it), and the
+        # minute's final read may come that late: measured again, as the service's ticks do.
+        measuring = asyncio.create_task(_keep_measuring(part.clock))
         await asyncio.sleep(2)
         try:
             yield part, worker, minute
         finally:
+            measuring.cancel()
             worker.stop()
             await working
+
+
+async def _keep_measuring(clock: DbClock) -> None:
+    while True:
+        await asyncio.sleep(10)
+        await clock.measure()
 
 
 def _one_off_in(user: str, text: str, seconds: int) -> Reminder:
@@ -377,6 +390,11 @@ def test_an_entry_the_reads_since_the_last_look_cannot_see_rings_after_the_final
     asyncio.run(scenario())
 
 
+# The grace G: longer than the row's write takes to land after its entry here (~5 s), as
+# the API's write deadline is shorter than G in any deployment (DESIGN.md invariant 3).
+_ROW_LANDS_WITHIN = timedelta(seconds=8)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("landing", ["create", "resume"])
 def test_a_row_whose_write_lands_after_its_entry_was_read_rings_at_the_final_read(
@@ -392,7 +410,11 @@ def test_a_row_whose_write_lands_after_its_entry_was_read_rings_at_the_final_rea
     session = own_keyspace.session
 
     async def scenario() -> None:
-        async with _this_minute_worked(own_keyspace, user) as (part, worker, minute):
+        async with _this_minute_worked(own_keyspace, user, grace=_ROW_LANDS_WITHIN) as (
+            part,
+            worker,
+            minute,
+        ):
             lease = part.shift.lease
             reminder = _one_off_in(user, "late row", 3)
             created, due = reminder.created_at, reminder.due
@@ -427,6 +449,85 @@ def test_a_row_whose_write_lands_after_its_entry_was_read_rings_at_the_final_rea
             assert (await part.row(reminder)).status is Status.DONE
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("written_ago_s", "deferred"), [(0, True), (60, False)], ids=["just-written", "old"]
+)
+def test_a_skip_is_deferred_only_while_the_entrys_own_write_may_still_be_landing(
+    own_keyspace: CassandraConnection, written_ago_s: int, deferred: bool
+) -> None:
+    """A paused row's entry: written just now, its resume may still be landing (decided
+    again at the final read); written a minute ago (more than G), the row shows whatever
+    wrote it, and the skip is final at once, not re-read with the minute's live rings."""
+
+    async def scenario() -> tuple[bool | datetime, float, float]:
+        async with leased_part(own_keyspace, grace=timedelta(seconds=10)) as part:
+            reminder = await part.due_reminder(f"u-paused-{written_ago_s}", _just_due())
+            assert reminder.due is not None
+            stored = await part.store.get_serial(reminder.user_id, reminder.reminder_id)
+            assert stored is not None
+            now = datetime.now(UTC)
+            assert await part.store.replace(stored, pause(stored.reminder, now), now)
+            stamp = uuid_from_time(time.time() - written_ago_s)
+            entry = Entry(reminder.user_id, reminder.reminder_id, reminder.due, stamp)
+            horizon = floor_minute(reminder.due) + timedelta(minutes=1)
+            ended = await part.ringer.ring(entry, horizon, part.shift)
+            skips = part.count("reminders_dispatch_skips_total", reason="paused")
+            return ended, part.count("reminders_dispatch_skips_deferred_total"), skips
+
+    ended, deferrals, skips = asyncio.run(scenario())
+    assert isinstance(ended, datetime) is deferred
+    assert (deferrals, skips) == ((1, 0) if deferred else (0, 1))
+
+
+class _RecordingClient:
+    """Stands in for the notifier's client: records the keys of each batch, accepts all."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def send(self, rings: list[Ring]) -> dict[str, Answer]:
+        self.sent += [ring.key for ring in rings]
+        await asyncio.sleep(0.05)
+        return {ring.key: Answer(Outcome.ACCEPTED, "") for ring in rings}
+
+
+@pytest.mark.parametrize("cut_first", [False, True], ids=["still-queued", "batch-cut"])
+def test_a_cancelled_hand_off_is_either_never_sent_or_seen_as_on_its_way(cut_first: bool) -> None:
+    """A ring's waiter cancelled (its part lost) in the same turn as another ring fills the
+    batch: its ring must not go out unseen, since its claim is then let go. Either it is
+    left out of the batch, or `sending` says it is on its way (its claim then stands)."""
+
+    async def scenario() -> tuple[bool, list[str]]:
+        client = _RecordingClient()
+        batcher = HandoffBatcher(client, batch_size=2, linger_s=1.0)  # type: ignore[arg-type]
+        seen: list[bool] = []
+
+        async def deliver(key: str) -> Answer:
+            try:
+                return await batcher.send(_ring(key))
+            except asyncio.CancelledError:
+                seen.append(batcher.sending(key))  # what Ringer._deliver then decides on
+                raise
+
+        first = asyncio.create_task(deliver("A"))
+        await asyncio.sleep(0)  # A queued
+        second = asyncio.create_task(batcher.send(_ring("B")))
+        if cut_first:
+            await asyncio.sleep(0)  # B fills the batch: A's is cut for sending
+        first.cancel()
+        await asyncio.gather(first, second, return_exceptions=True)
+        return seen[0], client.sent
+
+    on_its_way, sent = asyncio.run(scenario())
+    assert on_its_way is ("A" in sent)
+    assert "B" in sent
+
+
+def _ring(key: str) -> Ring:
+    now = datetime.now(UTC)
+    return Ring(key=key, user_id="u", text="t", due=now, expires=now + timedelta(minutes=1))
 
 
 def test_a_ring_cancelled_while_with_the_notifier_keeps_its_claim_so_a_delete_says_in_flight(
@@ -859,10 +960,16 @@ def test_a_batch_whose_call_fails_unexpectedly_answers_each_ring_retryable() -> 
     asyncio.run(scenario())
 
 
+def _decided(part: Part) -> float:
+    """Entries whose row said skip: final, or deferred to the minute's final read (while
+    their own write may still be landing: G after they were written)."""
+    final = part.count("reminders_dispatch_skips_total", reason="deleted")
+    return final + part.count("reminders_dispatch_skips_deferred_total")
+
+
 async def _entries_without_rows(session: Session, due: datetime, count: int) -> datetime:
     """`count` entries of part 0 due at `due` with no row (a purge, or a create yet to
-    land): each is read, then skipped, deferred to the minute's final read. Returns their
-    minute."""
+    land): each is read, then skipped (see `_decided`). Returns their minute."""
     minute = floor_minute(due)
     insert = session.prepare(
         "INSERT INTO due_buckets (minute, part, written_at, reminder_id, user_id, due)"
@@ -891,7 +998,7 @@ def test_a_busy_minute_keeps_only_the_rings_under_way_as_tasks(
             most = 0
             working = asyncio.create_task(worker.run())
             async with asyncio.timeout(90):
-                while part.count("reminders_dispatch_skips_deferred_total") < entries:
+                while _decided(part) < entries:
                     most = max(most, len(asyncio.all_tasks()) - before)
                     await asyncio.sleep(0.01)
             worker.stop()
@@ -925,7 +1032,7 @@ def test_a_busy_minutes_rings_waiting_their_turn_are_not_paced_as_a_backlog(
             worker = await worker_from(part, own_keyspace.session, minute)
             working = asyncio.create_task(worker.run())
             await _until(
-                lambda: part.count("reminders_dispatch_skips_deferred_total") >= entries,
+                lambda: _decided(part) >= entries,
                 60,
             )
             all_done_after = (datetime.now(UTC) - due).total_seconds()
