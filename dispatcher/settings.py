@@ -9,8 +9,16 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 
-from reminders_svc.config import ConfigError, Env, MinuteTiming, Retention, check_tz_override
-from reminders_svc.tls import NOTIFIER_CLIENT_PREFIX, ClientTls, host_of, require_protected
+from reminders_svc.config import (
+    ConfigError,
+    Env,
+    MinuteTiming,
+    Retention,
+    check_tz_override,
+    host_of,
+    require_protected,
+)
+from reminders_svc.tls import NOTIFIER_CLIENT_PREFIX, ClientTls
 
 # notification.v1's SendBatch takes 1 to 500 items (proto/notification/v1): a larger
 # batch would be refused whole, and its rings retried for ever.

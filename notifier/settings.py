@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
 
-from reminders_svc.config import CassandraSettings, ConfigError, Env
-from reminders_svc.tls import NOTIFIER_SERVER_PREFIX, ServerTls, require_protected
+from reminders_svc.config import CassandraSettings, ConfigError, Env, require_protected
+from reminders_svc.tls import NOTIFIER_SERVER_PREFIX, ServerTls
 
 AdapterName = Literal["recording", "logging"]
 PREFIX = "REMINDERS_NOTIFIER_"

@@ -5,8 +5,10 @@ Secrets are held as `Secret` so that neither repr() nor logging prints them.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
+import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -217,7 +219,63 @@ class CassandraSettings:
             request_timeout_s=env.number("REQUEST_TIMEOUT", 12, low=0.1, high=600),
         )
         _check_consistency(settings)
+        for point in settings.contact_points:
+            require_protected(
+                env.values,
+                "REMINDERS_CASSANDRA_CONTACT_POINTS (reminder texts and the role's password)",
+                host_of(point),
+                settings.tls is not None,
+            )
         return settings
+
+
+# Set to say that a service mesh encrypts and authenticates pod-to-pod traffic, so a link
+# of this project may run in plaintext outside development (see `require_protected`).
+MESH_VARIABLE = "REMINDERS_PLAINTEXT_IN_MESH"
+# gRPC's target forms (https://github.com/grpc/grpc/blob/master/doc/naming.md).
+_TARGET_SCHEME = re.compile(r"^(dns:(//[^/]*/)?|ipv4:|ipv6:)")
+
+
+def host_of(address: str) -> str:
+    """The host of a `host:port` address or gRPC target (dns:///, ipv4:, ipv6: forms; an
+    IPv6 host with or without brackets; a unix: socket as it is)."""
+    if address.startswith("unix:") or address.startswith("unix-abstract:"):
+        return address
+    rest = _TARGET_SCHEME.sub("", address).split(",")[0]
+    if rest.startswith("["):
+        return rest[1:].partition("]")[0]
+    host, colon, port = rest.rpartition(":")
+    if colon and port.isdigit() and ":" not in host:
+        return host
+    return rest  # no port, or a bare IPv6 address
+
+
+def is_local(host: str) -> bool:
+    """Whether `host` (as `host_of` gives it) never leaves this machine: a loopback address,
+    localhost, a unix socket."""
+    if host.startswith("unix:") or host.startswith("unix-abstract:"):
+        return True
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def require_protected(environ: Mapping[str, str], link: str, host: str, protected: bool) -> None:
+    """Outside development, refuse a `link` that reminder texts, tokens or passwords cross
+    in plaintext off this host, unless a mesh protects it (`REMINDERS_PLAINTEXT_IN_MESH=true`):
+    a deployment that forgot its TLS variables must not start and carry them readable."""
+    if protected or environ.get("REMINDERS_ENV", "") == "dev" or is_local(host):
+        return
+    if Env(environ).flag(MESH_VARIABLE, False):
+        return
+    raise ConfigError(
+        f"{link} is plaintext to {host!r} outside REMINDERS_ENV=dev: set its TLS variables"
+        f" (docs/operations.md, Encryption in transit), or {MESH_VARIABLE}=true if a service"
+        " mesh encrypts and authenticates pod-to-pod traffic"
+    )
 
 
 def _check_consistency(settings: CassandraSettings) -> None:

@@ -109,33 +109,6 @@ class ServerTls:
         )
 
 
-# Set to say that a service mesh encrypts and authenticates pod-to-pod traffic, so a link
-# of this project may run in plaintext outside development (see `require_protected`).
-MESH_VARIABLE = "REMINDERS_PLAINTEXT_IN_MESH"
-_LOOPBACK = re.compile(r"(127\.\d+\.\d+\.\d+|::1|\[::1\]|localhost)")
-
-
-def host_of(address: str) -> str:
-    """The host of `host:port` (an IPv6 host in brackets, a unix: socket as it is)."""
-    host, _, port = address.rpartition(":")
-    return host if host and port.isdigit() else address
-
-
-def require_protected(environ: Mapping[str, str], link: str, host: str, protected: bool) -> None:
-    """Outside development, refuse a `link` that reminder texts or tokens cross in plaintext
-    off this host, unless a mesh protects it (`REMINDERS_PLAINTEXT_IN_MESH=true`): a
-    deployment that forgot its TLS variables must not start and carry them readable."""
-    if protected or environ.get("REMINDERS_ENV", "") == "dev" or _LOOPBACK.fullmatch(host):
-        return
-    if Env(environ).flag(MESH_VARIABLE, False):
-        return
-    raise ConfigError(
-        f"{link} is plaintext to {host!r} outside REMINDERS_ENV=dev: set its TLS variables"
-        f" (docs/operations.md, Encryption in transit), or {MESH_VARIABLE}=true if a service"
-        " mesh encrypts and authenticates pod-to-pod traffic"
-    )
-
-
 def add_port(server: grpc.aio.Server, address: str, tls: ServerTls | None) -> int:
     """Listen on `address`, with TLS when `tls` is set; the port bound (0: any free one)."""
     if tls is None:

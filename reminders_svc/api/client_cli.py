@@ -93,8 +93,9 @@ def _edit(call: Call, args: argparse.Namespace) -> Message:
     if any(getattr(args, name) is not None for name in ("at", "repeat", "rrule", "start", "zone")):
         # A partial schedule (say, only --zone) keeps the rest of the stored one; so does a
         # new rule without --start: it keeps the series' start (the API would start it now).
-        once = args.at is not None
-        complete = args.zone is not None and (once or args.start is not None)
+        rule = args.repeat is not None or args.rrule is not None
+        restarted = rule and args.start is not None
+        complete = args.zone is not None and (args.at is not None or restarted)
         current = pb.Schedule() if complete else _get(call, args).schedule
         schedule = _schedule_from_args(args, current)
         assert schedule is not None

@@ -164,6 +164,11 @@ def _tolerant(parse: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | 
     return parsed_or_undecodable
 
 
+async def _refuse_undecodable(method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    name = method.rsplit("/", 1)[-1]
+    await abort(context, InvalidArgument("request", f"not a valid {name} request"))
+
+
 def _observed(
     handler: grpc.RpcMethodHandler[Any, Any], method: str, metrics: ApiMetrics
 ) -> grpc.RpcMethodHandler[Any, Any]:
@@ -171,8 +176,7 @@ def _observed(
         async def observed(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             with metrics.observe(method, context):
                 if request is _UNDECODABLE:
-                    name = method.rsplit("/", 1)[-1]
-                    await abort(context, InvalidArgument("request", f"not a valid {name} request"))
+                    await _refuse_undecodable(method, context)
                 result = behavior(request, context)
                 return await result if inspect.isawaitable(result) else result
 
@@ -186,6 +190,8 @@ def _observed(
                 request: Any, context: grpc.aio.ServicerContext[Any, Any]
             ) -> AsyncIterator[Any]:
                 with metrics.observe(method, context):
+                    if request is _UNDECODABLE:
+                        await _refuse_undecodable(method, context)
                     async for response in behavior(request, context):
                         yield response
 

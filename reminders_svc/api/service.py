@@ -8,6 +8,7 @@ import functools
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -61,8 +62,9 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         self._limits = settings.limits
         self._write_deadline = settings.write_deadline.total_seconds()
         # Previews expand off the event loop, one at a time: many costly ones at once
-        # queue here instead of stalling every other call this process serves.
-        self._expanding = asyncio.Semaphore(1)
+        # queue here instead of stalling every other call this process serves. A worker
+        # of its own, so an expansion whose caller gave up still holds it to its end.
+        self._expander = ThreadPoolExecutor(max_workers=1, thread_name_prefix="preview")
 
     @contextlib.asynccontextmanager
     async def _within_write_deadline(self) -> AsyncIterator[None]:
@@ -249,15 +251,13 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         )
 
     async def _expand(self, schedule: Schedule, start: datetime, count: int) -> list[datetime]:
-        async with self._expanding:
-            try:
-                return await asyncio.to_thread(
-                    occurrences, schedule, start, count, _PREVIEW_MAX_STEPS
-                )
-            except ScheduleError as error:
-                if error.field != "count":
-                    raise
-                raise InvalidArgument("count", error.message) from None
+        expand = functools.partial(occurrences, schedule, start, count, _PREVIEW_MAX_STEPS)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._expander, expand)
+        except ScheduleError as error:
+            if error.field != "count":
+                raise
+            raise InvalidArgument("count", error.message) from None
 
     @translated
     async def ListDeliveries(

@@ -7,9 +7,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from reminders_svc.config import ConfigError, Env, MinuteTiming, Retention, check_tz_override
+from reminders_svc.config import (
+    ConfigError,
+    Env,
+    MinuteTiming,
+    Retention,
+    check_tz_override,
+    require_protected,
+)
 from reminders_svc.storage.reminders_store import LIST_SCAN_ROWS
-from reminders_svc.tls import API_PREFIX, ServerTls, require_protected
+from reminders_svc.tls import API_PREFIX, ServerTls
 
 
 @dataclass(frozen=True)

@@ -412,10 +412,14 @@ def occurrences(
                 if len(found) == limit:
                     break
     except _OverCallBudget:
+        if not found:  # with COUNT the walk starts at the start, however far before `after`
+            raise ScheduleError(
+                "count", "this schedule costs too much to expand this far past its start"
+            ) from None
         raise ScheduleError(
             "count",
             f"{limit} rings of this schedule cost too much to expand at once:"
-            f" ask for at most {max(1, len(found))}",
+            f" ask for at most {len(found)}",
         ) from None
     return found
 

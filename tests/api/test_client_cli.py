@@ -104,6 +104,20 @@ def test_edit_of_the_rule_keeps_the_series_start_unless_given() -> None:
     assert one_off.reminder.schedule.once.local_time == "2027-02-01T11:00"
 
 
+def test_edit_of_the_start_alone_keeps_the_rule() -> None:
+    (get, _), (_, moved) = requests_of(
+        "edit", "r1", "--version", "3", "--start", "2027-02-01T09:00", "--zone", "Asia/Tokyo"
+    )
+    assert get == "GetReminder"
+    assert isinstance(moved, pb.UpdateReminderRequest)
+    repeat = moved.reminder.schedule.repeat
+    assert (repeat.expression, repeat.start_local_time) == (
+        "every Monday 09:00",
+        "2027-02-01T09:00",
+    )
+    assert moved.reminder.schedule.time_zone == "Asia/Tokyo"
+
+
 def test_snooze_for_and_until() -> None:
     [(_, for_ten)] = requests_of("snooze", "r1", "--for", "1h30m")
     assert isinstance(for_ten, pb.SnoozeReminderRequest)

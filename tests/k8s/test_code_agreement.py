@@ -20,9 +20,8 @@ from reminders_svc.api import serve_cli
 from reminders_svc.api.auth import AuthSettings
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.cli import build_parser
-from reminders_svc.config import CassandraSettings, ConfigError
+from reminders_svc.config import MESH_VARIABLE, CassandraSettings, ConfigError
 from reminders_svc.storage import migrate_cli
-from reminders_svc.tls import MESH_VARIABLE
 from tests.k8s.tools import OVERLAYS, REFERENCE_NOTIFIER_OVERLAYS, Obj
 from tests.k8s.workloads import container_env, find, one, selected_deployment
 

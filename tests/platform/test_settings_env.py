@@ -11,7 +11,7 @@ import pytest
 from dispatcher.settings import DispatcherSettings
 from notifier.settings import NotifierSettings
 from reminders_svc.api.settings import ApiSettings
-from reminders_svc.config import CassandraSettings, ConfigError, Retention
+from reminders_svc.config import CassandraSettings, ConfigError, Retention, host_of, is_local
 from tests.platform.helpers import run_cli
 
 Reader = Callable[[Mapping[str, str]], object]
@@ -106,6 +106,7 @@ def test_an_unknown_log_level_is_a_usage_error_of_every_service_command(command:
 
 ALL_INTERFACES = "0.0.0.0"  # noqa: S104 (what a pod binds: the case under test)
 PLAINTEXT_OFF_HOST = {
+    "cassandra": {"REMINDERS_CASSANDRA_CONTACT_POINTS": "127.0.0.1,cassandra.example.internal"},
     "api": {"REMINDERS_API_HOST": ALL_INTERFACES},
     "dispatcher": {"REMINDERS_NOTIFIER_TARGET": "notification.example.internal:443"},
     "notifier": {
@@ -114,6 +115,7 @@ PLAINTEXT_OFF_HOST = {
     },
 }
 PLAINTEXT_ON_LOOPBACK = {
+    "cassandra": {"REMINDERS_CASSANDRA_CONTACT_POINTS": "localhost,::1"},
     "api": {"REMINDERS_API_HOST": "127.0.0.1"},
     "dispatcher": {"REMINDERS_NOTIFIER_TARGET": "localhost:50061"},
     "notifier": {"REMINDERS_NOTIFIER_ADAPTER": "logging", "REMINDERS_NOTIFIER_HOST": "::1"},
@@ -123,6 +125,7 @@ PLAINTEXT_ON_LOOPBACK = {
 @pytest.mark.parametrize(
     ("process", "variable"),
     [
+        ("cassandra", "REMINDERS_CASSANDRA_CONTACT_POINTS"),
         ("api", "REMINDERS_API_HOST"),
         ("dispatcher", "REMINDERS_NOTIFIER_TARGET"),
         ("notifier", "REMINDERS_NOTIFIER_HOST"),
@@ -137,3 +140,28 @@ def test_plaintext_off_the_host_needs_development_or_a_mesh(process: str, variab
     READERS[process]({**exposed, "REMINDERS_PLAINTEXT_IN_MESH": "true"})
     READERS[process]({**exposed, "REMINDERS_ENV": "dev"})
     READERS[process](PLAINTEXT_ON_LOOPBACK[process])
+
+
+@pytest.mark.parametrize(
+    ("address", "local"),
+    [
+        ("127.0.0.1:50061", True),
+        ("localhost:50061", True),
+        ("LOCALHOST", True),
+        ("dns:///localhost:50061", True),
+        ("ipv4:127.0.0.1:50061", True),
+        ("ipv6:[::1]:50061", True),
+        ("[::1]:50061", True),
+        ("[0:0:0:0:0:0:0:1]:50061", True),
+        ("::1", True),
+        ("unix:/run/notifier.sock", True),
+        ("notification.example.internal:443", False),
+        ("dns:///notification.example.internal:443", False),
+        ("10.0.0.7:50061", False),
+        ("[2001:db8::1]:443", False),
+        ("0.0.0.0", False),  # noqa: S104 (every interface: off the host)
+        ("localhost.example.com:50061", False),
+    ],
+)
+def test_what_counts_as_this_host(address: str, local: bool) -> None:
+    assert is_local(host_of(address)) is local

@@ -40,3 +40,16 @@ def test_a_costly_call_is_refused_naming_how_many_rings_fit() -> None:
 def test_the_cap_leaves_cheap_rules_alone() -> None:
     daily = parse_rrule("FREQ=DAILY", "America/New_York", datetime(2026, 12, 4, 9, 0))
     assert len(occurrences(daily, NOW, 100, max_steps=CAP)) == 100
+
+
+def test_a_count_walk_too_costly_to_reach_from_names_no_count_that_would_fail_too() -> None:
+    """With COUNT the walk starts at the series' start: from far past it, even one ring
+    costs more than the cap, and asking for fewer would not help."""
+    rule = DENSE.replace("INTERVAL=3;", "") + ";COUNT=109"
+    schedule = parse_rrule(rule, "America/New_York", datetime(1950, 1, 1, 9, 0))
+    with pytest.raises(ScheduleError) as refused:
+        occurrences(schedule, NOW, 1, max_steps=CAP)
+    assert refused.value.field == "count"
+    assert "this far past its start" in refused.value.message
+    assert "ask for" not in refused.value.message
+    assert len(occurrences(schedule, NOW, 1)) == 1  # uncapped, it is there
