@@ -189,8 +189,7 @@ class HandoffBatcher:
             reason = f"hand-off failed: {type(error).__name__}"
             answers = {ring.key: Answer(Outcome.RETRYABLE, reason) for ring in rings}
         finally:
-            self._keys_sending.subtract(ring.key for ring in rings)
-            self._keys_sending += collections.Counter()  # drops the keys at zero
+            self._keys_sending -= collections.Counter(ring.key for ring in rings)  # drops zeros
         _crash_if("crash_after_send")
         for pending in batch:
             if not pending.answer.done():

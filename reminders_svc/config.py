@@ -234,12 +234,13 @@ class CassandraSettings:
 MESH_VARIABLE = "REMINDERS_PLAINTEXT_IN_MESH"
 # gRPC's target forms (https://github.com/grpc/grpc/blob/master/doc/naming.md).
 _TARGET_SCHEME = re.compile(r"^(dns:(//[^/]*/)?|ipv4:|ipv6:)")
+_SOCKET_SCHEMES = ("unix:", "unix-abstract:")  # a socket on this host
 
 
 def host_of(address: str) -> str:
     """The host of a `host:port` address or gRPC target (dns:///, ipv4:, ipv6: forms; an
     IPv6 host with or without brackets; a unix: socket as it is)."""
-    if address.startswith("unix:") or address.startswith("unix-abstract:"):
+    if address.startswith(_SOCKET_SCHEMES):
         return address
     rest = _TARGET_SCHEME.sub("", address).split(",")[0]
     if rest.startswith("["):
@@ -253,7 +254,7 @@ def host_of(address: str) -> str:
 def is_local(host: str) -> bool:
     """Whether `host` (as `host_of` gives it) never leaves this machine: a loopback address,
     localhost, a unix socket."""
-    if host.startswith("unix:") or host.startswith("unix-abstract:"):
+    if host.startswith(_SOCKET_SCHEMES):
         return True
     if host.lower().rstrip(".") == "localhost":
         return True

@@ -153,16 +153,6 @@ def _token_key(
     )
 
 
-def _encodable(text: str) -> bool:
-    """Whether `text` is valid Unicode for UTF-8 (JSON lets a token carry a lone surrogate,
-    which no user id, log line or CQL text can hold)."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def mint_token(key: TokenKey, subject: str, ttl_s: float, *, now: float | None = None) -> str:
     """A token for `subject` valid for `ttl_s` seconds, signed with an HS256 `key`."""
     if not key.can_sign():
@@ -259,9 +249,13 @@ class Authenticator:
         except jwt.InvalidTokenError:
             raise Unauthenticated("token invalid") from None
         subject = claims.get("sub")
-        if not isinstance(subject, str) or not subject or not _encodable(subject):
+        if not isinstance(subject, str) or not subject:
             raise Unauthenticated("token subject invalid")
-        if len(subject.encode()) > MAX_USER_ID_BYTES:
+        try:
+            size = len(subject.encode())
+        except UnicodeEncodeError:  # JSON lets a token carry a lone surrogate; no id can
+            raise Unauthenticated("token subject invalid") from None
+        if size > MAX_USER_ID_BYTES:
             raise Unauthenticated(f"token subject longer than {MAX_USER_ID_BYTES} bytes")
         expires = float(claims["exp"])
         if expires - float(claims["iat"]) > key.max_lifetime_s:
