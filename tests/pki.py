@@ -1,5 +1,6 @@
 """Certificates made for a test: a CA, and server and client certificates it signs (EC
-P-256, valid for an hour), written as PEM files for the processes' *_FILE variables."""
+P-256, valid for an hour), written as PEM files for the processes' *_FILE variables; and
+an RSA pair for RS256 tokens, as an identity provider would hold it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 LOCALHOST = "127.0.0.1"
@@ -92,3 +93,21 @@ def issue_pki(folder: Path) -> Pki:
         authority.issue("server", ips=(LOCALHOST,)),
         authority.issue("client"),
     )
+
+
+def rsa_token_keys(folder: Path) -> tuple[str, str]:
+    """A fresh RSA pair: (private PEM to sign tokens with, path of its public PEM file)."""
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private_pem = private.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    folder.mkdir(parents=True, exist_ok=True)
+    public_file = folder / "public.pem"
+    public_file.write_bytes(
+        private.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return private_pem, str(public_file)

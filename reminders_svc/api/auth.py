@@ -2,7 +2,8 @@
 
 Two credentials, each with its own key and audience, so a leaked user key can never
 mint an admin token:
-- users: `REMINDERS_JWT_SECRET` (HS256) or `REMINDERS_JWT_PUBLIC_KEY_FILE` (RS256),
+- users: `REMINDERS_JWT_SECRET` (HS256) or `REMINDERS_JWT_PUBLIC_KEY_FILE` (RS256: one PEM
+  public key, or up to 8 while the identity provider rolls its key),
   audience `REMINDERS_JWT_AUDIENCE` (default "reminders"); the user is the `sub`;
 - operators: `REMINDERS_ADMIN_JWT_SECRET` or `REMINDERS_ADMIN_JWT_PUBLIC_KEY_FILE`,
   audience "reminders-admin".
@@ -10,7 +11,10 @@ With neither configured, development secrets are used, and only when REMINDERS_E
 anywhere else the service refuses to start rather than accept forgeable tokens, and
 refuses a development secret set explicitly as well (it is published in this file).
 
-Every token needs `exp`, `iat`, `sub` and `aud`, and may live (exp - iat) at most
+Every token needs `exp`, `iat`, `sub` and `aud`; with `REMINDERS_JWT_ISSUER` (or
+`REMINDERS_ADMIN_JWT_ISSUER`) set it needs that `iss` too, which an RS256 deployment should
+set: an identity provider signs tokens for many services with one key, and the audience
+alone may not tell them apart. A token may live (exp - iat) at most
 `REMINDERS_JWT_MAX_LIFETIME_S` (a day) or `REMINDERS_ADMIN_JWT_MAX_LIFETIME_S` (an hour):
 there is no revocation, so a leaked token is good until it expires. Clocks may differ by
 `REMINDERS_JWT_LEEWAY_S` (30 s, at most 300).
@@ -19,14 +23,18 @@ there is no revocation, so a leaked token is good until it expires. Clocks may d
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from contextlib import suppress
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 
 from reminders_svc.config import ConfigError, Env, Secret
 from reminders_svc.domain.errors import PermissionDenied, Unauthenticated
@@ -47,6 +55,12 @@ DEFAULT_LEEWAY_S = 30.0
 # until it expires. An operator's credential wipes accounts: shorter.
 DEFAULT_USER_MAX_LIFETIME_S = 24 * 3600.0
 DEFAULT_ADMIN_MAX_LIFETIME_S = 3600.0
+_REQUIRED_CLAIMS = ["exp", "iat", "sub", "aud"]
+# An RS256 key file holds one public key, or a few while an identity provider rolls its key.
+MAX_PUBLIC_KEYS = 8
+_PEM_PUBLIC_KEY = re.compile(
+    r"-----BEGIN (RSA )?PUBLIC KEY-----.+?-----END (RSA )?PUBLIC KEY-----", re.DOTALL
+)
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,10 @@ class TokenKey:
     audience: str
     is_development: bool = False
     max_lifetime_s: float = DEFAULT_USER_MAX_LIFETIME_S
+    # When set, a token's `iss` must equal it (and tokens minted here carry it).
+    issuer: str | None = None
+    # RS256: the keys of `key`'s PEM, parsed once; a token signed by any of them passes.
+    public_keys: tuple[RSAPublicKey, ...] = field(default=(), repr=False)
 
     def can_sign(self) -> bool:
         # Only a shared secret signs; an RS256 public key verifies tokens minted elsewhere.
@@ -120,6 +138,7 @@ def _token_key(
 ) -> TokenKey:
     secret = env.get(prefix + "SECRET") or None
     key_file = env.get(prefix + "PUBLIC_KEY_FILE") or None
+    issuer = env.get(prefix + "ISSUER") or None
     if secret is not None and key_file is not None:
         raise ConfigError(f"set one of {prefix}SECRET and {prefix}PUBLIC_KEY_FILE, not both")
     if secret is not None:
@@ -136,21 +155,40 @@ def _token_key(
         if len(secret) < 32:
             # HS256 with a short secret is brute-forceable offline from any one token.
             raise ConfigError(f"{prefix}SECRET: expected at least 32 characters")
-        return TokenKey("HS256", Secret(secret), audience, published, max_lifetime_s)
+        return TokenKey("HS256", Secret(secret), audience, published, max_lifetime_s, issuer)
     if key_file is not None:
         try:
             pem = Path(key_file).read_text()
         except OSError as error:
             raise ConfigError(f"{prefix}PUBLIC_KEY_FILE={key_file!r}: {error.strerror}") from None
-        if "PUBLIC KEY" not in pem:
-            raise ConfigError(f"{prefix}PUBLIC_KEY_FILE={key_file!r}: expected a PEM public key")
-        return TokenKey("RS256", Secret(pem), audience, max_lifetime_s=max_lifetime_s)
+        public_keys = _rsa_public_keys(pem, f"{prefix}PUBLIC_KEY_FILE={key_file!r}")
+        return TokenKey("RS256", Secret(pem), audience, False, max_lifetime_s, issuer, public_keys)
     if _is_dev(env):
-        return TokenKey("HS256", Secret(dev_secret), audience, True, max_lifetime_s)
+        return TokenKey("HS256", Secret(dev_secret), audience, True, max_lifetime_s, issuer)
     raise ConfigError(
         f"no token key: set {prefix}SECRET or {prefix}PUBLIC_KEY_FILE "
         "(development secrets are used only with REMINDERS_ENV=dev)"
     )
+
+
+def _rsa_public_keys(pem: str, where: str) -> tuple[RSAPublicKey, ...]:
+    """The RSA public keys of a PEM file: one, or a few while a provider rolls its key."""
+    blocks = [match.group(0) for match in _PEM_PUBLIC_KEY.finditer(pem)]
+    if not blocks:
+        raise ConfigError(f"{where}: expected a PEM public key")
+    if len(blocks) > MAX_PUBLIC_KEYS:
+        # Each costs a signature check on a token the others refuse.
+        raise ConfigError(f"{where}: {len(blocks)} keys, at most {MAX_PUBLIC_KEYS}")
+    keys = []
+    for number, block in enumerate(blocks, 1):
+        try:
+            key = serialization.load_pem_public_key(block.encode())
+        except ValueError:
+            raise ConfigError(f"{where}: key {number} is not a valid PEM public key") from None
+        if not isinstance(key, RSAPublicKey):
+            raise ConfigError(f"{where}: key {number} is not an RSA key (RS256)")
+        keys.append(key)
+    return tuple(keys)
 
 
 def mint_token(key: TokenKey, subject: str, ttl_s: float, *, now: float | None = None) -> str:
@@ -164,6 +202,8 @@ def mint_token(key: TokenKey, subject: str, ttl_s: float, *, now: float | None =
         )
     issued = time.time() if now is None else now
     claims = {"sub": subject, "aud": key.audience, "iat": int(issued), "exp": int(issued + ttl_s)}
+    if key.issuer is not None:
+        claims["iss"] = key.issuer
     return jwt.encode(claims, key.key.value, algorithm=key.algorithm)
 
 
@@ -228,26 +268,48 @@ class Authenticator:
         return subject
 
     def _verify(self, token: str, key: TokenKey) -> tuple[str, float]:
+        verifiers = key.public_keys or (key.key.value,)
+        for verifier in verifiers[:-1]:
+            # A provider's key rollover: the token was signed by one of the keys listed.
+            with suppress(jwt.InvalidSignatureError):
+                claims = self._decoded(token, verifier, key)
+                break
+        else:
+            try:
+                claims = self._decoded(token, verifiers[-1], key)
+            except jwt.InvalidSignatureError:
+                raise Unauthenticated("token signature invalid") from None
+        return self._subject_of(claims, key)
+
+    def _decoded(self, token: str, verifier: Any, key: TokenKey) -> dict[str, Any]:
+        """The token's claims, checked with `verifier`; InvalidSignatureError is left to
+        the caller (another key may verify it), every other fault is Unauthenticated."""
         try:
-            claims = jwt.decode(
+            claims: dict[str, Any] = jwt.decode(
                 token,
-                key.key.value,
+                verifier,
                 # One algorithm per key: never let the token choose (alg confusion).
                 algorithms=[key.algorithm],
                 audience=key.audience,
+                issuer=key.issuer,
                 leeway=self._settings.leeway_s,
-                options={"require": ["exp", "iat", "sub", "aud"]},
+                options={"require": _REQUIRED_CLAIMS + (["iss"] if key.issuer else [])},
             )
+        except jwt.InvalidSignatureError:
+            raise
         except jwt.ExpiredSignatureError:
             raise Unauthenticated("token expired", reason="TOKEN_EXPIRED") from None
         except jwt.InvalidAudienceError:
             raise Unauthenticated("token audience not accepted") from None
-        except jwt.InvalidSignatureError:
-            raise Unauthenticated("token signature invalid") from None
+        except jwt.InvalidIssuerError:
+            raise Unauthenticated("token issuer not accepted") from None
         except jwt.MissingRequiredClaimError as error:
             raise Unauthenticated(f"token lacks the {error.claim!r} claim") from None
         except jwt.InvalidTokenError:
             raise Unauthenticated("token invalid") from None
+        return claims
+
+    def _subject_of(self, claims: dict[str, Any], key: TokenKey) -> tuple[str, float]:
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject:
             raise Unauthenticated("token subject invalid")

@@ -7,7 +7,10 @@ Where it connects: `--target`, else REMINDERS_API_TARGET, else 127.0.0.1:50051 (
 `make run` starts). TLS when REMINDERS_CLIENT_TLS_CA_FILE is set (plus
 REMINDERS_CLIENT_TLS_CERT_FILE and _KEY_FILE for mTLS, _SERVER_NAME to check another name).
 
-How it signs: a token for `--user`, minted with REMINDERS_JWT_SECRET when set. With
+How it signs: with REMINDERS_CLIENT_TOKEN_FILE set, it sends the token in that file as it
+is (one your identity provider issued, as an RS256 deployment needs; its `sub` must be
+`--user`, and the file is read on every call, so a token refreshed beside it is picked up).
+Otherwise a token for `--user`, minted with REMINDERS_JWT_SECRET when set. With
 nothing configured the client assumes local development (REMINDERS_ENV=dev unless set
 otherwise) and signs with the development secret. That is safe to assume on this side:
 only a server started with REMINDERS_ENV=dev accepts such tokens.
@@ -28,9 +31,11 @@ import sys
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import Any, cast
 
 import grpc
+import jwt
 from google.protobuf import duration_pb2, field_mask_pb2, json_format, timestamp_pb2
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2  # type: ignore[import-untyped, unused-ignore]
@@ -315,6 +320,24 @@ def error_json(error: grpc.RpcError) -> dict[str, Any]:
     return {"error": body}
 
 
+def bearer_for(user: str, env: Mapping[str, str]) -> str:
+    """The token to send as `user`: REMINDERS_CLIENT_TOKEN_FILE's, else one minted here."""
+    path = env.get("REMINDERS_CLIENT_TOKEN_FILE")
+    if not path:
+        key = user_key_from_env(env)
+        # As long as the server accepts (REMINDERS_JWT_MAX_LIFETIME_S may be shorter).
+        return mint_token(key, user, min(TOKEN_TTL_S, key.max_lifetime_s))
+    token = Path(path).read_text().strip()
+    try:
+        # Not verified (the server does that): read only to refuse acting as someone else.
+        subject = jwt.decode(token, options={"verify_signature": False}).get("sub")
+    except jwt.InvalidTokenError:
+        raise UsageError(f"REMINDERS_CLIENT_TOKEN_FILE={path!r}: not a JWT") from None
+    if subject != user:
+        raise UsageError(f"REMINDERS_CLIENT_TOKEN_FILE={path!r}: its token is not for --user")
+    return token
+
+
 def run(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     # The client only signs; whether a development token is accepted is the server's call.
@@ -322,9 +345,7 @@ def run(args: argparse.Namespace) -> int:
     command: Command = args.command_function
     target = args.target or env.get("REMINDERS_API_TARGET") or DEFAULT_TARGET
     try:
-        key = user_key_from_env(env)
-        # As long as the server accepts (REMINDERS_JWT_MAX_LIFETIME_S may be shorter).
-        token = mint_token(key, args.user, min(TOKEN_TTL_S, key.max_lifetime_s))
+        token = bearer_for(args.user, env)
         with _channel(target, env) as channel:
             stub = pb_grpc.RemindersServiceStub(channel)
             metadata = (("authorization", f"Bearer {token}"),)

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import jwt
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
 from reminders_svc.api.auth import (
     DEV_ADMIN_SECRET,
@@ -22,6 +20,7 @@ from reminders_svc.api.auth import (
 )
 from reminders_svc.config import ConfigError
 from reminders_svc.domain.errors import PermissionDenied, Unauthenticated
+from tests.pki import rsa_token_keys
 from tests.platform.helpers import run_cli
 
 USER_SECRET = "u" * 40
@@ -153,35 +152,97 @@ def test_a_configured_audience_replaces_the_default() -> None:
         auth.user_id(bearer(signed(claims())))
 
 
-def _rsa_key_pair(tmp_path: Path) -> tuple[str, str]:
-    """A fresh key pair: (private PEM for signing, path of the public PEM file)."""
-    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private_pem = private.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-    public_file = tmp_path / "public.pem"
-    public_file.write_bytes(
-        private.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-    return private_pem, str(public_file)
-
-
 def test_rs256_public_key(tmp_path: Path) -> None:
-    private_pem, public_file = _rsa_key_pair(tmp_path)
+    private_pem, public_file = rsa_token_keys(tmp_path)
     auth = authenticator(
         {"REMINDERS_JWT_PUBLIC_KEY_FILE": public_file, "REMINDERS_ADMIN_JWT_SECRET": ADMIN_SECRET}
     )
     assert auth.user_id(bearer(signed(claims(), key=private_pem, algorithm="RS256"))) == "alice"
-    other_pem, _ = _rsa_key_pair(tmp_path / "..")
+    other_pem, _ = rsa_token_keys(tmp_path / "other")
     with pytest.raises(Unauthenticated, match="signature"):
         auth.user_id(bearer(signed(claims(), key=other_pem, algorithm="RS256")))
     # The public key is public: an HS256 token signed with it must not pass (alg confusion).
     with pytest.raises(Unauthenticated):
         auth.user_id(bearer(jwt.encode(claims(), "forged" * 8, algorithm="HS256")))
+
+
+def test_a_key_file_of_several_keys_accepts_tokens_of_each_during_a_rollover(
+    tmp_path: Path,
+) -> None:
+    old_pem, old_public = rsa_token_keys(tmp_path / "old")
+    new_pem, new_public = rsa_token_keys(tmp_path / "new")
+    stranger_pem, _ = rsa_token_keys(tmp_path / "stranger")
+    both = tmp_path / "both.pem"
+    both.write_text(Path(old_public).read_text() + Path(new_public).read_text())
+    auth = authenticator(
+        {"REMINDERS_JWT_PUBLIC_KEY_FILE": str(both), "REMINDERS_ADMIN_JWT_SECRET": ADMIN_SECRET}
+    )
+
+    def rs256(private_pem: str, **overrides: object) -> Metadata:
+        return bearer(signed(claims(**overrides), key=private_pem, algorithm="RS256"))
+
+    assert auth.user_id(rs256(old_pem)) == "alice"
+    assert auth.user_id(rs256(new_pem, sub="bob")) == "bob"
+    with pytest.raises(Unauthenticated, match="signature invalid"):
+        auth.user_id(rs256(stranger_pem))
+    # The claims are still checked when the second key is the one that verifies.
+    with pytest.raises(Unauthenticated, match="expired"):
+        auth.user_id(rs256(new_pem, iat=int(time.time()) - 600, exp=int(time.time()) - 300))
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "expected a PEM public key"),
+        ("-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\n", "not a valid"),
+    ],
+)
+def test_a_key_file_without_a_usable_key_is_refused_at_startup(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    key_file = tmp_path / "keys.pem"
+    key_file.write_text(content)
+    with pytest.raises(ConfigError, match=f"REMINDERS_JWT_PUBLIC_KEY_FILE=.*{message}"):
+        AuthSettings.from_env(
+            {
+                "REMINDERS_JWT_PUBLIC_KEY_FILE": str(key_file),
+                "REMINDERS_ADMIN_JWT_SECRET": ADMIN_SECRET,
+            }
+        )
+
+
+def test_a_configured_issuer_is_required_and_checked(tmp_path: Path) -> None:
+    """An identity provider signs for many services with one key: `iss` tells them apart."""
+    private_pem, public_file = rsa_token_keys(tmp_path)
+    issuer = "https://idp.example.com"
+    auth = authenticator(
+        {
+            "REMINDERS_JWT_PUBLIC_KEY_FILE": public_file,
+            "REMINDERS_JWT_ISSUER": issuer,
+            "REMINDERS_ADMIN_JWT_SECRET": ADMIN_SECRET,
+        }
+    )
+
+    def rs256(**overrides: object) -> Metadata:
+        return bearer(signed(claims(**overrides), key=private_pem, algorithm="RS256"))
+
+    assert auth.user_id(rs256(iss=issuer)) == "alice"
+    with pytest.raises(Unauthenticated, match="issuer not accepted"):
+        auth.user_id(rs256(iss="https://other.example.com"))
+    with pytest.raises(Unauthenticated, match="'iss' claim"):
+        auth.user_id(rs256())
+    # Without the setting, `iss` is not looked at (as before).
+    unset = authenticator(
+        {"REMINDERS_JWT_PUBLIC_KEY_FILE": public_file, "REMINDERS_ADMIN_JWT_SECRET": ADMIN_SECRET}
+    )
+    assert unset.user_id(rs256(iss="https://other.example.com")) == "alice"
+
+
+def test_minted_tokens_carry_the_configured_issuer() -> None:
+    settings = AuthSettings.from_env({**CONFIGURED, "REMINDERS_JWT_ISSUER": "reminders-dev"})
+    token = mint_token(settings.user, "bob", 60)
+    assert Authenticator(settings).user_id(bearer(token)) == "bob"
+    assert jwt.decode(token, options={"verify_signature": False})["iss"] == "reminders-dev"
 
 
 def test_admin_credential_is_separate() -> None:

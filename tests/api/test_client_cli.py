@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import time
+from pathlib import Path
 
+import jwt
 import pytest
 from google.protobuf.message import Message
 
@@ -13,6 +16,7 @@ from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.api import client_cli
 from reminders_svc.config import CassandraSettings
 from tests.api.serving import SERVING, serve_api
+from tests.pki import rsa_token_keys
 from tests.platform.helpers import free_port, run_cli
 
 STORED = pb.Reminder(
@@ -257,3 +261,46 @@ def test_the_client_signs_for_no_longer_than_the_server_accepts() -> None:
 
     assert done.returncode == 1, done.stderr
     assert json.loads(done.stderr)["error"]["code"] == "UNAVAILABLE"
+
+
+def test_a_token_from_the_identity_provider_reaches_an_rs256_server(
+    migrated_settings: CassandraSettings, tmp_path: Path
+) -> None:
+    """Where the server only verifies (RS256), the client cannot mint: it sends the token
+    in REMINDERS_CLIENT_TOKEN_FILE, and refuses one issued for another user."""
+    private_pem, public_file = rsa_token_keys(tmp_path)
+    issuer = "https://idp.example.com"
+
+    def token_file(name: str, **claims: object) -> dict[str, str]:
+        now = int(time.time())
+        claims = {"sub": "rs-alice", "aud": "reminders", "iat": now, "exp": now + 300, **claims}
+        path = tmp_path / name
+        path.write_text(jwt.encode(claims, private_pem, algorithm="RS256") + "\n")
+        return {"REMINDERS_CLIENT_TOKEN_FILE": str(path)}
+
+    with serve_api(
+        migrated_settings,
+        REMINDERS_ENV="prod",
+        REMINDERS_JWT_PUBLIC_KEY_FILE=public_file,
+        REMINDERS_JWT_ISSUER=issuer,
+        REMINDERS_ADMIN_JWT_SECRET="a" * 40,
+    ) as api:
+        api.wait_for_health(SERVING)
+        get = ("get", "r-none", "--user", "rs-alice", "--target", api.target)
+
+        accepted = run_cli(*get, env=token_file("good", iss=issuer), timeout=60)
+        assert accepted.returncode == 1, accepted.stderr
+        # Authenticated: the id is simply not this user's.
+        assert json.loads(accepted.stderr)["error"]["code"] == "NOT_FOUND"
+
+        other_issuer = run_cli(*get, env=token_file("other", iss="https://x.example"), timeout=60)
+        assert json.loads(other_issuer.stderr)["error"]["code"] == "UNAUTHENTICATED"
+
+        someone_else = run_cli(*get, env=token_file("bob", iss=issuer, sub="bob"), timeout=60)
+        assert someone_else.returncode == 2
+        assert "its token is not for --user" in someone_else.stderr
+
+        # With neither a token file nor a secret, an RS256 client has nothing to sign with.
+        unsigned = run_cli(*get, env={"REMINDERS_ENV": "prod"}, timeout=60)
+        assert unsigned.returncode == 2
+        assert "no token key" in unsigned.stderr
