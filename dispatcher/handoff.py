@@ -104,7 +104,13 @@ class NotifierClient:
         except grpc.aio.AioRpcError as error:
             if error.code() is grpc.StatusCode.INVALID_ARGUMENT:
                 # A batch this dispatcher built wrong: retrying the same will not help.
-                log.error("the notifier refused a batch of %d: %s", len(rings), error.details())
+                # Not its details: a notifier may quote the field at fault, a reminder's text.
+                log.error(
+                    "the notifier refused a batch of %d as INVALID_ARGUMENT (%d characters of "
+                    "details not logged)",
+                    len(rings),
+                    len(error.details() or ""),
+                )
             reason = f"notifier call failed: {error.code().name}"
             return {ring.key: Answer(Outcome.RETRYABLE, reason) for ring in rings}
         answers = {

@@ -386,7 +386,9 @@ class Ringer:
         if isinstance(decision, dispatch.Reclaimable):
             self._metrics.reclaims.inc()  # its due was claimed before: its lateness counted
         else:
-            lateness = now - after.claim.due
+            # When the claim landed, not when it was decided: a wait for the user's lock
+            # and the LWT's own rounds are claim lateness, not the notifier's hand-off's.
+            lateness = self._clock.now() - after.claim.due
             self._metrics.claim_lateness.observe(max(0.0, lateness.total_seconds()))
         return after
 

@@ -193,7 +193,9 @@ class PushWorkers:
             result = PushResult.RETRY
         self._metrics.count_push(self._adapter.name, result)
         if result is PushResult.OK and notification.due_time is not None:
-            lateness = (self._clock() - notification.due_time).total_seconds()
+            # Clamped: the dispatcher hands off by the database's clock, and this host's
+            # may be a little behind it; a negative observation would corrupt the sum.
+            lateness = max(0.0, (self._clock() - notification.due_time).total_seconds())
             self._metrics.push_lateness.labels(notification.priority.value).observe(lateness)
         if result is PushResult.DEVICE_GONE and not device.is_implicit:
             try:
