@@ -81,7 +81,10 @@ def test_growing_parts_loses_no_ring(
     # Due after the change, written before it (the API reads P = 4, caches it 30 s):
     # their entries go into parts under P = 4.
     ids = [stack.create_at(user, effective + 4 * second).id for user in users]
-    lead = (effective - datetime.now(UTC)).total_seconds() - 1
+    # The grow takes the first whole minute at least `lead` from its own start: up to 15 s
+    # short of `effective` (above the 30 s floor) lands there however slowly the command
+    # connects on a busy machine (1 s short did not).
+    lead = max(30.5, (effective - datetime.now(UTC)).total_seconds() - 15)
     grown = admin("parts", "grow", "--to", "8", "--effective-in", f"{lead:.1f}", "--json").json()
     assert datetime.fromisoformat(grown["effective_minute"]) == effective
     assert grown["seeded_parts"] == [4, 5, 6, 7]
