@@ -137,7 +137,8 @@ def supervise(
     set, Ctrl-C, or one ends on its own; then stop the rest, in reverse order.
 
     Returns 0 after a requested stop, else the exit code of the first child that ended on
-    its own (128 + N if signal N killed it), so `make run` fails when a service crashed.
+    its own (128 + N if signal N killed it), so `make run` fails when a service crashed;
+    130 when a second Ctrl-C cut the stop short (the children still stopping killed).
     """
     children: list[tuple[str, subprocess.Popen[bytes]]] = []
     relays: list[threading.Thread] = []  # one per child, in the same order
@@ -171,15 +172,33 @@ def supervise(
     except KeyboardInterrupt:
         pass
     finally:
-        for (_, child), relay in reversed(list(zip(children, relays, strict=True))):
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-                try:
-                    child.wait(timeout=40)
-                except subprocess.TimeoutExpired:
+        try:
+            _stop_in_reverse(children, relays)
+        except KeyboardInterrupt:
+            # A second Ctrl-C while they drain (up to 40 s each): no more waiting, but no
+            # child left running either (they are in groups of their own: the terminal's
+            # signal never reaches them, and they would hold their ports).
+            for _, child in children:
+                if child.poll() is None:
                     child.kill()
-                    child.wait()
-            # Its last lines (a shutdown's, a crash's traceback) print before the next
-            # child is stopped, and before the stack exits.
-            relay.join(timeout=5)
+            for _, child in children:
+                child.wait()
+            print("reminders stack: killed the services still stopping", file=sys.stderr)
+            code = code or 130
     return code
+
+
+def _stop_in_reverse(
+    children: Sequence[tuple[str, subprocess.Popen[bytes]]], relays: Sequence[threading.Thread]
+) -> None:
+    for (_, child), relay in reversed(list(zip(children, relays, strict=True))):
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+            try:
+                child.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        # Its last lines (a shutdown's, a crash's traceback) print before the next child is
+        # stopped, and before the stack exits.
+        relay.join(timeout=5)

@@ -84,6 +84,28 @@ def test_a_requested_stop_exits_0_even_when_a_child_stops_with_an_error(tmp_path
     assert ready.exists()
 
 
+def _stack_of_two_once_ready(child: list[str]) -> subprocess.Popen[str]:
+    """`supervise` of children a and b (each `child`, printing 'ready'), in a session of its
+    own as a terminal's foreground group, once both said so."""
+    script = (
+        "import os, sys, threading\n"
+        "from devnode.stack import supervise\n"
+        f"children = [('a', {child!r}), ('b', {child!r})]\n"
+        "sys.exit(supervise(children, os.environ, threading.Event()))\n"
+    )
+    process = subprocess.Popen(
+        _python(script),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    up = {process.stdout.readline().strip() for _ in range(2)}
+    assert up == {"[a] ready", "[b] ready"}
+    return process
+
+
 def test_ctrl_c_stops_the_stack_and_its_children_with_0_the_last_started_first() -> None:
     # As a terminal delivers Ctrl-C: SIGINT to its foreground process group. The children
     # do not hear it; the stack stops them with SIGTERM, in reverse order (the dispatcher
@@ -97,27 +119,40 @@ def test_ctrl_c_stops_the_stack_and_its_children_with_0_the_last_started_first()
         "print('ready', flush=True)\n"
         "time.sleep(60)\n"
     )
-    script = (
-        "import os, sys, threading\n"
-        "from devnode.stack import supervise\n"
-        f"children = [('a', {ready!r}), ('b', {ready!r})]\n"
-        "sys.exit(supervise(children, os.environ, threading.Event()))\n"
-    )
-    process = subprocess.Popen(
-        _python(script),
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    up = {process.stdout.readline().strip() for _ in range(2)}
-    assert up == {"[a] ready", "[b] ready"}
+    process = _stack_of_two_once_ready(ready)
     os.killpg(process.pid, signal.SIGINT)
     out, err = process.communicate(timeout=20)
 
     assert process.returncode == 0, err
     assert out.splitlines() == ["[b] stopping", "[a] stopping"]
+
+
+def test_a_second_ctrl_c_kills_the_children_still_stopping_and_leaves_none(
+    tmp_path: Path,
+) -> None:
+    """A stop can take minutes (each child up to 40 s): a second Ctrl-C must not leave
+    children running, in process groups the terminal never signals, holding their ports."""
+    pids = tmp_path / "pids"
+    slow_to_stop = _python(
+        "import os, signal, sys, time\n"
+        f"open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
+        "def stop(*_):\n"
+        "    print('draining', flush=True)\n"
+        "    time.sleep(30)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    process = _stack_of_two_once_ready(slow_to_stop)
+    os.killpg(process.pid, signal.SIGINT)
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "[b] draining"
+    os.killpg(process.pid, signal.SIGINT)
+
+    assert process.wait(timeout=20) == 130
+    for pid in map(int, pids.read_text().split()):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 def _client_env(environ: dict[str, str]) -> dict[str, str]:
