@@ -10,6 +10,7 @@ from dispatcher.service import serve
 from dispatcher.settings import DispatcherSettings
 from reminders_svc import logs
 from reminders_svc.config import CassandraSettings, ConfigError
+from reminders_svc.runtime import CannotServe
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,5 +29,9 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"reminders dispatch: {error}", file=sys.stderr)
         return 2
-    asyncio.run(serve(settings, cassandra))
+    try:
+        asyncio.run(serve(settings, cassandra))
+    except (OSError, CannotServe) as error:  # a port taken; a role lacking a grant
+        print(f"reminders dispatch: {error}", file=sys.stderr)
+        return 1
     return 0

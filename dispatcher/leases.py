@@ -70,6 +70,10 @@ class PartLeases:
             "INSERT INTO dispatcher_members (scope, dispatcher_id, seen)"
             " VALUES ('dispatch', ?, toTimestamp(now())) USING TTL ?"
         )
+        # Every tick of every dispatcher: prepared, so routed to a replica and not re-parsed.
+        self._members = prepare(
+            "SELECT dispatcher_id FROM dispatcher_members WHERE scope = 'dispatch'"
+        )
         self._read = prepare(
             "SELECT part, owner, epoch, checkpoint, lease_until FROM dispatch_parts"
         )
@@ -105,10 +109,7 @@ class PartLeases:
         )
 
     async def members(self) -> set[str]:
-        rows = await aio.execute_all(
-            self._session,
-            "SELECT dispatcher_id FROM dispatcher_members WHERE scope = 'dispatch'",
-        )
+        rows = await aio.execute_all(self._session, self._members)
         return {row.dispatcher_id for row in rows} | {self.owner}
 
     async def states(self) -> list[PartState]:

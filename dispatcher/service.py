@@ -44,7 +44,7 @@ from dispatcher.settings import DispatcherSettings
 from reminders_svc.concurrency import unless_stopped
 from reminders_svc.config import CassandraSettings
 from reminders_svc.health import ProcessHealth
-from reminders_svc.runtime import MetricsEndpoint
+from reminders_svc.runtime import CannotServe, MetricsEndpoint, on_stop_signals
 from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
@@ -52,6 +52,7 @@ from reminders_svc.storage.migrations import require_current_schema
 from reminders_svc.storage.parts import PartCounts, floor_minute
 from reminders_svc.storage.reminders_store import ReminderStore
 from reminders_svc.storage.session import CassandraConnection
+from reminders_svc.tls import add_port
 
 log = logging.getLogger(__name__)
 _MIN_TICK_GAP_S = 1.0
@@ -77,17 +78,22 @@ class Dispatcher:
 
     async def run(self) -> None:
         """Until `stop()` (or SIGTERM via `serve`), then drain and release."""
-        await self._start_health()
-        log.info(
-            "dispatcher %s: health on %s:%d, metrics on :%d, notifier %s",
-            self.settings.dispatcher_id,
-            self.settings.host,
-            self.port,
-            self.metrics_port,
-            self.settings.notifier_target,
-        )
         try:
-            stores = await unless_stopped(self._connect(), self._stopping)
+            await self._start_health()
+            log.info(
+                "dispatcher %s: health on %s:%d, metrics on :%d, notifier %s",
+                self.settings.dispatcher_id,
+                self.settings.host,
+                self.port,
+                self.metrics_port,
+                self.settings.notifier_target,
+            )
+            try:
+                stores = await unless_stopped(self._connect(), self._stopping)
+            except Exception as error:  # storage errors are waited out: this is not one
+                log.exception("setting up storage failed; stopping")
+                message = f"setting up storage failed: {type(error).__name__}: {error}"
+                raise CannotServe(message) from error
             if stores is not None:
                 await self._work(stores)
         finally:
@@ -275,13 +281,15 @@ class Dispatcher:
         parts = await self._parts.parts_at(floor_minute(self.clock.now() + ahead))
         self.metrics.parts_total.set(parts)
         await self._leases.heartbeat()
-        states = await self._leases.states()
         target = math.ceil(parts / len(await self._leases.members()))
         working = sorted(part for part, (w, _) in self._workers.items() if not w.shift.stopping)
         held = len(working)
+        # Every part's state is a read of the whole (small) table: only when there is a part
+        # to take, not on every tick of every pod of a fleet that holds its shares.
+        states = await self._leases.states() if held < target else []
         for part in range(parts):
-            if held >= target:
-                break
+            if held >= target or self._stopping.is_set():
+                break  # stopping: each take is an LWT the drain would wait for, to no end
             if part in self._workers:
                 continue
             previous = next((s for s in states if s.part == part), None)
@@ -316,7 +324,8 @@ class Dispatcher:
 
     def _report(self) -> None:
         now = self.clock.now()
-        self.metrics.parts_owned.set(len(self._workers))
+        # Parts whose lease is known lost are not owned, though their worker still ends.
+        self.metrics.parts_owned.set(sum(1 for w, _ in self._workers.values() if w.lease.held()))
         unfinished = [w.oldest_unfinished for w, _ in self._workers.values() if w.oldest_unfinished]
         # The age of the oldest unfinished minute: up to a minute plus the grace when keeping up.
         lag = max(((now - m).total_seconds() for m in unfinished), default=0.0)
@@ -341,6 +350,9 @@ class Dispatcher:
         renew_s = self.settings.lease_renew_every.total_seconds()
         while self._workers:
             await self._tend()
+            # Parts released leave the count as they go: a pod winding down for minutes
+            # must not hide from RemindersPartsWithoutOwner parts nobody holds.
+            self._report()
             running = [task for _, task in self._workers.values()]
             if running:
                 await asyncio.wait(running, timeout=renew_s, return_when=asyncio.FIRST_COMPLETED)
@@ -365,9 +377,9 @@ class Dispatcher:
         server = grpc.aio.server()
         health_pb2_grpc.add_HealthServicer_to_server(self._health.servicer, server)
         await self._health.start()
-        self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        self._server = server  # stopped by _close() even if what follows fails
+        self.port = add_port(server, f"{self.settings.host}:{self.settings.port}", None)
         await server.start()
-        self._server = server
         self._metrics_endpoint = MetricsEndpoint(
             self.metrics.registry, self.settings.host, self.settings.metrics_port
         )
@@ -390,7 +402,5 @@ def _host_clock() -> Callable[[], float]:
 
 async def serve(settings: DispatcherSettings, cassandra: CassandraSettings) -> None:
     dispatcher = Dispatcher(settings, cassandra)
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, dispatcher.stop)
+    on_stop_signals(dispatcher.stop)
     await dispatcher.run()

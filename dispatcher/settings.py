@@ -32,6 +32,19 @@ class MisfirePolicy(StrEnum):
     SKIP_MISSED = "skip_missed"  # rings older than `misfire_grace` are not sent, only re-armed
 
 
+# The test hooks REMINDERS_DISPATCH_FAULTS may name (DESIGN.md's fault-injection tests);
+# dispatcher.ringer.fault() reads them where they act.
+FAULTS = frozenset(
+    {
+        "crash_after_claim",
+        "crash_after_send",
+        "freeze_after_claim",
+        "wall_clock_ahead",
+        "wall_clock_ahead_on_sigusr1",
+    }
+)
+
+
 @dataclass(frozen=True)
 class DispatcherSettings:
     dispatcher_id: str
@@ -131,6 +144,9 @@ class DispatcherSettings:
             shutdown_grace=seconds("SHUTDOWN_GRACE_S", cls.shutdown_grace, low=0),
             retention=Retention.from_env(values),
         )
+        for name in filter(None, env.text("FAULTS", "").split(",")):
+            if name not in FAULTS:  # a misspelt hook would quietly test nothing
+                raise ConfigError(f"{prefix}FAULTS: unknown fault {name!r}")
         if settings.lease_renew_every * 2 >= settings.lease:
             raise ConfigError(f"{prefix}LEASE_RENEW_S must be under half of {prefix}LEASE_S")
         check_tz_override(values)  # a finalize computes the next ring in its zone

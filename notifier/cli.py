@@ -17,6 +17,7 @@ from notifier.rpc.server import serve
 from notifier.settings import NotifierSettings
 from reminders_svc import logs
 from reminders_svc.config import ConfigError
+from reminders_svc.runtime import CannotServe
 from reminders_svc.storage.migrations import MigrationError
 
 log = logging.getLogger(__name__)
@@ -48,13 +49,14 @@ def run(args: argparse.Namespace) -> int:
         settings = NotifierSettings.from_env()
     except ConfigError as error:
         print(f"reminders notifier: {error}", file=sys.stderr)
-        return 1
+        return 2  # as every command's bad configuration
     if settings.faults.any:
         log.warning("fault injection on: %s", settings.faults)
     try:
         # Migrates the keyspace first, waiting for the database if it does not answer.
         asyncio.run(serve(settings))
-    except (MigrationError, OSError) as error:  # a schema at odds with ours; a port taken
+    # A schema at odds with ours; a port taken; the storage probe gone.
+    except (MigrationError, OSError, CannotServe) as error:
         print(f"reminders notifier: {error}", file=sys.stderr)
         return 1
     return 0

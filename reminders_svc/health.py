@@ -37,6 +37,7 @@ class ProcessHealth:
         self.servicer = health.aio.HealthServicer()
         self._services = tuple(services)
         self._ready_gauge = ready_gauge
+        self._stopping = False
 
     async def start(self) -> None:
         """Alive, not ready: call before the server listens."""
@@ -44,6 +45,7 @@ class ProcessHealth:
         await self.servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
 
     async def set_ready(self, ready: bool) -> None:
+        ready = ready and not self._stopping
         if self._ready_gauge is not None:
             self._ready_gauge.set(1 if ready else 0)
         status = (
@@ -67,5 +69,8 @@ class ProcessHealth:
             await asyncio.sleep(interval_s)
 
     async def shut_down(self) -> None:
-        """Everything NOT_SERVING, liveness included, for good."""
-        await self.servicer.enter_graceful_shutdown()
+        """Readiness NOT_SERVING for good, so load balancers drain the process; liveness
+        stays SERVING while it stops (a dispatcher's drain may outlast the livenessProbe's
+        failure budget, and a restart then would only cut the drain short)."""
+        self._stopping = True
+        await self.set_ready(False)

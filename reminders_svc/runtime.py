@@ -4,7 +4,10 @@ endpoint and running a server until SIGTERM / SIGINT."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import sys
+from collections.abc import Callable
 from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
@@ -26,21 +29,66 @@ class MetricsEndpoint:
         self._http.server_close()
 
 
+class CannotServe(Exception):
+    """A server met, while it ran, an error it can never recover from by waiting (a role
+    lacking a grant, a bug building its services): better exit and be restarted, where
+    the restarts show, than sit NOT_SERVING for ever."""
+
+
 class Stoppable(Protocol):
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
 
+    async def failure(self) -> None:
+        """Raises CannotServe once the server cannot serve any more; else never returns."""
+        ...
+
+
+async def cancel_and_wait(task: asyncio.Task[None]) -> None:
+    """`task` cancelled and ended. An error it had ended on is not raised: a server's
+    failure() reported it (and it is marked retrieved, which asyncio would log)."""
+    task.cancel()
+    await asyncio.wait((task,))
+    if not task.cancelled():
+        task.exception()
+
+
+def on_stop_signals(stop: Callable[[], None]) -> None:
+    """`stop()` on the first SIGTERM or SIGINT; on a second, exit at once (130), as one
+    pressing Ctrl-C again means: a graceful stop may take its whole grace."""
+    loop = asyncio.get_running_loop()
+    signalled = False
+
+    def on_signal() -> None:
+        nonlocal signalled
+        if signalled:
+            print("second signal: exiting without finishing the stop", file=sys.stderr)
+            os._exit(130)
+        signalled = True
+        stop()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal)
+
 
 async def run_until_signal(server: Stoppable) -> None:
-    """Start `server`, run until SIGTERM or SIGINT, then stop it (gracefully)."""
+    """Start `server`, run until SIGTERM or SIGINT, then stop it (gracefully); or until it
+    fails for good, then stop it and raise CannotServe."""
     stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stopping.set)
+    on_stop_signals(stopping.set)
+    failed: asyncio.Task[None] | None = None
     try:
         # A start still waiting for the database is given up on a signal, not waited out.
         await unless_stopped(server.start(), stopping)
-        await stopping.wait()
+        if not stopping.is_set():
+            failed = asyncio.create_task(server.failure(), name="failure")
+            signalled = asyncio.create_task(stopping.wait(), name="signal")
+            await asyncio.wait((failed, signalled), return_when=asyncio.FIRST_COMPLETED)
+            signalled.cancel()
     finally:
+        if failed is not None and not failed.done():
+            failed.cancel()
         await server.stop()
+    if failed is not None and failed.done() and not failed.cancelled():
+        failed.result()  # raises why

@@ -110,10 +110,17 @@ class ServerTls:
 
 
 def add_port(server: grpc.aio.Server, address: str, tls: ServerTls | None) -> int:
-    """Listen on `address`, with TLS when `tls` is set; the port bound (0: any free one)."""
-    if tls is None:
-        return server.add_insecure_port(address)
-    return server.add_secure_port(address, tls.credentials())
+    """Listen on `address`, with TLS when `tls` is set; the port bound (0: any free one).
+
+    OSError when it cannot (gRPC raises a bare RuntimeError, which the commands would show
+    as a traceback rather than one line naming the address)."""
+    try:
+        if tls is None:
+            return server.add_insecure_port(address)
+        return server.add_secure_port(address, tls.credentials())
+    except RuntimeError:
+        message = f"cannot listen on {address}: the port is taken, or the host is not this one"
+        raise OSError(message) from None
 
 
 @dataclass(frozen=True)

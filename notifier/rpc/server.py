@@ -27,7 +27,12 @@ from notifier.storage.keys import KeyStore
 from notifier.storage.schema import migrate_notifier
 from reminders_svc.connections import SERVER_OPTIONS
 from reminders_svc.health import ProcessHealth
-from reminders_svc.runtime import MetricsEndpoint, run_until_signal
+from reminders_svc.runtime import (
+    CannotServe,
+    MetricsEndpoint,
+    cancel_and_wait,
+    run_until_signal,
+)
 from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
 from reminders_svc.storage.session import CassandraConnection
 from reminders_svc.tls import add_port
@@ -145,6 +150,16 @@ class NotifierServer:
             self.metrics_port,
         )
 
+    async def failure(self) -> None:
+        """Raises CannotServe if the storage health probe ended (a bug: it keeps probing
+        through outages); a failed start raises from start() itself."""
+        assert self._probe_task is not None
+        try:
+            await asyncio.shield(self._probe_task)
+        except Exception as error:
+            raise CannotServe(f"the storage probe failed: {type(error).__name__}") from error
+        raise CannotServe("the storage health probe ended")
+
     async def stop(self) -> None:
         """Readiness off, stop accepting, drain the queue; all within the shutdown grace."""
         loop = asyncio.get_running_loop()
@@ -166,9 +181,7 @@ class NotifierServer:
                     self._intake.drained(), timeout=max(0.5, deadline - loop.time())
                 )
         if self._probe_task is not None:
-            self._probe_task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._probe_task
+            await cancel_and_wait(self._probe_task)
         if self._connection is not None:
             await asyncio.to_thread(self._connection.close)
         if self._metrics_endpoint is not None:

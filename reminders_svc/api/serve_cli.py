@@ -16,6 +16,7 @@ from reminders_svc.api.auth import Authenticator, AuthSettings
 from reminders_svc.api.server import serve
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import CassandraSettings, ConfigError
+from reminders_svc.runtime import CannotServe
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         )
     try:
         asyncio.run(serve(settings, cassandra, Authenticator(auth)))
-    except OSError as error:  # e.g. the port is taken
+    except (OSError, CannotServe) as error:  # a port taken; a role lacking a grant
         print(f"reminders serve-api: {error}", file=sys.stderr)
         return 1
     return 0

@@ -13,7 +13,7 @@ import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol, cast
 
 import grpc
@@ -31,7 +31,12 @@ from reminders_svc.config import CassandraSettings
 from reminders_svc.connections import SERVER_OPTIONS
 from reminders_svc.domain.errors import InvalidArgument, Unavailable
 from reminders_svc.health import ProcessHealth
-from reminders_svc.runtime import MetricsEndpoint, run_until_signal
+from reminders_svc.runtime import (
+    CannotServe,
+    MetricsEndpoint,
+    cancel_and_wait,
+    run_until_signal,
+)
 from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
 from reminders_svc.storage.session import CassandraConnection
 from reminders_svc.tls import add_port
@@ -109,7 +114,11 @@ class ApiMetrics:
             yield
             code = _code_set(context) or grpc.StatusCode.OK
         except asyncio.CancelledError:
-            code = grpc.StatusCode.CANCELLED
+            # gRPC cancels a handler whose deadline passed: the caller hears
+            # DEADLINE_EXCEEDED, a server fault the error alert must see, not CANCELLED.
+            remaining = context.time_remaining()
+            timed_out = remaining is not None and remaining <= 0
+            code = grpc.StatusCode.DEADLINE_EXCEEDED if timed_out else grpc.StatusCode.CANCELLED
             raise
         except BaseException:
             # context.abort() records its code before raising; anything else is UNKNOWN.
@@ -140,7 +149,10 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             # An unknown method: not counted, so callers cannot mint label values.
             return None
-        return _observed(handler, handler_call_details.method, self._metrics)
+        # Health checks and reflection are not the API's traffic: the kubelet's probes,
+        # always OK, would dilute the error ratio and the latency of quiet replicas.
+        counted = handler_call_details.method in DECLARED_METHODS
+        return _observed(handler, handler_call_details.method, self._metrics if counted else None)
 
 
 class _Undecodable:
@@ -170,11 +182,16 @@ async def _refuse_undecodable(method: str, context: grpc.aio.ServicerContext[Any
 
 
 def _observed(
-    handler: grpc.RpcMethodHandler[Any, Any], method: str, metrics: ApiMetrics
+    handler: grpc.RpcMethodHandler[Any, Any], method: str, metrics: ApiMetrics | None
 ) -> grpc.RpcMethodHandler[Any, Any]:
+    """`handler` answering undecodable requests INVALID_ARGUMENT, counted in `metrics`."""
+
+    def observe(context: grpc.aio.ServicerContext[Any, Any]) -> AbstractContextManager[None]:
+        return nullcontext() if metrics is None else metrics.observe(method, context)
+
     def single(behavior: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
         async def observed(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            with metrics.observe(method, context):
+            with observe(context):
                 if request is _UNDECODABLE:
                     await _refuse_undecodable(method, context)
                 result = behavior(request, context)
@@ -189,7 +206,7 @@ def _observed(
             async def observed_stream(
                 request: Any, context: grpc.aio.ServicerContext[Any, Any]
             ) -> AsyncIterator[Any]:
-                with metrics.observe(method, context):
+                with observe(context):
                     if request is _UNDECODABLE:
                         await _refuse_undecodable(method, context)
                     async for response in behavior(request, context):
@@ -326,19 +343,32 @@ class ApiServer:
             self.metrics_port,
         )
 
+    async def failure(self) -> None:
+        """Raises CannotServe if setting up storage failed on something waiting will not
+        mend (a role lacking a grant, a bug): the process exits, and its restarts show."""
+        assert self._storage_task is not None
+        try:
+            await asyncio.shield(self._storage_task)
+        except Exception as error:
+            message = f"setting up storage failed: {type(error).__name__}: {error}"
+            raise CannotServe(message) from error
+        raise CannotServe("the storage health probe ended")
+
     async def stop(self) -> None:
-        """Readiness off, stop accepting, let in-flight calls finish within the grace."""
+        """Readiness off, stop accepting, let in-flight calls and the work they began (an
+        operator's purge) finish: all within the one grace, which the pod's termination
+        grace period is sized for."""
         grace = self._settings.shutdown_grace.total_seconds()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
         log.info("shutting down: draining in-flight calls for up to %.0f s", grace)
         await self._health.shut_down()
         if self._server is not None:
             await self._server.stop(grace)
         if self._servicers is not None:
-            await self._servicers.finish(grace)
+            await self._servicers.finish(max(0.0, deadline - loop.time()))
         if self._storage_task is not None:
-            self._storage_task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._storage_task
+            await cancel_and_wait(self._storage_task)
         if self._connection is not None:
             await asyncio.to_thread(self._connection.close)
         if self._metrics_endpoint is not None:
@@ -356,8 +386,8 @@ class ApiServer:
                 "preparing statements",
             )
         except Exception:
-            # Without servicers the process can never serve: say why, loudly.
-            log.exception("building the servicers failed; staying NOT_SERVING")
+            # Without servicers the process can never serve: say why, loudly, and exit.
+            log.exception("building the servicers failed; stopping")
             raise
         self._services.install(servicers)
         self._servicers = servicers

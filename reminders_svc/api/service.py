@@ -306,9 +306,16 @@ class AdminServicer(pb_grpc.RemindersAdminServiceServicer):
         return await asyncio.shield(purge)
 
     async def finish(self, timeout_s: float) -> None:
-        """Let the purges under way finish, for up to `timeout_s` (a shutdown's grace)."""
-        if self._purges:
-            await asyncio.wait(set(self._purges.values()), timeout=timeout_s)
+        """Let the purges under way finish, for up to `timeout_s` (a shutdown's grace);
+        cancel the rest, so the audit trail says which to run again before the process
+        is killed."""
+        if not self._purges:
+            return
+        _, unfinished = await asyncio.wait(set(self._purges.values()), timeout=timeout_s)
+        for purge in unfinished:
+            purge.cancel()
+        if unfinished:
+            await asyncio.wait(unfinished)
 
     async def _purge_user(self, operator: str, user_id: str) -> pb.DeleteUserDataResponse:
         # An audit trail of who wiped whose account, asked and done (ids only, no texts).
@@ -338,13 +345,14 @@ class AdminServicer(pb_grpc.RemindersAdminServiceServicer):
         self, operator: str, user_id: str, purge: asyncio.Task[pb.DeleteUserDataResponse]
     ) -> None:
         del self._purges[user_id]
-        if not purge.cancelled() and purge.exception() is not None:
+        failed = purge.cancelled() or purge.exception() is not None
+        if failed:
             # Its caller may be gone: the audit trail says it did not finish.
             audit.warning(
                 "operator %r's deletion of all data of user %r failed (%s); run it again",
                 operator,
                 user_id,
-                type(purge.exception()).__name__,
+                "the server stopped" if purge.cancelled() else type(purge.exception()).__name__,
             )
 
 

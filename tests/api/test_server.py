@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
+from cassandra import Unauthorized
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
@@ -23,12 +24,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
 from reminders_svc.api.auth import DEV_USER_SECRET, Authenticator, AuthSettings, mint_token
-from reminders_svc.api.server import ADMIN_SERVICE, REMINDERS_SERVICE, ApiServer
+from reminders_svc.api.server import ADMIN_SERVICE, REMINDERS_SERVICE, ApiServer, serve
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import CassandraSettings
+from reminders_svc.runtime import CannotServe
 from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
 from reminders_svc.storage.session import CassandraConnection, connect
 from tests.api.serving import NOT_SERVING, SERVING, serve_api
+from tests.api.test_bad_input import COSTLY
 from tests.platform.helpers import free_port
 
 DEV_ENV = {"REMINDERS_ENV": "dev"}
@@ -86,6 +89,14 @@ def test_serving_with_reflection_and_metrics_then_sigterm(
             with pytest.raises(grpc.RpcError) as refused:
                 stub.ListReminders(pb.ListRemindersRequest())
             assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            # A call past its deadline (a costly preview given 0.3 s) is a server fault.
+            with pytest.raises(grpc.RpcError) as too_slow:
+                stub.PreviewSchedule(
+                    pb.PreviewScheduleRequest(schedule=COSTLY, count=30),
+                    metadata=user_metadata("metrics-user"),
+                    timeout=0.3,
+                )
+            assert too_slow.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
 
         method = f"/{REMINDERS_SERVICE}/ListReminders"
         ok = frozenset({("method", method), ("code", "OK")})
@@ -99,6 +110,16 @@ def test_serving_with_reflection_and_metrics_then_sigterm(
         assert samples[count] == 2
         assert samples[("reminders_api_storage_up", frozenset())] == 1
         assert not any("metrics-user" in value for _, labels in samples for _, value in labels)
+        timed_out = frozenset(
+            {("method", f"/{REMINDERS_SERVICE}/PreviewSchedule"), ("code", "DEADLINE_EXCEEDED")}
+        )
+        timed_out_samples = metric_samples_once(
+            api.metrics_port, lambda s: ("reminders_api_requests_total", timed_out) in s
+        )
+        assert timed_out_samples[("reminders_api_requests_total", timed_out)] == 1
+        # The health checks above (and the kubelet's) and reflection are not API traffic.
+        methods = {value for _, labels in samples for name, value in labels if name == "method"}
+        assert {m for m in methods if not m.startswith(f"/{REMINDERS_SERVICE}/")} == set()
 
         assert api.terminate() == 0
         assert "stopped" in api.output()
@@ -268,3 +289,23 @@ def test_shutdown_finishes_in_flight_calls_and_refuses_new_ones(
             await stopping
 
     asyncio.run(scenario())
+
+
+def test_servicers_that_can_never_be_built_stop_the_server_with_the_reason(
+    migrated_settings: CassandraSettings,
+) -> None:
+    """Not a database outage (waited out, NOT_SERVING): an error waiting will not mend, such
+    as a role lacking a grant. The process stops and says why, so its restarts show in
+    Kubernetes, rather than staying alive and unready for ever."""
+    settings = dataclasses.replace(ApiSettings.from_env(DEV_ENV), port=0, metrics_port=0)
+
+    def factory(connection: CassandraConnection, auth: Authenticator, api: ApiSettings) -> Any:
+        raise Unauthorized("User reminders has no SELECT permission on <table reminders>")
+
+    async def scenario() -> None:
+        auth = Authenticator(AuthSettings.from_env(DEV_ENV))
+        async with asyncio.timeout(60):
+            await serve(settings, migrated_settings, auth, factory)
+
+    with pytest.raises(CannotServe, match="Unauthorized: User reminders has no SELECT"):
+        asyncio.run(scenario())

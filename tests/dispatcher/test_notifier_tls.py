@@ -144,6 +144,6 @@ def test_commands_refuse_to_start_on_a_tls_file_they_cannot_use(tmp_path: Path) 
         env={f"{SERVER}CERT_FILE": str(pki.server.cert), f"{SERVER}KEY_FILE": str(secret)},
         timeout=60,
     )
-    assert notifier.returncode == 1, notifier.stdout + notifier.stderr
+    assert notifier.returncode == 2, notifier.stdout + notifier.stderr
     assert f"{SERVER}KEY_FILE='{secret}': not a PEM file" in notifier.stderr
     assert "SECRET-KEY-MATERIAL" not in notifier.stdout + notifier.stderr

@@ -47,6 +47,8 @@ READERS: dict[str, Reader] = {
             "25",
             "shorter than REMINDERS_DISPATCH_GRACE_S",
         ),
+        # A misspelt test hook would quietly test nothing.
+        ("dispatcher", "REMINDERS_DISPATCH_FAULTS", "crash_after_clam", "unknown fault"),
         ("notifier", "REMINDERS_NOTIFIER_PUSH_WORKERS", "0", "expected 1 to 100000"),
         ("notifier", "REMINDERS_NOTIFIER_MAX_PENDING", "0", "expected 1 to 100000"),
         ("notifier", "REMINDERS_NOTIFIER_KEY_TTL_DAYS", "0", "expected 1 to 365 days"),
