@@ -6,6 +6,7 @@ import argparse
 import json
 import re
 import time
+import uuid
 from pathlib import Path
 
 import jwt
@@ -286,7 +287,7 @@ def test_a_token_from_the_identity_provider_reaches_an_rs256_server(
         REMINDERS_ADMIN_JWT_SECRET="a" * 40,
     ) as api:
         api.wait_for_health(SERVING)
-        get = ("get", "r-none", "--user", "rs-alice", "--target", api.target)
+        get = ("get", str(uuid.uuid4()), "--user", "rs-alice", "--target", api.target)
 
         accepted = run_cli(*get, env=token_file("good", iss=issuer), timeout=60)
         assert accepted.returncode == 1, accepted.stderr

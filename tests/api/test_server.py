@@ -89,14 +89,18 @@ def test_serving_with_reflection_and_metrics_then_sigterm(
             with pytest.raises(grpc.RpcError) as refused:
                 stub.ListReminders(pb.ListRemindersRequest())
             assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
-            # A call past its deadline (a costly preview given 0.3 s) is a server fault.
+            # A call past its deadline is a server fault: a preview given 0.5 s, queued
+            # behind eight costly ones (previews expand one at a time).
+            costly = pb.PreviewScheduleRequest(schedule=COSTLY, count=30)
+            ahead = [
+                stub.PreviewSchedule.future(costly, metadata=user_metadata("metrics-user"))
+                for _ in range(8)
+            ]
             with pytest.raises(grpc.RpcError) as too_slow:
-                stub.PreviewSchedule(
-                    pb.PreviewScheduleRequest(schedule=COSTLY, count=30),
-                    metadata=user_metadata("metrics-user"),
-                    timeout=0.3,
-                )
+                stub.PreviewSchedule(costly, metadata=user_metadata("metrics-user"), timeout=0.5)
             assert too_slow.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            for preview in ahead:
+                preview.result()
 
         method = f"/{REMINDERS_SERVICE}/ListReminders"
         ok = frozenset({("method", method), ("code", "OK")})

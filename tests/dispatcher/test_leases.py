@@ -14,7 +14,7 @@ from cassandra import OperationTimedOut
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement
 
-from dispatcher.leases import PartLeases, PartState
+from dispatcher.leases import PartLeases
 from dispatcher.service import Dispatcher, Stores
 from dispatcher.settings import DispatcherSettings
 from reminders_svc.storage.parts import DEFAULT_PARTS
@@ -125,7 +125,7 @@ def test_a_take_whose_reply_is_lost_is_settled_not_left_to_lapse(
 
 
 class _BalanceHangs(Dispatcher):
-    """A dispatcher whose part balance hangs once, 12 s, on its read of the parts' states
+    """A dispatcher whose part balance hangs once, 12 s, on its read of the fleet's members
     (a node that stopped answering without closing its connections)."""
 
     def __init__(self, *args: Any) -> None:
@@ -135,15 +135,15 @@ class _BalanceHangs(Dispatcher):
 
     async def _connect(self) -> Stores:
         store, history, leases, reader = await super()._connect()
-        states = leases.states
+        members = leases.members
 
-        async def slow_states() -> list[PartState]:
+        async def slow_members() -> set[str]:
             if self.hang.is_set() and not self.hung.is_set():
                 self.hung.set()
                 await asyncio.sleep(12)
-            return await states()
+            return await members()
 
-        leases.states = slow_states  # type: ignore[method-assign]
+        leases.members = slow_members  # type: ignore[method-assign]
         return store, history, leases, reader
 
 
