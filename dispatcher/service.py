@@ -44,7 +44,7 @@ from dispatcher.settings import DispatcherSettings
 from reminders_svc.concurrency import unless_stopped
 from reminders_svc.config import CassandraSettings
 from reminders_svc.health import ProcessHealth
-from reminders_svc.runtime import CannotServe, MetricsEndpoint, on_stop_signals
+from reminders_svc.runtime import MetricsEndpoint, on_stop_signals, stop_unless_waited_out
 from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
@@ -88,12 +88,8 @@ class Dispatcher:
                 self.metrics_port,
                 self.settings.notifier_target,
             )
-            try:
+            with stop_unless_waited_out("setting up storage"):
                 stores = await unless_stopped(self._connect(), self._stopping)
-            except Exception as error:  # storage errors are waited out: this is not one
-                log.exception("setting up storage failed; stopping")
-                message = f"setting up storage failed: {type(error).__name__}: {error}"
-                raise CannotServe(message) from error
             if stores is not None:
                 await self._work(stores)
         finally:
@@ -374,7 +370,7 @@ class Dispatcher:
             self._metrics_endpoint.close()
 
     async def _start_health(self) -> None:
-        server = grpc.aio.server()
+        server = grpc.aio.server(options=(("grpc.so_reuseport", 0),))  # see SERVER_OPTIONS
         health_pb2_grpc.add_HealthServicer_to_server(self._health.servicer, server)
         await self._health.start()
         self._server = server  # stopped by _close() even if what follows fails

@@ -15,6 +15,9 @@ from __future__ import annotations
 SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_connection_age_ms", 5 * 60 * 1000),
     ("grpc.max_connection_age_grace_ms", 30 * 1000),
+    # gRPC shares a port with any process that also asks (SO_REUSEPORT): a second API, or
+    # a stack's leftover child, would take half the calls unseen instead of failing to start.
+    ("grpc.so_reuseport", 0),
 )
 
 CLIENT_OPTIONS: tuple[tuple[str, str], ...] = (("grpc.lb_policy_name", "round_robin"),)

@@ -45,14 +45,16 @@ class ProcessHealth:
         await self.servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
 
     async def set_ready(self, ready: bool) -> None:
-        ready = ready and not self._stopping
         if self._ready_gauge is not None:
             self._ready_gauge.set(1 if ready else 0)
         status = (
             health_pb2.HealthCheckResponse.SERVING
-            if ready
+            if ready and not self._stopping
             else health_pb2.HealthCheckResponse.NOT_SERVING
         )
+        await self._set_services(status)
+
+    async def _set_services(self, status: health_pb2.HealthCheckResponse.ServingStatus) -> None:
         for service in self._services:
             await self.servicer.set(service, status)
 
@@ -73,4 +75,7 @@ class ProcessHealth:
         stays SERVING while it stops (a dispatcher's drain may outlast the livenessProbe's
         failure budget, and a restart then would only cut the drain short)."""
         self._stopping = True
-        await self.set_ready(False)
+        # Not through set_ready: its gauge says whether storage (or the clock) is ready,
+        # which a stop does not change; a dashboard would show storage down at every
+        # rollout.
+        await self._set_services(health_pb2.HealthCheckResponse.NOT_SERVING)

@@ -4,16 +4,20 @@ endpoint and running a server until SIGTERM / SIGINT."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
 
 from reminders_svc.concurrency import unless_stopped
+
+log = logging.getLogger(__name__)
 
 
 class MetricsEndpoint:
@@ -43,6 +47,20 @@ class Stoppable(Protocol):
     async def failure(self) -> None:
         """Raises CannotServe once the server cannot serve any more; else never returns."""
         ...
+
+
+@contextmanager
+def stop_unless_waited_out(what: str, passing: tuple[type[Exception], ...] = ()) -> Iterator[None]:
+    """Around a server's set-up, which waits out storage errors (an outage): any other
+    error (a role lacking a grant) is logged and raised as CannotServe, so the process
+    exits saying why. Errors of `passing` types go through as they are."""
+    try:
+        yield
+    except passing:
+        raise
+    except Exception as error:
+        log.exception("%s failed; stopping", what)
+        raise CannotServe(f"{what} failed: {type(error).__name__}: {error}") from error
 
 
 async def cancel_and_wait(task: asyncio.Task[None]) -> None:
@@ -89,6 +107,8 @@ async def run_until_signal(server: Stoppable) -> None:
     finally:
         if failed is not None and not failed.done():
             failed.cancel()
-        await server.stop()
-    if failed is not None and failed.done() and not failed.cancelled():
-        failed.result()  # raises why
+        try:
+            await server.stop()
+        finally:
+            if failed is not None and failed.done() and not failed.cancelled():
+                failed.result()  # raises why (even when the stop failed too)

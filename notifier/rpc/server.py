@@ -9,6 +9,7 @@ import logging
 from contextlib import suppress
 
 import grpc.aio
+from cassandra.cluster import Session
 from grpc_health.v1 import health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
@@ -32,8 +33,10 @@ from reminders_svc.runtime import (
     MetricsEndpoint,
     cancel_and_wait,
     run_until_signal,
+    stop_unless_waited_out,
 )
 from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
+from reminders_svc.storage.migrations import MigrationError
 from reminders_svc.storage.session import CassandraConnection
 from reminders_svc.tls import add_port
 
@@ -78,28 +81,9 @@ class NotifierServer:
 
     async def start(self) -> None:
         settings = self._settings
-        # Waits for the database (not listening meanwhile, so not ready) rather than exit.
-        retry_s = settings.health_probe_interval.total_seconds()
-        if self._migrate:
-            report = await built_patiently(
-                lambda: migrate_notifier(settings.cassandra), retry_s, "migrating"
-            )
-            log.info(
-                "keyspace %s: applied %s, already applied %s",
-                settings.cassandra.keyspace,
-                list(report.applied),
-                list(report.already_applied),
-            )
-        self._connection = await connect_on_loop_patiently(settings.cassandra, retry_s)
-        session, keyspace = self._connection.session, settings.cassandra.keyspace
-        keys, devices = await built_patiently(
-            lambda: (
-                KeyStore(session, keyspace, settings.key_ttl, settings.key_takeover_after),
-                DeviceStore(session, keyspace),
-            ),
-            retry_s,
-            "preparing statements",
-        )
+        # MigrationError: a schema at odds with this release, its message says which.
+        with stop_unless_waited_out("setting up storage", passing=(MigrationError,)):
+            session, keyspace, keys, devices = await self._storage()
 
         def on_depth(priority: Priority, depth: int) -> None:
             self._metrics.queue_depth.labels(priority.value).set(depth)
@@ -149,6 +133,33 @@ class NotifierServer:
             keyspace,
             self.metrics_port,
         )
+
+    async def _storage(self) -> tuple[Session, str, KeyStore, DeviceStore]:
+        """The keyspace migrated (when asked), connected and its statements prepared;
+        waiting for the database (not listening meanwhile, so not ready) rather than exit."""
+        settings = self._settings
+        retry_s = settings.health_probe_interval.total_seconds()
+        if self._migrate:
+            report = await built_patiently(
+                lambda: migrate_notifier(settings.cassandra), retry_s, "migrating"
+            )
+            log.info(
+                "keyspace %s: applied %s, already applied %s",
+                settings.cassandra.keyspace,
+                list(report.applied),
+                list(report.already_applied),
+            )
+        self._connection = await connect_on_loop_patiently(settings.cassandra, retry_s)
+        session, keyspace = self._connection.session, settings.cassandra.keyspace
+        keys, devices = await built_patiently(
+            lambda: (
+                KeyStore(session, keyspace, settings.key_ttl, settings.key_takeover_after),
+                DeviceStore(session, keyspace),
+            ),
+            retry_s,
+            "preparing statements",
+        )
+        return session, keyspace, keys, devices
 
     async def failure(self) -> None:
         """Raises CannotServe if the storage health probe ended (a bug: it keeps probing

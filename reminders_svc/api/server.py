@@ -36,6 +36,7 @@ from reminders_svc.runtime import (
     MetricsEndpoint,
     cancel_and_wait,
     run_until_signal,
+    stop_unless_waited_out,
 )
 from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
 from reminders_svc.storage.session import CassandraConnection
@@ -347,11 +348,7 @@ class ApiServer:
         """Raises CannotServe if setting up storage failed on something waiting will not
         mend (a role lacking a grant, a bug): the process exits, and its restarts show."""
         assert self._storage_task is not None
-        try:
-            await asyncio.shield(self._storage_task)
-        except Exception as error:
-            message = f"setting up storage failed: {type(error).__name__}: {error}"
-            raise CannotServe(message) from error
+        await asyncio.shield(self._storage_task)  # raises CannotServe when set-up failed
         raise CannotServe("the storage health probe ended")
 
     async def stop(self) -> None:
@@ -377,18 +374,15 @@ class ApiServer:
 
     async def _keep_storage(self) -> None:
         interval = self._settings.health_probe_interval.total_seconds()
-        connection = await connect_on_loop_patiently(self._cassandra, interval)
-        self._connection = connection
-        try:
+        # Without servicers the process can never serve: failure() stops it, saying why.
+        with stop_unless_waited_out("setting up storage"):
+            connection = await connect_on_loop_patiently(self._cassandra, interval)
+            self._connection = connection
             servicers = await built_patiently(
                 lambda: self._servicer_factory(connection, self._authenticator, self._settings),
                 interval,
                 "preparing statements",
             )
-        except Exception:
-            # Without servicers the process can never serve: say why, loudly, and exit.
-            log.exception("building the servicers failed; stopping")
-            raise
         self._services.install(servicers)
         self._servicers = servicers
         await self._health.follow_storage(connection.session, interval)

@@ -349,7 +349,8 @@ class AdminServicer(pb_grpc.RemindersAdminServiceServicer):
         if failed:
             # Its caller may be gone: the audit trail says it did not finish.
             audit.warning(
-                "operator %r's deletion of all data of user %r failed (%s); run it again",
+                "operator %r's deletion of all data of user %r failed (%s); run it again"
+                " (its fence on the user lifts 2 minutes after its last refresh)",
                 operator,
                 user_id,
                 "the server stopped" if purge.cancelled() else type(purge.exception()).__name__,

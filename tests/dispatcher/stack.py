@@ -173,12 +173,7 @@ class Stack:
     def stop(self, process: subprocess.Popen[bytes], timeout_s: float = 30) -> int:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        return process.returncode
+        return _reaped(process, timeout_s)
 
     def close(self, keep_logs: bool) -> None:
         """Stop every process, drop the keyspaces, and remove the process logs unless
@@ -188,7 +183,7 @@ class Stack:
                 process.send_signal(signal.SIGCONT)  # a test may have left one frozen
                 process.send_signal(signal.SIGTERM)
         for process in reversed(self.processes):
-            self.stop(process)
+            _reaped(process)  # not signalled again: a second SIGTERM cuts its stop short
         self.api_channel.close()
         self.notifier_channel.close()
         for keyspace in (self.settings.keyspace, self.env["REMINDERS_NOTIFIER_KEYSPACE"]):
@@ -374,3 +369,13 @@ def move_due(stack: Stack, user: str, reminder_id: str, due: datetime) -> None:
         .applied
     )
     assert applied
+
+
+def _reaped(process: subprocess.Popen[bytes], timeout_s: float = 30) -> int:
+    """`process`'s exit code once it ends, killed if it takes over `timeout_s`."""
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    return process.returncode

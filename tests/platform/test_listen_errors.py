@@ -16,6 +16,9 @@ from tests.platform.helpers import free_port, run_cli
 )
 def test_a_taken_grpc_port_is_one_line_and_exit_1(command: str, port_variable: str) -> None:
     with socket.socket() as taken:
+        # As another gRPC server holds it (gRPC sets SO_REUSEPORT, so a second server that
+        # also set it would share the port and start, unseen).
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
