@@ -14,7 +14,7 @@ from cassandra import OperationTimedOut
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement
 
-from dispatcher.leases import PartLeases
+from dispatcher.leases import PartLeases, PartState
 from dispatcher.service import Dispatcher, Stores
 from dispatcher.settings import DispatcherSettings
 from reminders_svc.storage.parts import DEFAULT_PARTS
@@ -126,16 +126,24 @@ def test_a_take_whose_reply_is_lost_is_settled_not_left_to_lapse(
 
 class _BalanceHangs(Dispatcher):
     """A dispatcher whose part balance hangs once, 12 s, on its read of the fleet's members
-    (a node that stopped answering without closing its connections)."""
+    (a node that stopped answering without closing its connections); it counts its reads
+    of every part's state."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.hang = asyncio.Event()
         self.hung = asyncio.Event()
+        self.state_reads = 0
 
     async def _connect(self) -> Stores:
         store, history, leases, reader = await super()._connect()
-        members = leases.members
+        members, states = leases.members, leases.states
+
+        async def counted_states() -> list[PartState]:
+            self.state_reads += 1
+            return await states()
+
+        leases.states = counted_states  # type: ignore[method-assign]
 
         async def slow_members() -> set[str]:
             if self.hang.is_set() and not self.hung.is_set():
@@ -152,7 +160,9 @@ def test_a_hanging_balance_delays_no_lease_renewal(
 ) -> None:
     """Renewals run on their own: a statement of the balance that hangs past the lease
     (6 s here; its local deadline 4.8 s) costs no part its lease, so no part is dropped
-    and taken again (a new epoch) with its open minutes."""
+    and taken again (a new epoch) with its open minutes. And a dispatcher holding its
+    share reads no part's state meanwhile (a scan of the whole table, every tick of
+    every pod of a fleet)."""
     settings = DispatcherSettings(
         dispatcher_id="d",
         port=0,
@@ -165,13 +175,15 @@ def test_a_hanging_balance_delays_no_lease_renewal(
         rows = own_keyspace.session.execute("SELECT part, epoch, owner FROM dispatch_parts")
         return {row.part: row.epoch for row in rows if row.owner == "d"}
 
-    async def scenario() -> tuple[dict[int, int], dict[int, int], float]:
+    async def scenario() -> tuple[dict[int, int], dict[int, int], float, int]:
         dispatcher = _BalanceHangs(settings, own_keyspace.settings)
         running = asyncio.create_task(dispatcher.run())
         try:
             async with asyncio.timeout(60):
                 while len(before := await asyncio.to_thread(epochs)) < DEFAULT_PARTS:  # noqa: ASYNC110
                     await asyncio.sleep(0.5)
+            await asyncio.sleep(4)  # two ticks holding every part, the share of a fleet of one
+            reads_once_holding = dispatcher.state_reads
             dispatcher.hang.set()
             await asyncio.wait_for(dispatcher.hung.wait(), timeout=10)
             await asyncio.sleep(14)  # the hang, and a tick after it
@@ -179,12 +191,14 @@ def test_a_hanging_balance_delays_no_lease_renewal(
             takeovers = dispatcher.metrics.registry.get_sample_value(
                 "reminders_dispatch_lease_takeovers_total"
             )
-            return before, after, takeovers or 0.0
+            reads = dispatcher.state_reads - reads_once_holding
+            return before, after, takeovers or 0.0, reads
         finally:
             dispatcher.stop()
             await running
 
-    before, after, takeovers = asyncio.run(scenario())
+    before, after, takeovers, state_reads = asyncio.run(scenario())
 
     assert after == before
     assert takeovers == 0
+    assert state_reads == 0
