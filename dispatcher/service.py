@@ -43,6 +43,7 @@ from dispatcher.ringer import HandoffBatcher, Ringer, fault
 from dispatcher.settings import DispatcherSettings
 from reminders_svc.concurrency import unless_stopped
 from reminders_svc.config import CassandraSettings
+from reminders_svc.connections import SERVER_OPTIONS
 from reminders_svc.health import ProcessHealth
 from reminders_svc.runtime import MetricsEndpoint, on_stop_signals, stop_unless_waited_out
 from reminders_svc.storage.errors import STORAGE_ERRORS
@@ -370,7 +371,7 @@ class Dispatcher:
             self._metrics_endpoint.close()
 
     async def _start_health(self) -> None:
-        server = grpc.aio.server(options=(("grpc.so_reuseport", 0),))  # see SERVER_OPTIONS
+        server = grpc.aio.server(options=SERVER_OPTIONS)
         health_pb2_grpc.add_HealthServicer_to_server(self._health.servicer, server)
         await self._health.start()
         self._server = server  # stopped by _close() even if what follows fails

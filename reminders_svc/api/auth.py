@@ -27,7 +27,6 @@ import re
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -268,18 +267,13 @@ class Authenticator:
         return subject
 
     def _verify(self, token: str, key: TokenKey) -> tuple[str, float]:
-        verifiers = key.public_keys or (key.key.value,)
-        for verifier in verifiers[:-1]:
-            # A provider's key rollover: the token was signed by one of the keys listed.
-            with suppress(jwt.InvalidSignatureError):
-                claims = self._decoded(token, verifier, key)
-                break
-        else:
+        # A provider's key rollover: the token was signed by one of the keys listed.
+        for verifier in key.public_keys or (key.key.value,):
             try:
-                claims = self._decoded(token, verifiers[-1], key)
+                return self._subject_of(self._decoded(token, verifier, key), key)
             except jwt.InvalidSignatureError:
-                raise Unauthenticated("token signature invalid") from None
-        return self._subject_of(claims, key)
+                continue
+        raise Unauthenticated("token signature invalid")
 
     def _decoded(self, token: str, verifier: Any, key: TokenKey) -> dict[str, Any]:
         """The token's claims, checked with `verifier`; InvalidSignatureError is left to

@@ -345,8 +345,7 @@ class AdminServicer(pb_grpc.RemindersAdminServiceServicer):
         self, operator: str, user_id: str, purge: asyncio.Task[pb.DeleteUserDataResponse]
     ) -> None:
         del self._purges[user_id]
-        failed = purge.cancelled() or purge.exception() is not None
-        if failed:
+        if purge.cancelled() or purge.exception() is not None:
             # Its caller may be gone: the audit trail says it did not finish.
             audit.warning(
                 "operator %r's deletion of all data of user %r failed (%s); run it again"
