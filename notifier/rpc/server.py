@@ -25,7 +25,7 @@ from notifier.rpc.servicer import NotificationServicer
 from notifier.settings import NotifierSettings
 from notifier.storage.devices import DeviceStore
 from notifier.storage.keys import KeyStore
-from notifier.storage.schema import migrate_notifier
+from notifier.storage.schema import apply_notifier_schema
 from reminders_svc.connections import SERVER_OPTIONS
 from reminders_svc.health import ProcessHealth
 from reminders_svc.runtime import (
@@ -139,18 +139,22 @@ class NotifierServer:
         waiting for the database (not listening meanwhile, so not ready) rather than exit."""
         settings = self._settings
         retry_s = settings.health_probe_interval.total_seconds()
+        # Migrating: connected without a keyspace, which may not exist yet (every statement
+        # names its keyspace); otherwise with it, so a missing one is said at once.
+        self._connection = await connect_on_loop_patiently(
+            settings.cassandra, retry_s, keyspace="" if self._migrate else None
+        )
+        session, keyspace = self._connection.session, settings.cassandra.keyspace
         if self._migrate:
             report = await built_patiently(
-                lambda: migrate_notifier(settings.cassandra), retry_s, "migrating"
+                lambda: apply_notifier_schema(session, settings.cassandra), retry_s, "migrating"
             )
             log.info(
                 "keyspace %s: applied %s, already applied %s",
-                settings.cassandra.keyspace,
+                keyspace,
                 list(report.applied),
                 list(report.already_applied),
             )
-        self._connection = await connect_on_loop_patiently(settings.cassandra, retry_s)
-        session, keyspace = self._connection.session, settings.cassandra.keyspace
         keys, devices = await built_patiently(
             lambda: (
                 KeyStore(session, keyspace, settings.key_ttl, settings.key_takeover_after),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cassandra.cluster import Session
+
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage.migrations import (
     MigrationReport,
@@ -22,4 +24,9 @@ def notifier_cql_dir() -> Path:
 def migrate_notifier(settings: CassandraSettings) -> MigrationReport:
     """Create the notifier's keyspace and tables; idempotent, safe from many replicas."""
     with connect(settings, keyspace="") as connection:
-        return migrate(connection.session, settings, load_migrations(notifier_cql_dir()))
+        return apply_notifier_schema(connection.session, settings)
+
+
+def apply_notifier_schema(session: Session, settings: CassandraSettings) -> MigrationReport:
+    """`migrate_notifier` on a session already connected (with or without a keyspace)."""
+    return migrate(session, settings, load_migrations(notifier_cql_dir()))

@@ -13,15 +13,20 @@ Rules:
   class, not a connection, for timers), so several loops in one process (tests) are fine.
 - Never call the driver's blocking API (`Session.execute`, `prepare`, `Cluster.connect`,
   `shutdown`) on the loop's thread: it would wait for I/O that only that thread can do.
-  Call them through `asyncio.to_thread`; the driver's own threads (control connection,
-  pool refills, heartbeats) already run off the loop and are safe.
+  Call them through `asyncio.to_thread`, or `in_daemon_thread` where a stop must not wait
+  for them; the driver's own threads (control connection, pool refills, heartbeats)
+  already run off the loop and are safe.
 - Everything else (`push`, timers, `close`) may be called from any thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import concurrent.futures
+import contextlib
 import errno
+import functools
 import logging
 import ssl
 import threading
@@ -30,11 +35,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar, TypeVar
 
+import cassandra.cluster
 from cassandra.connection import Connection, ConnectionShutdown
 
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage.errors import STORAGE_ERRORS
-from reminders_svc.storage.session import CassandraConnection, connect
+from reminders_svc.storage.session import CassandraConnection, connect_cluster, new_cluster
 
 log = logging.getLogger(__name__)
 
@@ -228,14 +234,59 @@ class LoopConnection(Connection):  # type: ignore[misc]  # the driver is untyped
         self._socket.close()
 
 
+async def in_daemon_thread(
+    call: Callable[[], T], *, abandoned: Callable[[T], object] | None = None
+) -> T:
+    """`call()` in a thread the process does not wait for. A connect or a prepare meeting
+    a node that accepts and never answers blocks for the connect timeout per contact
+    point; in `asyncio.to_thread` a stop signal would return at once and the process then
+    wait out that thread on its way out (`asyncio.run` joins its executor), past a pod's
+    termination grace. Cancelled, this returns at once; a result that comes later goes to
+    `abandoned`, in that thread (a connection: closed, not leaked)."""
+    outcome: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            result = call()
+        except BaseException as error:
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                outcome.set_exception(error)
+            return
+        try:
+            outcome.set_result(result)
+        except concurrent.futures.InvalidStateError:  # the awaiting task was cancelled
+            if abandoned is not None:
+                abandoned(result)
+
+    threading.Thread(target=run, name=getattr(call, "__name__", "call"), daemon=True).start()
+    try:
+        return await asyncio.wrap_future(outcome)
+    except asyncio.CancelledError:
+        # Cancelled after the result came but before this task took it: hand it on too.
+        came = outcome.done() and not outcome.cancelled() and outcome.exception() is None
+        if abandoned is not None and came:
+            late = outcome.result()
+            threading.Thread(target=abandoned, args=(late,), daemon=True).start()
+        raise
+
+
 async def connect_on_loop(
     settings: CassandraSettings, *, keyspace: str | None = None
 ) -> CassandraConnection:
-    """Connect (from a worker thread) with the driver's I/O on the running loop."""
+    """Connect (from a thread of its own) with the driver's I/O on the running loop."""
     connection_class = LoopConnection.on(asyncio.get_running_loop(), threading.get_ident())
-    return await asyncio.to_thread(
-        connect, settings, keyspace=keyspace, connection_class=connection_class
-    )
+    cluster = new_cluster(settings, connection_class=connection_class)
+    try:
+        return await in_daemon_thread(
+            functools.partial(connect_cluster, cluster, settings, keyspace=keyspace),
+            abandoned=CassandraConnection.close,
+        )
+    except asyncio.CancelledError:
+        # The driver shuts every cluster down at exit (an atexit hook), under the lock its
+        # connect holds until the connect timeout: this one must not hold the exit up.
+        # atexit runs last-registered first, so this runs before the driver's hook.
+        atexit.register(cassandra.cluster._discard_cluster_shutdown, cluster)
+        raise
 
 
 async def patiently(what: str, attempt: Callable[[], Awaitable[T]], retry_interval_s: float) -> T:
@@ -251,15 +302,17 @@ async def patiently(what: str, attempt: Callable[[], Awaitable[T]], retry_interv
 
 
 async def connect_on_loop_patiently(
-    settings: CassandraSettings, retry_interval_s: float
+    settings: CassandraSettings, retry_interval_s: float, *, keyspace: str | None = None
 ) -> CassandraConnection:
-    return await patiently("connecting", lambda: connect_on_loop(settings), retry_interval_s)
+    return await patiently(
+        "connecting", lambda: connect_on_loop(settings, keyspace=keyspace), retry_interval_s
+    )
 
 
 async def built_patiently(build: Callable[[], T], retry_interval_s: float, what: str) -> T:
-    """`build()` in a worker thread, patiently: it prepares statements or migrates, and the
-    driver's blocking calls must not run on the loop that does its I/O."""
-    return await patiently(what, lambda: asyncio.to_thread(build), retry_interval_s)
+    """`build()` in a thread of its own, patiently: it prepares statements or migrates, and
+    the driver's blocking calls must not run on the loop that does its I/O."""
+    return await patiently(what, lambda: in_daemon_thread(build), retry_interval_s)
 
 
 @asynccontextmanager

@@ -96,23 +96,18 @@ def prepare_serial(session: Session, query: str) -> PreparedStatement:
     return statement
 
 
-def connect(
-    settings: CassandraSettings,
-    *,
-    keyspace: str | None = None,
-    connection_class: type[Connection] | None = None,
-) -> CassandraConnection:
-    """Connect; `keyspace=None` uses the configured one, `keyspace=""` none (for migrations).
-
-    `connection_class` picks the driver's reactor (default: libev, on its own thread).
-    """
+def new_cluster(
+    settings: CassandraSettings, *, connection_class: type[Connection] | None = None
+) -> Cluster:
+    """A cluster not yet connected (no I/O). `connection_class` picks the driver's reactor
+    (default: libev, on its own thread)."""
     options: dict[str, Any] = {}
     if connection_class is not None:
         options["connection_class"] = connection_class
     if settings.username is not None:
         password = settings.password.value if settings.password else ""
         options["auth_provider"] = PlainTextAuthProvider(settings.username, password)
-    cluster = Cluster(
+    return Cluster(
         list(settings.contact_points),
         port=settings.port,
         protocol_version=5,
@@ -123,6 +118,23 @@ def connect(
         ssl_context=_ssl_context(settings),
         **options,
     )
+
+
+def connect(
+    settings: CassandraSettings,
+    *,
+    keyspace: str | None = None,
+    connection_class: type[Connection] | None = None,
+) -> CassandraConnection:
+    """Connect; `keyspace=None` uses the configured one, `keyspace=""` none (for migrations)."""
+    cluster = new_cluster(settings, connection_class=connection_class)
+    return connect_cluster(cluster, settings, keyspace=keyspace)
+
+
+def connect_cluster(
+    cluster: Cluster, settings: CassandraSettings, *, keyspace: str | None = None
+) -> CassandraConnection:
+    """`cluster` connected (blocking); shut down if it cannot be."""
     chosen = settings.keyspace if keyspace is None else keyspace
     try:
         session = cluster.connect(chosen or None)
