@@ -75,20 +75,16 @@ _HISTORY = {
 }
 
 
-def fault(name: str) -> bool:
-    """Test hooks, off unless REMINDERS_DISPATCH_FAULTS names them (comma-separated)."""
-    return name in os.environ.get("REMINDERS_DISPATCH_FAULTS", "").split(",")
-
-
-def _crash_if(name: str) -> None:
-    if fault(name):
+def _crash_if(faults: frozenset[str], name: str) -> None:
+    """Test hooks (DispatcherSettings.faults): off unless REMINDERS_DISPATCH_FAULTS names them."""
+    if name in faults:
         log.warning("fault hook %s: killing this process", name)
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _freeze_if(name: str) -> None:
+def _freeze_if(faults: frozenset[str], name: str) -> None:
     """Stop this process (as a long GC pause or a frozen VM would) until sent SIGCONT."""
-    if fault(name):
+    if name in faults:
         log.warning("fault hook %s: stopping this process", name)
         os.kill(os.getpid(), signal.SIGSTOP)
 
@@ -129,8 +125,15 @@ class _Pending:
 class HandoffBatcher:
     """Collects rings already claimed and sends them in batches, a few at a time."""
 
-    def __init__(self, client: NotifierClient, batch_size: int, linger_s: float = 0.02) -> None:
+    def __init__(
+        self,
+        client: NotifierClient,
+        batch_size: int,
+        linger_s: float = 0.02,
+        faults: frozenset[str] = frozenset(),
+    ) -> None:
         self._client = client
+        self._faults = faults
         self._batch_size = batch_size
         self._linger_s = linger_s
         self._queue: list[_Pending] = []
@@ -190,7 +193,7 @@ class HandoffBatcher:
             answers = {ring.key: Answer(Outcome.RETRYABLE, reason) for ring in rings}
         finally:
             self._keys_sending -= collections.Counter(ring.key for ring in rings)  # drops zeros
-        _crash_if("crash_after_send")
+        _crash_if(self._faults, "crash_after_send")
         for pending in batch:
             if not pending.answer.done():
                 pending.answer.set_result(answers[pending.ring.key])
@@ -381,8 +384,8 @@ class Ringer:
             self._metrics.claims_lost.inc()
             return None
         assert after.claim is not None
-        _crash_if("crash_after_claim")
-        _freeze_if("freeze_after_claim")
+        _crash_if(self._settings.faults, "crash_after_claim")
+        _freeze_if(self._settings.faults, "freeze_after_claim")
         if isinstance(decision, dispatch.Reclaimable):
             self._metrics.reclaims.inc()  # its due was claimed before: its lateness counted
         else:

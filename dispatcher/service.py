@@ -39,7 +39,7 @@ from dispatcher.leases import Lease, PartLeases
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.minutes import PartWorker
 from dispatcher.ratelimit import RateLimiter
-from dispatcher.ringer import HandoffBatcher, Ringer, fault
+from dispatcher.ringer import HandoffBatcher, Ringer
 from dispatcher.settings import DispatcherSettings
 from reminders_svc.concurrency import unless_stopped
 from reminders_svc.config import CassandraSettings
@@ -123,13 +123,17 @@ class Dispatcher:
     async def _work(self, stores: Stores) -> None:
         assert self._connection is not None
         session = self._connection.session
-        self.clock = DbClock(session, self.settings.max_clock_offset, wall=_host_clock())
+        self.clock = DbClock(
+            session, self.settings.max_clock_offset, wall=_host_clock(self.settings.faults)
+        )
         store, history, self._leases, self._reader = stores
         self._parts = PartCounts(session)
         self._notifier = NotifierClient(
             self.settings.notifier_target, tls=self.settings.notifier_tls
         )
-        batcher = HandoffBatcher(self._notifier, self.settings.batch_size)
+        batcher = HandoffBatcher(
+            self._notifier, self.settings.batch_size, faults=self.settings.faults
+        )
         self._ringer = Ringer(store, history, batcher, self.clock, self.settings, self.metrics)
         self._catch_up = RateLimiter(self.settings.catch_up_minutes_per_s)
         renewing = asyncio.create_task(self._keep_renewing(), name="lease-renewals")
@@ -383,14 +387,14 @@ class Dispatcher:
         self.metrics_port = self._metrics_endpoint.port
 
 
-def _host_clock() -> Callable[[], float]:
+def _host_clock(faults: frozenset[str]) -> Callable[[], float]:
     """The host's wall clock; 30 s ahead under the test hook `wall_clock_ahead` (a host
     whose clock is off: the dispatcher must say not ready and take no part), or from the
     first SIGUSR1 on under `wall_clock_ahead_on_sigusr1` (a clock going bad while parts
     are held)."""
-    if fault("wall_clock_ahead"):
+    if "wall_clock_ahead" in faults:
         return lambda: time.time() + 30
-    if fault("wall_clock_ahead_on_sigusr1"):
+    if "wall_clock_ahead_on_sigusr1" in faults:
         ahead_s = [0.0]
         signal.signal(signal.SIGUSR1, lambda *_: ahead_s.__setitem__(0, 30.0))
         return lambda: time.time() + ahead_s[0]

@@ -32,8 +32,7 @@ class MisfirePolicy(StrEnum):
     SKIP_MISSED = "skip_missed"  # rings older than `misfire_grace` are not sent, only re-armed
 
 
-# The test hooks REMINDERS_DISPATCH_FAULTS may name (DESIGN.md's fault-injection tests);
-# dispatcher.ringer.fault() reads them where they act.
+# The test hooks REMINDERS_DISPATCH_FAULTS may name (DESIGN.md's fault-injection tests).
 FAULTS = frozenset(
     {
         "crash_after_claim",
@@ -90,6 +89,8 @@ class DispatcherSettings:
     shutdown_grace: timedelta = timedelta(seconds=25)
     # How long bucket entries and delivery history rows are kept; the API reads the same.
     retention: Retention = field(default_factory=Retention)
+    # Test hooks named in REMINDERS_DISPATCH_FAULTS (FAULTS); none in production.
+    faults: frozenset[str] = frozenset()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> DispatcherSettings:
@@ -143,10 +144,11 @@ class DispatcherSettings:
             ring_expiry=seconds("RING_EXPIRY_S", cls.ring_expiry, low=0.001, high=7 * day_s),
             shutdown_grace=seconds("SHUTDOWN_GRACE_S", cls.shutdown_grace, low=0),
             retention=Retention.from_env(values),
+            faults=frozenset(filter(None, env.text("FAULTS", "").split(","))),
         )
-        for name in filter(None, env.text("FAULTS", "").split(",")):
-            if name not in FAULTS:  # a misspelt hook would quietly test nothing
-                raise ConfigError(f"{prefix}FAULTS: unknown fault {name!r}")
+        unknown = sorted(settings.faults - FAULTS)
+        if unknown:  # a misspelt hook would quietly test nothing
+            raise ConfigError(f"{prefix}FAULTS: unknown fault {unknown[0]!r}")
         if settings.lease_renew_every * 2 >= settings.lease:
             raise ConfigError(f"{prefix}LEASE_RENEW_S must be under half of {prefix}LEASE_S")
         check_tz_override(values)  # a finalize computes the next ring in its zone
