@@ -51,8 +51,8 @@ class DispatcherMetrics:
         self.reclaims = Counter(
             "reminders_dispatch_reclaims_total", "Expired claims taken over.", registry=r
         )
-        self.parts_total = Gauge(
-            "reminders_dispatch_parts_total", "P, the number of parts in force now.", registry=r
+        self.parts = Gauge(
+            "reminders_dispatch_parts", "P, the number of parts in force now.", registry=r
         )
         self.parts_owned = Gauge(
             "reminders_dispatch_parts_owned", "Parts this dispatcher holds a lease on.", registry=r

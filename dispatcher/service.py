@@ -280,7 +280,7 @@ class Dispatcher:
         # added by a grow are leased before their first minute, not after it.
         ahead = self.settings.prefetch + self.settings.lease_renew_every
         parts = await self._parts.parts_at(floor_minute(self.clock.now() + ahead))
-        self.metrics.parts_total.set(parts)
+        self.metrics.parts.set(parts)
         await self._leases.heartbeat()
         target = math.ceil(parts / len(await self._leases.members()))
         working = sorted(part for part, (w, _) in self._workers.items() if not w.shift.stopping)
