@@ -47,11 +47,12 @@ class DeliveryHistory:
         is: it was the delivery the user saw (when, and whether), and the later attempt's
         answer is only "duplicate" (or "abandoned", were the user to take over now). Such
         takeovers are rare, so their record can afford a lightweight transaction."""
-        values = self._values(delivery)
+        # An absent value (nothing handed off: a ring missed or given up) is left unset, not
+        # written null: a null is a tombstone cell that every read of the user's history
+        # scans. Only a ring's first attempt updates: no earlier record has values to clear.
+        values = tuple(UNSET_VALUE if value is None else value for value in self._values(delivery))
         if keep_earlier:
-            # A new row: an absent value is left unset, not written null (a tombstone).
-            unset = tuple(UNSET_VALUE if value is None else value for value in values)
-            await aio.execute(self._session, self._record_first, (*unset, self._ttl))
+            await aio.execute(self._session, self._record_first, (*values, self._ttl))
         else:
             await aio.execute(self._session, self._record, (self._ttl, *values))
 
@@ -63,9 +64,7 @@ class DeliveryHistory:
             delivery.claimed_at,
             delivery.handed_off_at,
             delivery.answer.value if delivery.answer else None,
-            # Empty, not null: it must clear an earlier attempt's reason, and a null is a
-            # tombstone cell that every read of the user's history scans.
-            delivery.reason or "",
+            delivery.reason,
             delivery.lateness_ms,
             delivery.late,
             delivery.user_id,

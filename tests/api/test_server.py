@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import time
 import urllib.request
 from collections.abc import Callable
@@ -90,11 +91,15 @@ def test_serving_with_reflection_and_metrics_then_sigterm(
                 stub.ListReminders(pb.ListRemindersRequest())
             assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
             # A call past its deadline is a server fault: a preview given 0.5 s, queued
-            # behind eight costly ones (previews expand one at a time).
+            # behind costly ones (previews expand one at a time), enough of them to take
+            # 3 s on this machine whatever its speed.
             costly = pb.PreviewScheduleRequest(schedule=COSTLY, count=30)
+            started = time.monotonic()
+            stub.PreviewSchedule(costly, metadata=user_metadata("metrics-user"))
+            one_s = time.monotonic() - started
             ahead = [
                 stub.PreviewSchedule.future(costly, metadata=user_metadata("metrics-user"))
-                for _ in range(8)
+                for _ in range(max(8, math.ceil(3.0 / one_s)))
             ]
             with pytest.raises(grpc.RpcError) as too_slow:
                 stub.PreviewSchedule(costly, metadata=user_metadata("metrics-user"), timeout=0.5)

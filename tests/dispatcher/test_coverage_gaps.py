@@ -32,6 +32,7 @@ from tests.dispatcher.stack import (
     stamp,
     wait_owning,
 )
+from tests.tracing import scanned
 
 FAULT_VARIABLES = ("REMINDERS_DISPATCH_FAULTS", "REMINDERS_NOTIFIER_FAULTS")
 NEW_YORK = "America/New_York"
@@ -87,6 +88,11 @@ def test_skip_missed_re_arms_a_ring_older_than_the_grace_without_sending_it(
     assert [d.answer for d in deliveries] == [pb.Delivery.ANSWER_REJECTED]
     assert "misfire grace" in deliveries[0].reason
     assert deliveries[0].due_time.ToDatetime(tzinfo=UTC) == missed
+    # Nothing handed off, and no null written for it: a null is a tombstone cell that
+    # every read of the user's history scans.
+    history = "SELECT * FROM deliveries WHERE user_id = %s"
+    read = scanned(stack.db.session, history, (missed_user,))
+    assert read == ["Read 1 live rows and 0 tombstone cells"]
 
 
 def _first_day_on_another_offset(zone: ZoneInfo, today: date) -> date:
