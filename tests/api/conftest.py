@@ -86,10 +86,16 @@ def running_api(
     clock: FakeClock,
     limits: Limits | None = None,
     build: BuildServicers = build_servicers,
+    shutdown_grace: timedelta | None = None,
 ) -> Iterator[Api]:
     """An API server in a thread on `cassandra`, and a client of it; both stopped after."""
+    defaults = ApiSettings.from_env(DEV_ENV)
     settings = dataclasses.replace(
-        ApiSettings.from_env(DEV_ENV), port=0, metrics_port=0, limits=limits or Limits()
+        defaults,
+        port=0,
+        metrics_port=0,
+        limits=limits or Limits(),
+        shutdown_grace=shutdown_grace or defaults.shutdown_grace,
     )
     auth_settings = AuthSettings.from_env(DEV_ENV)
 

@@ -4,6 +4,7 @@ fenced off, a cut-short call still finishes, and rings in flight are reported.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -11,7 +12,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import grpc
@@ -132,6 +133,16 @@ class PurgeHeldAtItsFirstRow(UserPurge):
 
 @pytest.fixture
 def held(migrated_settings: CassandraSettings) -> Iterator[tuple[Api, PurgeHeldAtItsFirstRow]]:
+    with serving_a_held_purge(migrated_settings) as (api, purger):
+        yield api, purger
+        purger.release.set()
+
+
+@contextlib.contextmanager
+def serving_a_held_purge(
+    migrated_settings: CassandraSettings, shutdown_grace: timedelta | None = None
+) -> Iterator[tuple[Api, PurgeHeldAtItsFirstRow]]:
+    """An API whose purges wait at their first row until released."""
     purges: list[PurgeHeldAtItsFirstRow] = []
 
     def build(
@@ -143,9 +154,9 @@ def held(migrated_settings: CassandraSettings) -> Iterator[tuple[Api, PurgeHeldA
         admin = AdminServicer(purges[-1], history, auth, clock)
         return dataclasses.replace(servicers, admin=admin)
 
-    with running_api(migrated_settings, FakeClock(SEED_NOW), build=build) as api:
+    clock = FakeClock(SEED_NOW)
+    with running_api(migrated_settings, clock, build=build, shutdown_grace=shutdown_grace) as api:
         yield api, purges[0]
-        purges[0].release.set()
 
 
 def active_count(cassandra: CassandraConnection, user: str) -> int | None:
@@ -223,6 +234,38 @@ def test_a_purge_whose_caller_gave_up_still_finishes(
     # Run again, it removes only what was made since.
     again = purge(api, user)
     assert (again.reminders_deleted, again.requests_deleted) == (1, 1)
+
+
+def test_a_purge_the_shutdown_grace_cuts_short_is_named_in_the_audit_trail(
+    migrated_settings: CassandraSettings,
+    user: str,
+    cassandra: CassandraConnection,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A stopping server lets a purge run on through its grace, then cancels it; its caller
+    may be gone, so the audit trail says whose deletion to run again."""
+    with (
+        caplog.at_level(logging.INFO, logger="reminders.audit"),
+        ThreadPoolExecutor(1) as pool,
+    ):
+        grace = timedelta(seconds=1)
+        with serving_a_held_purge(migrated_settings, shutdown_grace=grace) as (api, purger):
+            create(api, user, weekly_monday_nine())
+            purging = pool.submit(purge, api, user)
+            assert purger.fenced.wait(30)
+        # Stopped, its grace over with the purge still held at its first row.
+        with pytest.raises(grpc.RpcError):
+            purging.result(30)
+        purger.release.set()  # too late: cancelled, it deletes nothing more
+
+    audit = [r.getMessage() for r in caplog.records if r.name == "reminders.audit"]
+    assert audit == [
+        f"operator 'ops' deletes all data of user {user!r}",
+        f"operator 'ops''s deletion of all data of user {user!r} failed (the server stopped);"
+        " run it again (its fence on the user lifts 2 minutes after its last refresh)",
+    ]
+    time.sleep(0.5)  # were the purge still running, released, it would delete the row now
+    assert live_rows(cassandra, user) == 1
 
 
 def test_a_purge_reports_the_rings_in_flight(
