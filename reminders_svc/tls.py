@@ -11,16 +11,25 @@ One set of rules for every link, each under its own variable prefix:
   the target's host). The dispatcher reads REMINDERS_NOTIFIER_TLS_* for its channel to the
   notifier.
 
-Every file is read once, when the settings are read: a missing, unreadable or malformed
-file, or a key that is not the certificate's, stops the process at startup with a
-ConfigError naming the variable and the path, never the file's contents.
+Every file is read when the settings are read: a missing, unreadable or malformed file,
+or a key that is not the certificate's, stops the process at startup with a ConfigError
+naming the variable and the path, never the file's contents. A served port's files are
+read again when they change (cert-manager renews a Secret in place, and the kubelet
+swaps the mounted files): new connections get the renewed certificate, with no restart;
+files that changed but cannot be used (half written, a key not the certificate's) leave
+the previous certificate in use, and say so in the log. A channel's files (`ClientTls`)
+are read once: its process is restarted after a renewal.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import grpc
 from cryptography import x509
@@ -32,6 +41,8 @@ API_PREFIX = "REMINDERS_API_TLS_"
 NOTIFIER_SERVER_PREFIX = "REMINDERS_NOTIFIER_SERVER_TLS_"
 NOTIFIER_CLIENT_PREFIX = "REMINDERS_NOTIFIER_TLS_"
 CLI_CLIENT_PREFIX = "REMINDERS_CLIENT_TLS_"  # the `reminders create|get|...` client
+
+log = logging.getLogger(__name__)
 
 # A DNS name (wildcards aside, as certificates hold them) or an IP address.
 _SERVER_NAME = re.compile(r"[A-Za-z0-9._:-]{1,253}")
@@ -101,12 +112,81 @@ class ServerTls:
             _certificates(client_ca)
         return cls(cert=pair[0], key=pair[1], client_ca=client_ca)
 
-    def credentials(self) -> grpc.ServerCredentials:
-        return grpc.ssl_server_credentials(
+    def files(self) -> tuple[PemFile, ...]:
+        return (
+            (self.cert, self.key)
+            if self.client_ca is None
+            else (self.cert, self.key, self.client_ca)
+        )
+
+    def reread(self) -> ServerTls:
+        """The same files read again and checked as at startup (ConfigError if unusable)."""
+        cert = PemFile.load(self.cert.variable, self.cert.path)
+        key = PemFile.load(self.key.variable, self.key.path)
+        _check_pair(cert, key)
+        client_ca = self.client_ca
+        if client_ca is not None:
+            client_ca = PemFile.load(client_ca.variable, client_ca.path)
+            _certificates(client_ca)
+        return ServerTls(cert=cert, key=key, client_ca=client_ca)
+
+    def certificate_configuration(self) -> grpc.ServerCertificateConfiguration:
+        return grpc.ssl_server_certificate_configuration(
             [(self.key.data, self.cert.data)],
             root_certificates=self.client_ca.data if self.client_ca else None,
-            require_client_auth=self.client_ca is not None,
         )
+
+    def credentials(self) -> grpc.ServerCredentials:
+        """Credentials that follow the files: gRPC asks `_Renewals` before each handshake."""
+        # The stubs leave out the None ("no change") that gRPC's own documentation gives.
+        fetcher = cast(Callable[[], grpc.ServerCertificateConfiguration], _Renewals(self))
+        return grpc.dynamic_ssl_server_credentials(
+            self.certificate_configuration(),
+            fetcher,
+            require_client_authentication=self.client_ca is not None,
+        )
+
+
+_FileStamp = tuple[int, int, int]  # inode, size, modification time (ns)
+
+
+def _stamps(tls: ServerTls) -> tuple[_FileStamp, ...]:
+    # stat follows the kubelet's symlinks, so a swapped Secret volume shows a new inode.
+    stats = [os.stat(pem.path) for pem in tls.files()]
+    return tuple((st.st_ino, st.st_size, st.st_mtime_ns) for st in stats)
+
+
+class _Renewals:
+    """gRPC's certificate fetcher: called (on a gRPC thread) before every TLS handshake, it
+    answers a new configuration when the files changed since the last look, else None (no
+    change). A stat per handshake; the files are read only when they change."""
+
+    def __init__(self, tls: ServerTls) -> None:
+        self._tls = tls
+        self._lock = threading.Lock()
+        self._seen = _stamps(tls)
+
+    def __call__(self) -> grpc.ServerCertificateConfiguration | None:
+        try:
+            stamps = _stamps(self._tls)
+        except OSError:
+            return None  # a file being swapped: the next handshake looks again
+        with self._lock:
+            if stamps == self._seen:
+                return None
+            self._seen = stamps  # tried once per change, not on every handshake
+            try:
+                renewed = self._tls.reread()
+            except ConfigError as error:
+                log.warning(
+                    "TLS files changed but cannot be used: %s; serving the previous "
+                    "certificate until they change again",
+                    error,
+                )
+                return None
+            self._tls = renewed
+        log.info("TLS certificate renewed from %s", renewed.cert.path)
+        return renewed.certificate_configuration()
 
 
 def add_port(server: grpc.aio.Server, address: str, tls: ServerTls | None) -> int:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
 from contextlib import AbstractContextManager
+from pathlib import Path
 
 import grpc
 import pytest
@@ -12,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from reminders_svc.config import CassandraSettings
 from tests.api.serving import NOT_SERVING, SERVING, ServedApi, serve_api
-from tests.pki import Pki, issue_pki
+from tests.pki import LOCALHOST, Authority, Pair, Pki, issue_pki
 from tests.platform.helpers import free_port, run_cli
 
 
@@ -78,3 +81,65 @@ def test_the_client_command_speaks_mutual_tls_and_refuses_half_a_configuration(
         assert "set both REMINDERS_CLIENT_TLS_CERT_FILE and" in refused.stderr
         assert "Traceback" not in refused.stderr
         assert api.terminate() == 0
+
+
+def _serves_to(target: str, ca: Path) -> bool:
+    """Whether a new connection trusting only `ca` completes its handshake with the server."""
+    options = [("grpc.use_local_subchannel_pool", 1)]  # a new connection, not a pooled one
+    credentials = grpc.ssl_channel_credentials(root_certificates=ca.read_bytes())
+    with grpc.secure_channel(target, credentials, options=options) as channel:
+        try:
+            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        except grpc.RpcError as error:
+            refused = error
+        else:
+            return True
+    assert refused.code() == grpc.StatusCode.UNAVAILABLE, refused  # the handshake, not a call
+    return False
+
+
+def _install(source: Pair, mounted: Pair) -> None:
+    """As the kubelet updates a Secret volume: each file replaced whole, never half written."""
+    for origin, target in ((source.cert, mounted.cert), (source.key, mounted.key)):
+        staged = target.with_suffix(".new")
+        shutil.copyfile(origin, staged)
+        os.replace(staged, target)
+
+
+def test_a_renewed_certificate_is_served_to_new_connections_without_a_restart(
+    tmp_path: Path, migrated_settings: CassandraSettings
+) -> None:
+    """cert-manager renews the Secret in place: the API serves the new certificate from the
+    next connection on. Files that changed but do not match (a key not the certificate's)
+    leave the previous certificate in use."""
+    old, new = Authority(tmp_path, "old-ca"), Authority(tmp_path, "new-ca")
+    old_pair = old.issue("old-server", ips=(LOCALHOST,))
+    new_pair = new.issue("new-server", ips=(LOCALHOST,))
+    mounted = Pair(tmp_path / "tls.crt", tmp_path / "tls.key")
+    _install(old_pair, mounted)
+    unreachable = dataclasses.replace(migrated_settings, port=free_port())
+    with serve_api(
+        unreachable,
+        REMINDERS_API_TLS_CERT_FILE=str(mounted.cert),
+        REMINDERS_API_TLS_KEY_FILE=str(mounted.key),
+    ) as api:
+        ca_bytes = old.cert.read_bytes()
+        credentials = grpc.ssl_channel_credentials(root_certificates=ca_bytes)
+        api.wait_for_health(NOT_SERVING, credentials=credentials)
+        assert _serves_to(api.target, old.cert)
+        assert not _serves_to(api.target, new.cert)
+
+        # The new certificate beside the old key: unusable, the old one stays in use.
+        _install(Pair(new_pair.cert, old_pair.key), mounted)
+        assert _serves_to(api.target, old.cert)
+
+        _install(new_pair, mounted)
+        assert _serves_to(api.target, new.cert)
+        assert not _serves_to(api.target, old.cert)
+        assert api.terminate() == 0
+        output = api.output()
+
+    assert "TLS files changed but cannot be used" in output
+    assert f"is not the key of REMINDERS_API_TLS_CERT_FILE={str(mounted.cert)!r}" in output
+    assert f"TLS certificate renewed from {mounted.cert}" in output
+    assert "BEGIN" not in output  # never a file's contents
