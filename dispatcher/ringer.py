@@ -39,7 +39,7 @@ import os
 import random
 import signal
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -50,7 +50,7 @@ from dispatcher.metrics import DispatcherMetrics
 from dispatcher.ratelimit import RateLimiter
 from dispatcher.settings import DispatcherSettings, MisfirePolicy
 from dispatcher.shift import LOOK_EVERY_S, Shift
-from reminders_svc.concurrency import UserLocks
+from reminders_svc.concurrency import UserLocks, to_the_end
 from reminders_svc.domain import dispatch
 from reminders_svc.domain.delivery import Answer as HistoryAnswer
 from reminders_svc.domain.delivery import Delivery
@@ -87,20 +87,6 @@ def _freeze_if(faults: frozenset[str], name: str) -> None:
     if name in faults:
         log.warning("fault hook %s: stopping this process", name)
         os.kill(os.getpid(), signal.SIGSTOP)
-
-
-async def _to_the_end(work: Awaitable[None]) -> None:
-    """Run `work` to its end even if this task is cancelled meanwhile, once or more (then
-    re-raise): a claim being let go must be let go before the task ends."""
-    task = asyncio.ensure_future(work)
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
 
 
 class _Backoff:
@@ -378,7 +364,7 @@ class Ringer:
                 # Cancelled mid-claim (the part lost, the shutdown grace over): the LWT
                 # goes on and may land. Let it go if it does, or the next owner of the part
                 # waits out the whole claim lease before it can ring it.
-                await _to_the_end(self._let_go_if_landed(claim, after))
+                await to_the_end(self._let_go_if_landed(claim, after))
             raise
         if not applied:
             self._metrics.claims_lost.inc()
@@ -410,8 +396,11 @@ class Ringer:
                 # Only a ring found missed is skipped: one already in flight when its claim
                 # was let go (a notifier outage, a restart) is not lost to the policy.
                 self._metrics.skips.labels(dispatch.SkipReason.MISSED.value).inc()
+                # keep_earlier: a dispatcher that took the ring over while this one was
+                # paused may have handed it off and recorded that; it stands.
                 await self._history.record(
-                    self._delivery(claimed_row, claimed_at, None, _MISSED, None)
+                    self._delivery(claimed_row, claimed_at, None, _MISSED, None),
+                    keep_earlier=True,
                 )
                 resolved = await self._finalize(claimed_row, shift)
                 return resolved
@@ -422,7 +411,7 @@ class Ringer:
                 resolved = True  # the claim was taken while retrying: the user's change wins
                 await self._history.record(
                     self._delivery(claimed_row, claimed_at, None, answer, None),
-                    keep_earlier=not first,
+                    keep_earlier=True,  # nothing handed off: an earlier record stands
                 )
                 if await self._store.get_serial(claimed_row.user_id, reminder_id) is None:
                     await self._forget(claimed_row)
@@ -441,7 +430,7 @@ class Ringer:
                         "reminder %s: a hand-off under way; its claim left to expire", reminder_id
                     )
                 else:
-                    await _to_the_end(self._let_go(claimed_row))
+                    await to_the_end(self._let_go(claimed_row))
 
     async def _hand_off(self, row: Reminder, shift: Shift) -> Answer | None:
         """The notifier's final answer; RETRYABLE when the claim was taken while retrying;

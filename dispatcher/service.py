@@ -48,7 +48,11 @@ from reminders_svc.health import ProcessHealth
 from reminders_svc.runtime import MetricsEndpoint, on_stop_signals, stop_unless_waited_out
 from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.history import DeliveryHistory
-from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
+from reminders_svc.storage.loop_reactor import (
+    built_patiently,
+    close_on_loop,
+    connect_on_loop_patiently,
+)
 from reminders_svc.storage.migrations import require_current_schema
 from reminders_svc.storage.parts import PartCounts, floor_minute
 from reminders_svc.storage.reminders_store import ReminderStore
@@ -370,7 +374,7 @@ class Dispatcher:
         if self._server is not None:
             await self._server.stop(1)
         if self._connection is not None:
-            await asyncio.to_thread(self._connection.close)
+            await close_on_loop(self._connection)
         if self._metrics_endpoint is not None:
             self._metrics_endpoint.close()
 

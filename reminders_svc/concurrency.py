@@ -1,4 +1,4 @@
-"""Per-user serialization inside one process.
+"""Task helpers: per-user serialization, work a stop ends or must not cut short.
 
 LWTs on one Cassandra partition contend (Paxos ballots collide and retry), so a process
 runs one user's conditional writes one at a time; different users still run in parallel.
@@ -49,3 +49,19 @@ async def unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
     return None if task.cancelled() else task.result()
+
+
+async def to_the_end(work: Awaitable[T]) -> T:
+    """`work`'s result, `work` run to its end even if this task is cancelled meanwhile, once
+    or more (then the cancellation re-raised): for what must not stop half way (a claim
+    being let go, a schema lock to release)."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return task.result()

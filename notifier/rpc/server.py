@@ -26,6 +26,7 @@ from notifier.settings import NotifierSettings
 from notifier.storage.devices import DeviceStore
 from notifier.storage.keys import KeyStore
 from notifier.storage.schema import apply_notifier_schema
+from reminders_svc.concurrency import to_the_end
 from reminders_svc.connections import SERVER_OPTIONS
 from reminders_svc.health import ProcessHealth
 from reminders_svc.runtime import (
@@ -35,7 +36,12 @@ from reminders_svc.runtime import (
     run_until_signal,
     stop_unless_waited_out,
 )
-from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
+from reminders_svc.storage.loop_reactor import (
+    built_patiently,
+    close_on_loop,
+    connect_on_loop_patiently,
+    patiently,
+)
 from reminders_svc.storage.migrations import MigrationError
 from reminders_svc.storage.session import CassandraConnection
 from reminders_svc.tls import add_port
@@ -146,8 +152,15 @@ class NotifierServer:
         )
         session, keyspace = self._connection.session, settings.cassandra.keyspace
         if self._migrate:
-            report = await built_patiently(
-                lambda: apply_notifier_schema(session, settings.cassandra), retry_s, "migrating"
+            # Each attempt runs to its end, a stop meanwhile waiting for it (a second signal
+            # does not): cut short, it would leave the schema lock to expire (5 minutes),
+            # and the next start would wait for it.
+            report = await patiently(
+                "migrating",
+                lambda: to_the_end(
+                    asyncio.to_thread(apply_notifier_schema, session, settings.cassandra)
+                ),
+                retry_s,
             )
             log.info(
                 "keyspace %s: applied %s, already applied %s",
@@ -198,7 +211,7 @@ class NotifierServer:
         if self._probe_task is not None:
             await cancel_and_wait(self._probe_task)
         if self._connection is not None:
-            await asyncio.to_thread(self._connection.close)
+            await close_on_loop(self._connection)
         if self._metrics_endpoint is not None:
             self._metrics_endpoint.close()
         log.info("stopped")

@@ -38,7 +38,11 @@ from reminders_svc.runtime import (
     run_until_signal,
     stop_unless_waited_out,
 )
-from reminders_svc.storage.loop_reactor import built_patiently, connect_on_loop_patiently
+from reminders_svc.storage.loop_reactor import (
+    built_patiently,
+    close_on_loop,
+    connect_on_loop_patiently,
+)
 from reminders_svc.storage.session import CassandraConnection
 from reminders_svc.tls import add_port
 
@@ -367,7 +371,7 @@ class ApiServer:
         if self._storage_task is not None:
             await cancel_and_wait(self._storage_task)
         if self._connection is not None:
-            await asyncio.to_thread(self._connection.close)
+            await close_on_loop(self._connection)
         if self._metrics_endpoint is not None:
             self._metrics_endpoint.close()
         log.info("stopped")

@@ -42,14 +42,18 @@ class DeliveryHistory:
         )
 
     async def record(self, delivery: Delivery, *, keep_earlier: bool = False) -> None:
-        """Record one ring's hand-off. `keep_earlier`: a ring taken over from an earlier
-        attempt under the same key (claim_due) leaves that attempt's record, if any, as it
-        is: it was the delivery the user saw (when, and whether), and the later attempt's
-        answer is only "duplicate" (or "abandoned", were the user to take over now). Such
-        takeovers are rare, so their record can afford a lightweight transaction."""
+        """Record one ring's hand-off. `keep_earlier`: an earlier record under the same key
+        (claim_due), if any, is left as it is. For a ring taken over from an earlier
+        attempt, that attempt's record was the delivery the user saw (when, and whether),
+        and the later answer is only "duplicate" (or "abandoned", were the user to take over
+        now); for a ring not handed off (missed, given up), a record of one that was (by
+        a dispatcher that took it over meanwhile) stands. Both are rare (missed rings come
+        after an outage, at the catch-up's pace), so they can afford a lightweight
+        transaction."""
         # An absent value (nothing handed off: a ring missed or given up) is left unset, not
         # written null: a null is a tombstone cell that every read of the user's history
-        # scans. Only a ring's first attempt updates: no earlier record has values to clear.
+        # scans. The update is a ring's first attempt handed off, whose every column but the
+        # reason is set; the rings with absent values record `keep_earlier`.
         values = tuple(UNSET_VALUE if value is None else value for value in self._values(delivery))
         if keep_earlier:
             await aio.execute(self._session, self._record_first, (*values, self._ttl))
@@ -64,7 +68,9 @@ class DeliveryHistory:
             delivery.claimed_at,
             delivery.handed_off_at,
             delivery.answer.value if delivery.answer else None,
-            delivery.reason,
+            # Empty, not unset: it must clear the reason of an attempt recorded before (a
+            # takeover's "duplicate" that a first attempt, paused, recorded after).
+            delivery.reason or "",
             delivery.lateness_ms,
             delivery.late,
             delivery.user_id,

@@ -26,16 +26,17 @@ import atexit
 import concurrent.futures
 import contextlib
 import errno
-import functools
 import logging
 import ssl
 import threading
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar, TypeVar
 
 import cassandra.cluster
+from cassandra.cluster import Cluster
 from cassandra.connection import Connection, ConnectionShutdown
 
 from reminders_svc.config import CassandraSettings
@@ -63,8 +64,11 @@ class LoopTimer:
         self._canceled = False
         if on_loop_thread:
             self._handle = loop.call_later(timeout, callback)
-        else:
+            return
+        try:
             loop.call_soon_threadsafe(self._arm, loop, timeout, callback)
+        except RuntimeError:  # the loop is closed (the process is exiting): it never fires
+            self._canceled = True
 
     def _arm(
         self, loop: asyncio.AbstractEventLoop, timeout: float, callback: Callable[[], Any]
@@ -83,13 +87,26 @@ class LoopTimer:
 class LoopConnection(Connection):  # type: ignore[misc]  # the driver is untyped
     _loop: ClassVar[asyncio.AbstractEventLoop | None] = None
     _loop_thread: ClassVar[int | None] = None
+    # Per class (`on`): its connections still open, and whether it was given up (`abandon`).
+    _live: ClassVar[weakref.WeakSet[LoopConnection]]
+    _abandoned: ClassVar[bool] = False
     is_closed: bool  # the driver's, declared for the type checker
 
     @classmethod
     def on(cls, loop: asyncio.AbstractEventLoop, thread_id: int) -> type[LoopConnection]:
         """A connection class whose I/O runs on `loop`, which runs on thread `thread_id`."""
-        attributes = {"_loop": loop, "_loop_thread": thread_id}
+        attributes = {"_loop": loop, "_loop_thread": thread_id, "_live": weakref.WeakSet()}
         return type(f"{cls.__name__}_{thread_id}", (cls,), attributes)
+
+    @classmethod
+    def abandon(cls) -> None:
+        """Close this class's connections and refuse new ones, on the loop's thread: its
+        process is stopping. What the driver's threads wait for (a connect, a pool being
+        filled, a request) then fails at once, rather than at its timeout, after the loop
+        that would have read the answer is gone: the process exits without waiting."""
+        cls._abandoned = True
+        for connection in list(cls._live):
+            connection.close()
 
     @classmethod
     def on_loop_thread(cls) -> bool:
@@ -106,7 +123,11 @@ class LoopConnection(Connection):  # type: ignore[misc]  # the driver is untyped
         return LoopTimer(cls._loop, cls.on_loop_thread(), timeout, callback)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        assert self._loop is not None
+        if self._abandoned or self._loop.is_closed():
+            raise ConnectionShutdown("this process is stopping: no new connections")
         Connection.__init__(self, *args, **kwargs)
+        self._live.add(self)
         self._pending: deque[bytes] = deque()
         self._pending_lock = threading.Lock()
         self._flush_scheduled = False
@@ -118,14 +139,17 @@ class LoopConnection(Connection):  # type: ignore[misc]  # the driver is untyped
 
     def _on_loop(self, callback: Callable[[], None]) -> None:
         assert self._loop is not None
-        if self.on_loop_thread() or self._loop.is_closed():
-            callback()
-        else:
-            self._loop.call_soon_threadsafe(callback)
+        if not self.on_loop_thread():
+            try:
+                self._loop.call_soon_threadsafe(callback)
+                return
+            except RuntimeError:  # the loop is closed: no other thread can run it now
+                pass
+        callback()
 
     def _watch_reads(self) -> None:
         assert self._loop is not None
-        if not self.is_closed:
+        if not self.is_closed and not self._loop.is_closed():
             self._loop.add_reader(self._socket.fileno(), self._read)
 
     # -- writes: queued by any thread, sent by the loop, several requests per send ------
@@ -140,8 +164,11 @@ class LoopConnection(Connection):  # type: ignore[misc]  # the driver is untyped
         if self.on_loop_thread():
             # Sent at the end of this loop pass, with whatever else is pushed meanwhile.
             self._loop.call_soon(self._flush)
-        else:
+            return
+        try:
             self._loop.call_soon_threadsafe(self._flush)
+        except RuntimeError:  # the loop is closed: nothing will send it, or read the answer
+            self.defunct(ConnectionShutdown(f"{self.endpoint}: its event loop is closed"))
 
     def _flush(self) -> None:
         with self._pending_lock:
@@ -273,20 +300,41 @@ async def in_daemon_thread(
 async def connect_on_loop(
     settings: CassandraSettings, *, keyspace: str | None = None
 ) -> CassandraConnection:
-    """Connect (from a thread of its own) with the driver's I/O on the running loop."""
+    """Connect with the driver's I/O on the running loop. The cluster is made and connected
+    in a thread of its own: making it resolves the contact points' names (DNS), and the
+    connect blocks. Cancelled, it gives up at once (a stop while the database hangs)."""
     connection_class = LoopConnection.on(asyncio.get_running_loop(), threading.get_ident())
-    cluster = new_cluster(settings, connection_class=connection_class)
+    clusters: list[Cluster] = []
+
+    def connected() -> CassandraConnection:
+        cluster = new_cluster(settings, connection_class=connection_class)
+        clusters.append(cluster)
+        return connect_cluster(cluster, settings, keyspace=keyspace)
+
     try:
-        return await in_daemon_thread(
-            functools.partial(connect_cluster, cluster, settings, keyspace=keyspace),
-            abandoned=CassandraConnection.close,
-        )
+        return await in_daemon_thread(connected, abandoned=CassandraConnection.close)
     except asyncio.CancelledError:
-        # The driver shuts every cluster down at exit (an atexit hook), under the lock its
-        # connect holds until the connect timeout: this one must not hold the exit up.
-        # atexit runs last-registered first, so this runs before the driver's hook.
-        atexit.register(cassandra.cluster._discard_cluster_shutdown, cluster)
+        connection_class.abandon()  # the connect under way fails now, not at its timeout
+        # And should it still be under way at exit, the driver's exit hook (which shuts
+        # every cluster down, under the lock a connect holds) must not wait for it: atexit
+        # runs the last registered first, so this runs before the driver's hook.
+        atexit.register(_not_shut_down_at_exit, clusters)
         raise
+
+
+def _not_shut_down_at_exit(clusters: list[Cluster]) -> None:
+    for cluster in clusters:
+        cassandra.cluster._discard_cluster_shutdown(cluster)
+
+
+async def close_on_loop(connection: CassandraConnection) -> None:
+    """Close a connection `connect_on_loop` made: its connections at once, on the loop,
+    so that nothing the driver's threads still wait for (a pool's new connection to a
+    node that hangs) holds the close up; then the cluster, from a worker thread."""
+    connection_class = connection.cluster.connection_class
+    if issubclass(connection_class, LoopConnection):
+        connection_class.abandon()
+    await asyncio.to_thread(connection.close)
 
 
 async def patiently(what: str, attempt: Callable[[], Awaitable[T]], retry_interval_s: float) -> T:
@@ -324,4 +372,4 @@ async def connected_on_loop(
     try:
         yield connection
     finally:
-        await asyncio.to_thread(connection.close)
+        await close_on_loop(connection)

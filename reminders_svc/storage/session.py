@@ -99,8 +99,8 @@ def prepare_serial(session: Session, query: str) -> PreparedStatement:
 def new_cluster(
     settings: CassandraSettings, *, connection_class: type[Connection] | None = None
 ) -> Cluster:
-    """A cluster not yet connected (no I/O). `connection_class` picks the driver's reactor
-    (default: libev, on its own thread)."""
+    """A cluster not yet connected (its only I/O: resolving the contact points' names).
+    `connection_class` picks the driver's reactor (default: libev, on its own thread)."""
     options: dict[str, Any] = {}
     if connection_class is not None:
         options["connection_class"] = connection_class

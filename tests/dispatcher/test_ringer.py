@@ -30,13 +30,14 @@ from dispatcher.leases import PartLeases
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.minutes import PartWorker
 from dispatcher.ratelimit import RateLimiter
-from dispatcher.ringer import HandoffBatcher, Ringer, _to_the_end
+from dispatcher.ringer import HandoffBatcher, Ringer
 from dispatcher.settings import DispatcherSettings, MisfirePolicy
 from dispatcher.shift import Shift
 from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
 from reminders_svc.api.settings import Limits
 from reminders_svc.app import RemindersApp
+from reminders_svc.concurrency import to_the_end
 from reminders_svc.config import Retention
 from reminders_svc.domain.delivery import Answer as HistoryAnswer
 from reminders_svc.domain.delivery import Delivery
@@ -764,7 +765,7 @@ def test_letting_a_claim_go_is_seen_through_even_when_cancelled_twice() -> None:
         done.append("released")
 
     async def main() -> None:
-        ring = asyncio.create_task(_to_the_end(let_go()))
+        ring = asyncio.create_task(to_the_end(let_go()))
         await asyncio.sleep(0.01)
         ring.cancel()  # the minute is cancelled...
         await asyncio.sleep(0.01)
