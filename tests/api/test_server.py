@@ -94,9 +94,13 @@ def test_serving_with_reflection_and_metrics_then_sigterm(
             # behind costly ones (previews expand one at a time), enough of them to take
             # 3 s on this machine whatever its speed.
             costly = pb.PreviewScheduleRequest(schedule=COSTLY, count=30)
-            started = time.monotonic()
-            stub.PreviewSchedule(costly, metadata=user_metadata("metrics-user"))
-            one_s = time.monotonic() - started
+
+            def timed_preview() -> float:
+                started = time.monotonic()
+                stub.PreviewSchedule(costly, metadata=user_metadata("metrics-user"))
+                return time.monotonic() - started
+
+            one_s = min(timed_preview() for _ in range(2))  # the first may warm caches up
             ahead = [
                 stub.PreviewSchedule.future(costly, metadata=user_metadata("metrics-user"))
                 for _ in range(max(8, math.ceil(3.0 / one_s)))

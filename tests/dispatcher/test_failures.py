@@ -133,8 +133,9 @@ def test_sigterm_lets_go_of_unsent_claims_and_leases_at_once(stack: Stack) -> No
     stack.start_notifier()
     stack.start_dispatcher("heir", **LONG_HOLDS)
 
-    wait_owning(stack, {"heir"}, timeout_s=10)
-    assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=10)) == 1
+    wait_owning(stack, {"heir"})
+    # Well inside the claim lease (60 s) the heir would have waited out, had it been held.
+    assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=20)) == 1
     assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
     time.sleep(2)
     assert len(stack.pushes(user, created.id)) == 1
@@ -154,7 +155,7 @@ def test_parts_handed_over_let_go_of_their_unsent_claims_at_once(stack: Stack) -
         assert stack.wait_status(user, reminder_id, "sending").status == "sending"  # type: ignore[attr-defined]
 
     stack.start_dispatcher("second", **LONG_HOLDS)  # "first" hands half of its parts over
-    wait_owning(stack, {"first", "second"}, timeout_s=15)
+    wait_owning(stack, {"first", "second"}, timeout_s=30)  # inside the 60 s leases
     stack.start_notifier()
 
     # The rings of the parts handed over are re-claimed and sent by "second", those of the
@@ -338,7 +339,7 @@ def test_two_dispatchers_share_the_parts_and_hand_each_ring_off_once(stack: Stac
     wait_owning(stack, {"a", "b"})
     users = [new_user() for _ in range(40)]
     assert {part_of(user, PARTS) for user in users} == set(range(PARTS))  # rings in every part
-    due = soon(6)
+    due = soon(15)  # room for 40 creates, one after another, on a slow machine
     created = {stack.create_at(user, due).id for user in users}
 
     stack.wait_for_pushes(40, timeout_s=40)
@@ -416,12 +417,13 @@ def test_a_backlog_drains_at_its_pace_without_holding_up_what_is_due_now(stack: 
     # goes out on time all the same (each used to wait for its part's share of the
     # backlog: the part served last, ~16 s).
     stack.start_dispatcher("d", REMINDERS_DISPATCH_CATCH_UP_RINGS_PER_S="1")
+    wait_owning(stack, {"d"})  # the backlog under way; its start is the machine's speed
     live_due = soon(8)
     live = [(user, stack.create_at(user, live_due).id) for user in map(user_in, range(PARTS))]
     for user, reminder_id in live:
         [push] = stack.wait_for_pushes(1, user, reminder_id, timeout_s=30)
         lateness = push.push_time.ToDatetime() - push.due_time.ToDatetime()
-        assert timedelta(0) <= lateness < timedelta(seconds=3), (part_of(user, PARTS), lateness)
+        assert timedelta(0) <= lateness < timedelta(seconds=6), (part_of(user, PARTS), lateness)
 
     # Checkpoints read before the pushes: a missed ring not pushed by then was not resolved
     # when they were read, so its part must not have been checkpointed past its minute.
@@ -499,8 +501,7 @@ def test_nothing_is_lost_while_the_notifier_is_down(stack: Stack) -> None:
     stack.start_notifier()
 
     assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=60)) == 1
-    time.sleep(2)
-    assert stack.row(user, created.id).status == "done"  # type: ignore[attr-defined]
+    assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
 
 
 def test_a_waiting_claim_is_aged_from_its_claim_and_its_minute_from_the_minute(
@@ -514,11 +515,17 @@ def test_a_waiting_claim_is_aged_from_its_claim_and_its_minute_from_the_minute(
     metrics_port = free_port()
     stack.start_dispatcher("d", REMINDERS_DISPATCH_METRICS_PORT=str(metrics_port))
     assert stack.wait_status(user, created.id, "sending").status == "sending"  # type: ignore[attr-defined]
-    time.sleep(2.5)  # a renewal tick refreshes the gauges
-
+    claimed_by = time.monotonic()
+    # A tick refreshes the gauges, every couple of seconds or more on a slow machine.
     samples = scrape(metrics_port)
+    while samples["reminders_dispatch_oldest_unresolved_claim_seconds"] == 0:
+        assert time.monotonic() - claimed_by < 15, "the claim's age never showed"
+        time.sleep(0.2)
+        samples = scrape(metrics_port)
+
     minute_age = (datetime.now(UTC) - floor_minute(missed_at)).total_seconds()
-    assert 0 < samples["reminders_dispatch_oldest_unresolved_claim_seconds"] < 10
+    claim_age = samples["reminders_dispatch_oldest_unresolved_claim_seconds"]
+    assert 0 < claim_age <= time.monotonic() - claimed_by + 3
     assert minute_age - 10 < samples["reminders_dispatch_checkpoint_lag_seconds"] <= minute_age
 
 

@@ -54,6 +54,7 @@ def test_after_an_outage_a_repeat_rings_once_for_its_latest_missed_occurrence(
     time.sleep(2)  # would another missed occurrence ring?
     assert len(stack.pushes(user, created.id)) == 1
     assert pushes[0].idempotency_key == f"{created.id}/{latest:%Y-%m-%dT%H:%M:%S.%fZ}"
+    stack.wait_status(user, created.id, "pending")  # finalized, so its history recorded
     history = stack.deliveries(user, created.id)
     assert [(d.due_time.ToDatetime(tzinfo=UTC), d.late) for d in history] == [(latest, True)]
     # The lateness recorded is the latest occurrence's (minutes), not the oldest's (hours).

@@ -245,6 +245,11 @@ async def _with_room_left_in_the_minute(room_s: int) -> None:
     await asyncio.sleep(room_wait_s(room_s))
 
 
+# A lease for a test whose work takes many seconds: nothing renews a test's lease, and the
+# default one holds for 12 s, which a slow machine can use up.
+_LONG_WORK = timedelta(seconds=120)
+
+
 def _just_due() -> datetime:
     return (datetime.now(UTC) - timedelta(seconds=1)).replace(microsecond=0)
 
@@ -283,7 +288,9 @@ def test_a_minute_is_not_checkpointed_while_its_finalize_keeps_losing_to_snoozes
     minute = floor_minute(due)
 
     async def scenario() -> None:
-        async with leased_part(own_keyspace, part_of(user, DEFAULT_PARTS)) as part:
+        async with leased_part(
+            own_keyspace, part_of(user, DEFAULT_PARTS), lease=_LONG_WORK
+        ) as part:
             reminder = await part.due_reminder(user, due)
             # More lost compares than a finalize used to try before giving up (10).
             part.store.before_finalize.extend([snooze_an_hour] * 11)
@@ -320,7 +327,7 @@ async def _this_minute_worked(
     entries written since are under way. Nothing renews the lease: it outlasts the test."""
     await _with_room_left_in_the_minute(15)
     async with leased_part(
-        connection, part_of(user, DEFAULT_PARTS), lease=timedelta(seconds=120), **settings_changes
+        connection, part_of(user, DEFAULT_PARTS), lease=_LONG_WORK, **settings_changes
     ) as part:
         minute = floor_minute(datetime.now(UTC))
         worker = await worker_from(part, connection.session, minute)
@@ -560,12 +567,12 @@ def test_a_ring_cancelled_while_with_the_notifier_keeps_its_claim_so_a_delete_sa
 
 
 async def _claimed_and_waiting_to_retry(
-    part: Part, user: str, count: int
+    part: Part, user: str, count: int, due: datetime | None = None
 ) -> tuple[list[Reminder], list[asyncio.Task[bool | datetime]]]:
-    """`count` of `user`'s reminders due now, each claimed, handed off once to a notifier
-    that is down, and waiting to retry."""
+    """`count` of `user`'s reminders due now (or at `due`), each claimed, handed off once
+    to a notifier that is down, and waiting to retry."""
     part.notifier.down = True
-    due = _just_due()
+    due = due or _just_due()
     reminders = [await part.due_reminder(user, due) for _ in range(count)]
     rings = [part.ring(reminder) for reminder in reminders]
     await _until(lambda: part.notifier.refused >= count, 10)
@@ -576,7 +583,7 @@ def test_one_users_rings_due_at_once_all_go_out_with_one_lwt_at_a_time_on_its_pa
     own_keyspace: CassandraConnection,
 ) -> None:
     async def scenario() -> None:
-        async with leased_part(own_keyspace) as part:
+        async with leased_part(own_keyspace, lease=_LONG_WORK) as part:
             due = _just_due()
             reminders = [await part.due_reminder("u-busy", due) for _ in range(20)]
 
@@ -622,7 +629,7 @@ def test_stopping_lets_one_users_unsent_claims_go_one_lwt_at_a_time(
     own_keyspace: CassandraConnection,
 ) -> None:
     async def scenario() -> None:
-        async with leased_part(own_keyspace) as part:
+        async with leased_part(own_keyspace, lease=_LONG_WORK) as part:
             reminders, rings = await _claimed_and_waiting_to_retry(part, "u-many", 20)
 
             part.shift.stop()
@@ -811,18 +818,18 @@ def test_an_entry_made_due_sooner_is_not_held_up_by_one_waiting_for_a_later_due(
 
     async def scenario() -> None:
         # All three dues in one minute, as the entries' horizon (its end) assumes.
-        await _with_room_left_in_the_minute(20)
+        await _with_room_left_in_the_minute(40)
         async with leased_part(own_keyspace, lease=timedelta(seconds=60)) as part:
             start = datetime.now(UTC).replace(microsecond=0)
-            # Seconds apart, so the edit lands before the first due on a loaded machine (at
-            # 2 s ahead, a full run once claimed the ring before the edit).
-            first = await part.due_reminder("u-sooner", start + timedelta(seconds=4))
+            # Seconds apart, so the edit lands before the first due on a slow machine (at
+            # 2 s ahead, a full run once claimed the ring before the edit; 4 s is tight).
+            first = await part.due_reminder("u-sooner", start + timedelta(seconds=8))
             first_entry = part.ring(first)
-            # `later` 8 s after `sooner`: a hand-off held up until it is told apart from one
+            # `later` 12 s after `sooner`: a hand-off held up until it is told apart from one
             # on time with 4 s to spare for a loaded machine.
-            later, sooner = start + timedelta(seconds=16), start + timedelta(seconds=8)
+            later, sooner = start + timedelta(seconds=26), start + timedelta(seconds=14)
             edited = await edit_due(part, first, later)
-            await _sleep_until(start + timedelta(seconds=6))
+            await _sleep_until(start + timedelta(seconds=10))
             assert not first_entry.done()  # past its due, it waits for `later`
             await edit_due(part, edited, sooner)
             # The entry the second edit wrote: its due, its minute's horizon.
@@ -883,7 +890,10 @@ def test_skip_missed_never_drops_a_ring_already_in_flight_when_its_claim_was_let
 
     async def scenario() -> None:
         async with leased_part(own_keyspace, **SKIP_MISSED_IN_4_S) as part:
-            [reminder], [ring] = await _claimed_and_waiting_to_retry(part, "u-in-flight", 1)
+            # Due ahead, so it is claimed at its due, well within the grace, however long
+            # the setup took on this machine.
+            due = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
+            [reminder], [ring] = await _claimed_and_waiting_to_retry(part, "u-in-flight", 1, due)
             part.shift.lease.end()
             assert not await ring
             assert reminder.due is not None
@@ -991,7 +1001,7 @@ def test_a_busy_minute_keeps_only_the_rings_under_way_as_tasks(
     entries = 2000
 
     async def scenario() -> None:
-        async with leased_part(own_keyspace, max_in_flight=4, lease=timedelta(seconds=120)) as part:
+        async with leased_part(own_keyspace, max_in_flight=4, lease=_LONG_WORK) as part:
             due = (datetime.now(UTC) + timedelta(seconds=8)).replace(microsecond=0)
             minute = await _entries_without_rows(own_keyspace.session, due, entries)
             worker = await worker_from(part, own_keyspace.session, minute)
@@ -1020,15 +1030,17 @@ def test_a_busy_minutes_rings_waiting_their_turn_are_not_paced_as_a_backlog(
     entries = 150
 
     async def scenario() -> float:
-        await _with_room_left_in_the_minute(40)
+        await _with_room_left_in_the_minute(50)
         async with leased_part(
             own_keyspace,
             max_in_flight=1,
             late_after=timedelta(0),
             catch_up_rings_per_s=1.0,
-            lease=timedelta(seconds=120),
+            lease=_LONG_WORK,
         ) as part:
-            due = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
+            # Ahead enough that the entries are written and first read before it on a slow
+            # machine: read after their due, they would be paced as a backlog.
+            due = (datetime.now(UTC) + timedelta(seconds=10)).replace(microsecond=0)
             minute = await _entries_without_rows(own_keyspace.session, due, entries)
             worker = await worker_from(part, own_keyspace.session, minute)
             working = asyncio.create_task(worker.run())

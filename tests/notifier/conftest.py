@@ -144,17 +144,20 @@ def user() -> str:
 
 
 def leave_unsettled_key(
-    settings: NotifierSettings, key: str, user_id: str, accepted_at: datetime
-) -> None:
-    """The row a notifier that recorded `key` at `accepted_at` and then died (before
-    pushing it) leaves behind: held by an attempt nobody runs, never settled."""
+    settings: NotifierSettings, key: str, user_id: str, accepted_ago: timedelta = timedelta(0)
+) -> datetime:
+    """The row a notifier that recorded `key` `accepted_ago` and then died (before pushing
+    it) leaves behind: held by an attempt nobody runs, never settled. Returns its
+    accepted_at, stamped once connected (a connect can take seconds on a slow machine)."""
     cassandra = settings.cassandra
     with connect(cassandra) as connection:
+        accepted_at = datetime.now(UTC) - accepted_ago
         connection.session.execute(
             f"INSERT INTO {cassandra.keyspace}.notification_keys"
             " (idempotency_key, user_id, accept_id, accepted_at) VALUES (%s, %s, %s, %s)",
             (key, user_id, uuid.uuid4(), accepted_at),
         )
+    return accepted_at
 
 
 def reminder_key() -> str:

@@ -219,9 +219,11 @@ def test_item_expiring_while_queued_is_rejected_counted_and_settled(
     notifier_settings: NotifierSettings, user: str
 ) -> None:
     with one_worker_held(notifier_settings, user) as held:
-        late = item(user, expire_in=timedelta(seconds=1))
+        # Room to be recorded and queued before it expires, on a slow machine too.
+        late = item(user, expire_in=timedelta(seconds=4))
         answer = held.send_queued(late)
-        time.sleep(1.5)
+        expired = late.expire_time.ToDatetime(tzinfo=UTC) + timedelta(seconds=0.5)
+        time.sleep(max(0.0, (expired - datetime.now(UTC)).total_seconds()))
         held.adapter.release()
         [result] = answer.result(timeout=10)
         assert (result.outcome, result.reason) == (REJECTED, "expired")

@@ -8,7 +8,7 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from typing import Any, TypeVar
 
 from cassandra.cluster import Session
@@ -154,10 +154,7 @@ def test_concurrent_takeovers_of_a_stale_key_leave_one_holder(
     item = notification()
     attempts = [uuid.uuid4() for _ in range(8)]
     leave_unsettled_key(  # by a holder that died 2 minutes ago
-        notifier_settings,
-        item.idempotency_key,
-        item.user_id,
-        datetime.now(UTC) - 2 * TAKEOVER_AFTER,
+        notifier_settings, item.idempotency_key, item.user_id, accepted_ago=2 * TAKEOVER_AFTER
     )
 
     async def steps(keys: Keys) -> list[KeyClaim]:

@@ -210,8 +210,8 @@ def test_a_key_write_landed_unheard_on_one_replica_is_pushed_once_by_another(
     deliver, then takes the keys over and pushes each once (it used to answer DUPLICATE,
     and the rings were lost)."""
     # From A's writes landing to B's first judging of them: A's answer (after the cut) and
-    # B's call, with room for a loaded machine (at 3 s, B once found the bound passed).
-    takeover_after = timedelta(seconds=8)
+    # B's call, with room for a slow machine (at 3 s, B once found the bound passed).
+    takeover_after = timedelta(seconds=15)
     settings = dataclasses.replace(notifier_settings, key_takeover_after=takeover_after)
     adapter = RecordingPushAdapter(capacity=1000)
     with (

@@ -59,8 +59,7 @@ def test_a_key_a_dead_holder_left_unsettled_is_retryable_then_taken_over_and_pus
     message = item(user)
     with running_notifier(settings) as notifier:
         # Left behind just now: the bound runs from here, the notifier already serving.
-        accepted_at = datetime.now(UTC)
-        leave_unsettled_key(settings, message.idempotency_key, user, accepted_at)
+        accepted_at = leave_unsettled_key(settings, message.idempotency_key, user)
         [held] = notifier.send_batch(message)
         assert (held.outcome, held.reason) == (
             RETRYABLE,
