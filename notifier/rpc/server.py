@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from contextlib import suppress
 
 import grpc.aio
@@ -42,7 +43,7 @@ from reminders_svc.storage.loop_reactor import (
     connect_on_loop_patiently,
     patiently,
 )
-from reminders_svc.storage.migrations import MigrationError
+from reminders_svc.storage.migrations import MigrationError, MigrationReport
 from reminders_svc.storage.session import CassandraConnection
 from reminders_svc.tls import add_port
 
@@ -53,6 +54,24 @@ NOTIFICATION_SERVICE = notification_pb2.DESCRIPTOR.services_by_name["Notificatio
 _RELEASE_RESERVE_S = 2.0
 # "" is the server as a whole, which is what most probes (grpc_health_probe, k8s) ask.
 HEALTH_SERVICES = ("", NOTIFICATION_SERVICE)
+
+
+async def _migrated(session: Session, settings: NotifierSettings) -> MigrationReport:
+    """One attempt at the notifier's schema. Stopped meanwhile, it gives up at its next
+    safe point (waiting for another migrator's lock, or between two statements) and the
+    stop waits for that (a second signal does not): cut short in a statement, it would
+    leave the schema lock to expire (5 minutes), and the next start would wait for it."""
+    stopping = threading.Event()
+    attempt = asyncio.ensure_future(
+        asyncio.to_thread(apply_notifier_schema, session, settings.cassandra, stopping)
+    )
+    try:
+        return await asyncio.shield(attempt)
+    except asyncio.CancelledError:
+        stopping.set()
+        with suppress(Exception, asyncio.CancelledError):
+            await to_the_end(attempt)
+        raise
 
 
 class NotifierServer:
@@ -152,16 +171,7 @@ class NotifierServer:
         )
         session, keyspace = self._connection.session, settings.cassandra.keyspace
         if self._migrate:
-            # Each attempt runs to its end, a stop meanwhile waiting for it (a second signal
-            # does not): cut short, it would leave the schema lock to expire (5 minutes),
-            # and the next start would wait for it.
-            report = await patiently(
-                "migrating",
-                lambda: to_the_end(
-                    asyncio.to_thread(apply_notifier_schema, session, settings.cassandra)
-                ),
-                retry_s,
-            )
+            report = await patiently("migrating", lambda: _migrated(session, settings), retry_s)
             log.info(
                 "keyspace %s: applied %s, already applied %s",
                 keyspace,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from cassandra.cluster import Session
@@ -27,6 +28,9 @@ def migrate_notifier(settings: CassandraSettings) -> MigrationReport:
         return apply_notifier_schema(connection.session, settings)
 
 
-def apply_notifier_schema(session: Session, settings: CassandraSettings) -> MigrationReport:
-    """`migrate_notifier` on a session already connected (with or without a keyspace)."""
-    return migrate(session, settings, load_migrations(notifier_cql_dir()))
+def apply_notifier_schema(
+    session: Session, settings: CassandraSettings, stopping: threading.Event | None = None
+) -> MigrationReport:
+    """`migrate_notifier` on a session already connected (with or without a keyspace);
+    `stopping` as `migrate` takes it."""
+    return migrate(session, settings, load_migrations(notifier_cql_dir()), stopping=stopping)

@@ -27,6 +27,7 @@ import concurrent.futures
 import contextlib
 import errno
 import logging
+import socket
 import ssl
 import threading
 import weakref
@@ -62,11 +63,11 @@ class LoopTimer:
     ) -> None:
         self._handle: asyncio.TimerHandle | None = None
         self._canceled = False
-        if on_loop_thread:
-            self._handle = loop.call_later(timeout, callback)
-            return
         try:
-            loop.call_soon_threadsafe(self._arm, loop, timeout, callback)
+            if on_loop_thread:
+                self._handle = loop.call_later(timeout, callback)
+            else:
+                loop.call_soon_threadsafe(self._arm, loop, timeout, callback)
         except RuntimeError:  # the loop is closed (the process is exiting): it never fires
             self._canceled = True
 
@@ -87,15 +88,22 @@ class LoopTimer:
 class LoopConnection(Connection):  # type: ignore[misc]  # the driver is untyped
     _loop: ClassVar[asyncio.AbstractEventLoop | None] = None
     _loop_thread: ClassVar[int | None] = None
-    # Per class (`on`): its connections still open, and whether it was given up (`abandon`).
+    # Per class (`on`): its connections still open, and whether it was given up (`abandon`),
+    # both under `_live_lock` (driver threads open connections while the loop abandons).
     _live: ClassVar[weakref.WeakSet[LoopConnection]]
+    _live_lock: ClassVar[threading.Lock]
     _abandoned: ClassVar[bool] = False
     is_closed: bool  # the driver's, declared for the type checker
 
     @classmethod
     def on(cls, loop: asyncio.AbstractEventLoop, thread_id: int) -> type[LoopConnection]:
         """A connection class whose I/O runs on `loop`, which runs on thread `thread_id`."""
-        attributes = {"_loop": loop, "_loop_thread": thread_id, "_live": weakref.WeakSet()}
+        attributes = {
+            "_loop": loop,
+            "_loop_thread": thread_id,
+            "_live": weakref.WeakSet(),
+            "_live_lock": threading.Lock(),
+        }
         return type(f"{cls.__name__}_{thread_id}", (cls,), attributes)
 
     @classmethod
@@ -104,9 +112,14 @@ class LoopConnection(Connection):  # type: ignore[misc]  # the driver is untyped
         process is stopping. What the driver's threads wait for (a connect, a pool being
         filled, a request) then fails at once, rather than at its timeout, after the loop
         that would have read the answer is gone: the process exits without waiting."""
-        cls._abandoned = True
-        for connection in list(cls._live):
-            connection.close()
+        with cls._live_lock:
+            cls._abandoned = True
+            connections = list(cls._live)
+        for connection in connections:
+            try:
+                connection.close()
+            except Exception:  # one connection's trouble must not keep the others open
+                log.exception("closing the connection to %s failed", connection.endpoint)
 
     @classmethod
     def on_loop_thread(cls) -> bool:
@@ -123,15 +136,17 @@ class LoopConnection(Connection):  # type: ignore[misc]  # the driver is untyped
         return LoopTimer(cls._loop, cls.on_loop_thread(), timeout, callback)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        assert self._loop is not None
-        if self._abandoned or self._loop.is_closed():
-            raise ConnectionShutdown("this process is stopping: no new connections")
         Connection.__init__(self, *args, **kwargs)
-        self._live.add(self)
         self._pending: deque[bytes] = deque()
         self._pending_lock = threading.Lock()
         self._flush_scheduled = False
         self._watching_writes = False
+        assert self._loop is not None
+        with self._live_lock:
+            if self._abandoned or self._loop.is_closed():
+                raise ConnectionShutdown("this process is stopping: no new connections")
+            # Before the connect: an abandon must be able to cut a connect short.
+            self._live.add(self)
         self._connect_socket()
         self._socket.setblocking(False)
         self._on_loop(self._watch_reads)
@@ -161,12 +176,12 @@ class LoopConnection(Connection):  # type: ignore[misc]  # the driver is untyped
                 return
             self._flush_scheduled = True
         assert self._loop is not None
-        if self.on_loop_thread():
-            # Sent at the end of this loop pass, with whatever else is pushed meanwhile.
-            self._loop.call_soon(self._flush)
-            return
         try:
-            self._loop.call_soon_threadsafe(self._flush)
+            if self.on_loop_thread():
+                # Sent at the end of this loop pass, with whatever else is pushed meanwhile.
+                self._loop.call_soon(self._flush)
+            else:
+                self._loop.call_soon_threadsafe(self._flush)
         except RuntimeError:  # the loop is closed: nothing will send it, or read the answer
             self.defunct(ConnectionShutdown(f"{self.endpoint}: its event loop is closed"))
 
@@ -253,12 +268,18 @@ class LoopConnection(Connection):  # type: ignore[misc]  # the driver is untyped
 
     def _close_socket(self) -> None:
         assert self._loop is not None
-        fd = self._socket.fileno()
+        sock = self._socket
+        if sock is None:
+            return  # not made yet, or its connect failed (the driver dropped it)
+        fd = sock.fileno()
         if fd >= 0 and not self._loop.is_closed():
             self._loop.remove_reader(fd)
             if self._watching_writes:
                 self._loop.remove_writer(fd)
-        self._socket.close()
+        # A shutdown wakes a connect() blocked in a driver thread, which a close does not.
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
 
 
 async def in_daemon_thread(
@@ -314,11 +335,11 @@ async def connect_on_loop(
     try:
         return await in_daemon_thread(connected, abandoned=CassandraConnection.close)
     except asyncio.CancelledError:
-        connection_class.abandon()  # the connect under way fails now, not at its timeout
-        # And should it still be under way at exit, the driver's exit hook (which shuts
+        # Should the connect still be under way at exit, the driver's exit hook (which shuts
         # every cluster down, under the lock a connect holds) must not wait for it: atexit
         # runs the last registered first, so this runs before the driver's hook.
         atexit.register(_not_shut_down_at_exit, clusters)
+        connection_class.abandon()  # the connect under way fails now, not at its timeout
         raise
 
 
@@ -332,9 +353,11 @@ async def close_on_loop(connection: CassandraConnection) -> None:
     so that nothing the driver's threads still wait for (a pool's new connection to a
     node that hangs) holds the close up; then the cluster, from a worker thread."""
     connection_class = connection.cluster.connection_class
-    if issubclass(connection_class, LoopConnection):
-        connection_class.abandon()
-    await asyncio.to_thread(connection.close)
+    try:
+        if issubclass(connection_class, LoopConnection):
+            connection_class.abandon()
+    finally:
+        await asyncio.to_thread(connection.close)
 
 
 async def patiently(what: str, attempt: Callable[[], Awaitable[T]], retry_interval_s: float) -> T:

@@ -14,8 +14,10 @@ Rules:
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -32,6 +34,8 @@ from reminders_svc.config import CassandraSettings
 from reminders_svc.storage.errors import StorageUnavailable
 
 _FILE_PATTERN = re.compile(r"^(\d{4})_([a-z0-9_]+)\.cql$")
+log = logging.getLogger(__name__)
+
 _LOCK_NAME = "migrate"
 _LOCK_TTL_S = 300
 # Namespace for deterministic table ids (uuid5 of keyspace.table).
@@ -40,6 +44,11 @@ _TABLE_ID_NAMESPACE = uuid.UUID("6f1e4c1a-8a55-4f43-9a53-1f8c1b6e2d10")
 
 class MigrationError(RuntimeError):
     """The schema files or the recorded history are inconsistent, or the lock was lost."""
+
+
+class MigrationStopped(MigrationError):
+    """Asked to stop (`migrate(stopping=...)`): given up where that is safe, the schema lock
+    released."""
 
 
 class SchemaBehind(StorageUnavailable):
@@ -151,9 +160,12 @@ class _Lock:
         self._ks = keyspace
         self.owner = owner
 
-    def acquire(self, timeout_s: float) -> float:
+    def acquire(self, timeout_s: float, stopping: threading.Event) -> float:
         started = time.monotonic()
+        said = False
         while True:
+            if stopping.is_set():
+                raise MigrationStopped("stopped while waiting for the schema lock")
             row = self._session.execute(
                 f"INSERT INTO {self._ks}.schema_migration_lock (name, owner, acquired_at)"
                 " VALUES (%s, %s, toTimestamp(now())) IF NOT EXISTS USING TTL %s",
@@ -166,7 +178,10 @@ class _Lock:
                     f"another migrator ({row.owner}) has held the schema lock for over "
                     f"{timeout_s:.0f}s; it expires by itself {_LOCK_TTL_S}s after it was taken"
                 )
-            time.sleep(0.5)
+            if not said:  # a start held up here says why
+                log.info("waiting for the schema lock, held by %s", row.owner)
+                said = True
+            stopping.wait(0.5)
 
     def renew(self) -> None:
         row = self._session.execute(
@@ -224,12 +239,16 @@ def migrate(
     *,
     owner: str | None = None,
     lock_timeout_s: float = 600.0,
+    stopping: threading.Event | None = None,
 ) -> MigrationReport:
-    """Apply the migrations not yet recorded, in order, under the schema lock."""
+    """Apply the migrations not yet recorded, in order, under the schema lock. Once
+    `stopping` is set it gives up (MigrationStopped) at the next safe point: while waiting
+    for the lock, or between two statements, releasing the lock."""
+    stopping = stopping or threading.Event()
     owner = owner or f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     _bootstrap(session, settings)
     lock = _Lock(session, settings.keyspace, owner)
-    waited = lock.acquire(lock_timeout_s)
+    waited = lock.acquire(lock_timeout_s, stopping)
     applied: list[str] = []
     already: list[str] = []
     try:
@@ -254,6 +273,8 @@ def migrate(
                 continue
             for number, statement in enumerate(migration.statements, start=1):
                 where = f"{migration.label}.cql, statement {number} ({statement[:60]}...)"
+                if stopping.is_set():  # the statements are safe to re-apply on the next run
+                    raise MigrationStopped(f"stopped before {where}")
                 # Per statement: a file of slow statements must not outlast the lock's TTL.
                 lock.renew()
                 try:

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +27,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from genproto.notification.v1 import notification_pb2 as pb
 from notifier.delivery.adapters import RecordingPushAdapter
 from notifier.settings import NotifierSettings
+from notifier.storage.schema import migrate_notifier
 from reminders_svc.health import LIVENESS_SERVICE
+from reminders_svc.storage.session import connect
 from tests.notifier.conftest import (
     ACCEPTED,
     RETRYABLE,
@@ -292,3 +295,51 @@ def test_a_notifier_started_before_its_database_waits_then_serves_or_stops_on_si
             if process.poll() is None:
                 process.kill()
         proxy.close()
+
+
+def test_a_notifier_stopped_while_another_migrator_holds_the_schema_lock_exits_at_once(
+    notifier_settings: NotifierSettings, tmp_path: Path
+) -> None:
+    """Starting, it migrates its keyspace, and waits (up to 10 minutes) while another
+    migrator holds the schema lock; a SIGTERM meanwhile ends it at once (it holds nothing
+    that must be released), and the other's lock stays as it was."""
+    settings = dataclasses.replace(
+        notifier_settings.cassandra, keyspace=f"notifier_lock_{uuid.uuid4().hex[:8]}"
+    )
+    migrate_notifier(settings)  # the lock's table
+    log_path = tmp_path / "notifier.log"
+    with connect(settings) as connection:
+        session = connection.session
+        session.execute(
+            "INSERT INTO schema_migration_lock (name, owner, acquired_at)"
+            " VALUES ('migrate', 'another-migrator', toTimestamp(now())) USING TTL 120"
+        )
+        env = {
+            **os.environ,
+            "REMINDERS_ENV": "dev",
+            "REMINDERS_NOTIFIER_KEYSPACE": settings.keyspace,
+            "REMINDERS_NOTIFIER_PORT": str(free_port()),
+            "REMINDERS_NOTIFIER_METRICS_PORT": "0",
+        }
+        with log_path.open("wb") as log:
+            process = subprocess.Popen([REMINDERS, "notifier"], env=env, stdout=log, stderr=log)
+        try:
+            deadline = time.monotonic() + 60
+            while "waiting for the schema lock, held by another-migrator" not in (
+                log_path.read_text()
+            ):
+                assert process.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, "never waited for the lock"
+                time.sleep(0.2)
+            process.send_signal(signal.SIGTERM)
+            sent = time.monotonic()
+            assert process.wait(30) == 0, log_path.read_text()
+            assert time.monotonic() - sent < 5
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            lock = session.execute("SELECT owner FROM schema_migration_lock").one()
+            session.execute(f"DROP KEYSPACE IF EXISTS {settings.keyspace}", timeout=60)
+    assert lock.owner == "another-migrator"
+    assert "Traceback" not in log_path.read_text()
