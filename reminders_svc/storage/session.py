@@ -11,7 +11,7 @@ import ssl
 from dataclasses import dataclass
 from typing import Any
 
-from cassandra import ConsistencyLevel
+from cassandra import ConsistencyLevel, UnresolvableContactPoints
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import (
     EXEC_PROFILE_DEFAULT,
@@ -107,17 +107,25 @@ def new_cluster(
     if settings.username is not None:
         password = settings.password.value if settings.password else ""
         options["auth_provider"] = PlainTextAuthProvider(settings.username, password)
-    return Cluster(
-        list(settings.contact_points),
-        port=settings.port,
-        protocol_version=5,
-        execution_profiles={EXEC_PROFILE_DEFAULT: execution_profile(settings)},
-        connect_timeout=settings.connect_timeout_s,
-        reconnection_policy=RECONNECTION,
-        control_connection_timeout=settings.connect_timeout_s,
-        ssl_context=_ssl_context(settings),
-        **options,
-    )
+    try:
+        return Cluster(
+            list(settings.contact_points),
+            port=settings.port,
+            protocol_version=5,
+            execution_profiles={EXEC_PROFILE_DEFAULT: execution_profile(settings)},
+            connect_timeout=settings.connect_timeout_s,
+            reconnection_policy=RECONNECTION,
+            control_connection_timeout=settings.connect_timeout_s,
+            ssl_context=_ssl_context(settings),
+            **options,
+        )
+    except UnresolvableContactPoints:
+        # Storage trouble, waited out like any (a headless Service's name resolves only
+        # while one of its nodes is ready), not a crash.
+        names = ", ".join(settings.contact_points)
+        raise StorageUnavailable(
+            f"cannot resolve any Cassandra contact point ({names}): check the names and DNS"
+        ) from None
 
 
 def connect(

@@ -175,6 +175,22 @@ def test_not_serving_while_cassandra_is_unreachable(migrated_settings: Cassandra
         assert api.terminate() == 0
 
 
+def test_an_api_whose_contact_points_do_not_resolve_waits_not_serving(
+    migrated_settings: CassandraSettings,
+) -> None:
+    """A headless Service resolves to nothing while none of its nodes is ready: the API
+    waits NOT_SERVING, saying why, where it exited (a crash loop) before 2026-12-04."""
+    unresolvable = dataclasses.replace(migrated_settings, contact_points=("no-node.invalid",))
+    with serve_api(unresolvable) as api:
+        api.wait_for_health(NOT_SERVING)
+        time.sleep(2)  # several attempts
+        assert api.health() == NOT_SERVING
+        assert api.terminate() == 0
+        output = api.output()
+    assert "cannot resolve any Cassandra contact point (no-node.invalid)" in output
+    assert "Traceback" not in output, output
+
+
 def test_an_api_started_before_its_schema_files_are_applied_waits_not_ready_until_they_are(
     fresh_keyspace: CassandraSettings,
 ) -> None:
