@@ -398,7 +398,7 @@ class Ringer:
                 self._metrics.skips.labels(dispatch.SkipReason.MISSED.value).inc()
                 # keep_earlier: a dispatcher that took the ring over while this one was
                 # paused may have handed it off and recorded that; it stands.
-                await self._history.record(
+                await self._record(
                     self._delivery(claimed_row, claimed_at, None, _MISSED, None),
                     keep_earlier=True,
                 )
@@ -409,7 +409,7 @@ class Ringer:
                 return False
             if answer.outcome is Outcome.RETRYABLE:
                 resolved = True  # the claim was taken while retrying: the user's change wins
-                await self._history.record(
+                await self._record(
                     self._delivery(claimed_row, claimed_at, None, answer, None),
                     keep_earlier=True,  # nothing handed off: an earlier record stands
                 )
@@ -487,8 +487,17 @@ class Ringer:
         self._metrics.handoff_lateness.observe(max(0.0, lateness.total_seconds()))
         self._metrics.rings.labels(answer.outcome.value).inc()
         delivery = self._delivery(claimed_row, claimed_at, now, answer, lateness)
-        await self._history.record(delivery, keep_earlier=not first)
+        await self._record(delivery, keep_earlier=not first)
         return await self._finalize(claimed_row, shift)
+
+    async def _record(self, delivery: Delivery, *, keep_earlier: bool) -> None:
+        """The ring's history; a conditional record (`keep_earlier`) takes the user's turn,
+        as every LWT of one partition does here (ballots on one partition contend)."""
+        if not keep_earlier:
+            await self._history.record(delivery)
+            return
+        async with self._users.hold(delivery.user_id):
+            await self._history.record(delivery, keep_earlier=True)
 
     async def _finalize(self, claimed_row: Reminder, shift: Shift) -> bool:
         """Finalize by LWT until it lands or the claim is gone (the user's change wins):

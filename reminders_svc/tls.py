@@ -138,10 +138,11 @@ class ServerTls:
 
     def credentials(self) -> grpc.ServerCredentials:
         """Credentials that follow the files: gRPC asks `_Renewals` before each handshake."""
+        renewals = _Renewals(self)
         # The stubs leave out the None ("no change") that gRPC's own documentation gives.
-        fetcher = cast(Callable[[], grpc.ServerCertificateConfiguration], _Renewals(self))
+        fetcher = cast(Callable[[], grpc.ServerCertificateConfiguration], renewals)
         return grpc.dynamic_ssl_server_credentials(
-            self.certificate_configuration(),
+            renewals.initial(),
             fetcher,
             require_client_authentication=self.client_ca is not None,
         )
@@ -162,31 +163,43 @@ class _Renewals:
     change). A stat per handshake; the files are read only when they change."""
 
     def __init__(self, tls: ServerTls) -> None:
-        self._tls = tls
         self._lock = threading.Lock()
+        # Stamped, then read: files renewed since the settings were read (a process that
+        # waited minutes for its database before listening) are served, not missed until
+        # the next renewal.
         self._seen = _stamps(tls)
+        self._tls = self._reread(tls) or tls
+
+    def initial(self) -> grpc.ServerCertificateConfiguration:
+        return self._tls.certificate_configuration()
 
     def __call__(self) -> grpc.ServerCertificateConfiguration | None:
-        try:
-            stamps = _stamps(self._tls)
-        except OSError:
-            return None  # a file being swapped: the next handshake looks again
-        with self._lock:
+        with self._lock:  # a stat per handshake; under the lock, so no stale stamp wins
+            try:
+                stamps = _stamps(self._tls)
+            except OSError:
+                return None  # a file being swapped: the next handshake looks again
             if stamps == self._seen:
                 return None
             self._seen = stamps  # tried once per change, not on every handshake
-            try:
-                renewed = self._tls.reread()
-            except ConfigError as error:
-                log.warning(
-                    "TLS files changed but cannot be used: %s; serving the previous "
-                    "certificate until they change again",
-                    error,
-                )
+            renewed = self._reread(self._tls)
+            if renewed is None:
                 return None
             self._tls = renewed
         log.info("TLS certificate renewed from %s", renewed.cert.path)
         return renewed.certificate_configuration()
+
+    @staticmethod
+    def _reread(tls: ServerTls) -> ServerTls | None:
+        try:
+            return tls.reread()
+        except ConfigError as error:
+            log.warning(
+                "TLS files changed but cannot be used: %s; serving the previous certificate"
+                " until they change again",
+                error,
+            )
+            return None
 
 
 def add_port(server: grpc.aio.Server, address: str, tls: ServerTls | None) -> int:

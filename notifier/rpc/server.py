@@ -43,7 +43,7 @@ from reminders_svc.storage.loop_reactor import (
     connect_on_loop_patiently,
     patiently,
 )
-from reminders_svc.storage.migrations import MigrationError, MigrationReport
+from reminders_svc.storage.migrations import MigrationError, MigrationReport, MigrationStopped
 from reminders_svc.storage.session import CassandraConnection
 from reminders_svc.tls import add_port
 
@@ -69,8 +69,14 @@ async def _migrated(session: Session, settings: NotifierSettings) -> MigrationRe
         return await asyncio.shield(attempt)
     except asyncio.CancelledError:
         stopping.set()
-        with suppress(Exception, asyncio.CancelledError):
+        try:
             await to_the_end(attempt)
+        except MigrationStopped as stopped:
+            log.info("migration %s", stopped)  # where: the next start goes on from there
+        except asyncio.CancelledError:
+            pass  # stopped again meanwhile: the attempt has ended all the same
+        except Exception:  # the stop goes on; the next start meets it again
+            log.exception("the migration failed as it was stopping")
         raise
 
 

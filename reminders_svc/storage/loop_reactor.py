@@ -152,6 +152,13 @@ class LoopConnection(Connection):  # type: ignore[misc]  # the driver is untyped
         self._on_loop(self._watch_reads)
         self._send_options_message()
 
+    def _initiate_connection(self, sockaddr: Any) -> None:
+        # The socket exists by now: an abandon before this point finds the connection
+        # closed here, one after it shuts the socket down, which wakes this connect.
+        if self.is_closed:
+            raise ConnectionAbortedError(f"{self.endpoint}: this process is stopping")
+        super()._initiate_connection(sockaddr)
+
     def _on_loop(self, callback: Callable[[], None]) -> None:
         assert self._loop is not None
         if not self.on_loop_thread():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -11,9 +12,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from reminders_svc.config import CassandraSettings
+from reminders_svc.tls import API_PREFIX, ServerTls, add_port
 from tests.api.serving import NOT_SERVING, SERVING, ServedApi, serve_api
 from tests.pki import LOCALHOST, Authority, Pair, Pki, issue_pki
 from tests.platform.helpers import free_port, run_cli
@@ -143,3 +145,31 @@ def test_a_renewed_certificate_is_served_to_new_connections_without_a_restart(
     assert f"is not the key of REMINDERS_API_TLS_CERT_FILE={str(mounted.cert)!r}" in output
     assert f"TLS certificate renewed from {mounted.cert}" in output
     assert "BEGIN" not in output  # never a file's contents
+
+
+def test_a_certificate_renewed_before_the_port_opens_is_the_one_served(tmp_path: Path) -> None:
+    """The files are read with the settings; the port opens later (the notifier waits for
+    its database first, minutes in an outage). A renewal in between is served from the
+    first connection, not missed until the next renewal."""
+    old, new = Authority(tmp_path, "old-ca"), Authority(tmp_path, "new-ca")
+    mounted = Pair(tmp_path / "tls.crt", tmp_path / "tls.key")
+    _install(old.issue("old-server", ips=(LOCALHOST,)), mounted)
+    files = {f"{API_PREFIX}CERT_FILE": str(mounted.cert), f"{API_PREFIX}KEY_FILE": str(mounted.key)}
+    tls = ServerTls.from_env(files, API_PREFIX)
+    assert tls is not None
+    _install(new.issue("new-server", ips=(LOCALHOST,)), mounted)  # renewed while it waited
+
+    async def served() -> tuple[bool, bool]:
+        server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+        target = f"{LOCALHOST}:{add_port(server, f'{LOCALHOST}:0', tls)}"
+        await server.start()
+        try:
+            return (
+                await asyncio.to_thread(_serves_to, target, new.cert),
+                await asyncio.to_thread(_serves_to, target, old.cert),
+            )
+        finally:
+            await server.stop(0)
+
+    assert asyncio.run(served()) == (True, False)

@@ -123,7 +123,7 @@ def test_lateness_objective_reads_the_60_second_bucket() -> None:
 
 def test_expected_parts_follow_the_dispatchers_and_default_to_the_code_s() -> None:
     (rule,) = (r for r in rules() if r.get("record") == "reminders:dispatch_parts_expected")
-    assert "reminders_dispatch_parts" in rule["expr"]
+    assert re.search(r"\breminders_dispatch_parts\[", rule["expr"]), rule["expr"]
     assert rule["expr"].strip().endswith(f"or vector({DEFAULT_PARTS})")
 
 
