@@ -7,7 +7,9 @@ theirs. `cut()` closes every connection through it and refuses new ones until
 so a request can land while its sender never hears of it; `break_next_reply()` passes on
 half of the next chunk of a reply (as read, at least `min_bytes`) and then closes the
 connection, as a node dying mid-answer does (the size keeps a heartbeat on the driver's
-control connection from taking the break meant for a query's reply).
+control connection from taking the break meant for a query's reply);
+`answer_only_first(n)` drops the replies of every connection after the first `n`, as a
+node that accepts and then hangs (`hanging` is set once such a connection is made).
 """
 
 from __future__ import annotations
@@ -29,7 +31,13 @@ class TcpProxy:
         self._breaking = False
         self._break_min_bytes = 0
         self._closed = False
+        self._answered: int | None = None  # connections answered; None: all of them
+        self._accepted = 0
+        self.hanging = threading.Event()
         threading.Thread(target=self._accept, name="proxy-accept", daemon=True).start()
+
+    def answer_only_first(self, connections: int) -> None:
+        self._answered = connections
 
     def cut(self) -> None:
         with self._lock:
@@ -79,19 +87,25 @@ class TcpProxy:
             upstream.settimeout(None)
             with self._lock:
                 self._open.update((client, upstream))
+            silent = self._answered is not None and self._accepted >= self._answered
+            self._accepted += 1
             for source, sink, is_reply in ((client, upstream, False), (upstream, client, True)):
                 threading.Thread(
-                    target=self._pump, args=(source, sink, is_reply), daemon=True
+                    target=self._pump, args=(source, sink, is_reply, silent), daemon=True
                 ).start()
+            if silent:
+                self.hanging.set()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, is_reply: bool) -> None:
+    def _pump(
+        self, source: socket.socket, sink: socket.socket, is_reply: bool, silent: bool
+    ) -> None:
         try:
             while data := source.recv(65536):
                 if is_reply and self._breaking and len(data) >= self._break_min_bytes:
                     self._breaking = False
                     sink.sendall(data[: len(data) // 2])
                     return  # closes both sides, with the reply's tail never sent
-                if not (is_reply and self._holding):
+                if not (is_reply and (self._holding or silent)):
                     sink.sendall(data)
         except OSError:
             pass

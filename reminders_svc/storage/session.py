@@ -128,15 +128,10 @@ def new_cluster(
         ) from None
 
 
-def connect(
-    settings: CassandraSettings,
-    *,
-    keyspace: str | None = None,
-    connection_class: type[Connection] | None = None,
-) -> CassandraConnection:
-    """Connect; `keyspace=None` uses the configured one, `keyspace=""` none (for migrations)."""
-    cluster = new_cluster(settings, connection_class=connection_class)
-    return connect_cluster(cluster, settings, keyspace=keyspace)
+def connect(settings: CassandraSettings, *, keyspace: str | None = None) -> CassandraConnection:
+    """Connect with the driver's own reactor; `keyspace=None` uses the configured one,
+    `keyspace=""` none (for migrations)."""
+    return connect_cluster(new_cluster(settings), settings, keyspace=keyspace)
 
 
 def connect_cluster(

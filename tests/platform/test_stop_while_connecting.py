@@ -6,12 +6,9 @@ hangs on the pool's that follow (one node of several hung, a node dying as it is
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import socket
 import subprocess
-import threading
 import time
 
 import pytest
@@ -19,55 +16,16 @@ import pytest
 from reminders_svc.config import CassandraSettings
 from tests.api.serving import cassandra_env
 from tests.platform.helpers import REMINDERS, free_port
+from tests.tcp_proxy import TcpProxy
 
 CONNECT_TIMEOUT_S = 60
 
 
-class HangingNode:
-    """A port that accepts connections, reads what is sent and never answers; with
-    `upstream`, its first connection is passed on to the node there instead."""
-
-    def __init__(self, upstream: tuple[str, int] | None = None) -> None:
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._listener.getsockname()[1]
-        self._upstream = upstream
-        self.hanging = threading.Event()  # a connection is waiting for an answer
-        self._held: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                connection, _ = self._listener.accept()
-            except OSError:
-                return  # closed
-            self._held.append(connection)
-            if self._upstream is not None:
-                upstream = socket.create_connection(self._upstream)
-                self._held.append(upstream)
-                for source, sink in ((connection, upstream), (upstream, connection)):
-                    threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
-                self._upstream = None
-            else:
-                self.hanging.set()
-
-    def close(self) -> None:
-        self._listener.close()
-        for connection in self._held:
-            connection.close()
-
-
-def _pump(source: socket.socket, sink: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        while data := source.recv(65536):
-            sink.sendall(data)
-
-
-def _stop_while_hanging(command: str, node: HangingNode, cassandra: dict[str, str]) -> None:
+def _stop_while_hanging(command: str, node: TcpProxy, cassandra: CassandraSettings) -> None:
     env = {
         **os.environ,
         "REMINDERS_ENV": "dev",
-        **cassandra,
+        **cassandra_env(cassandra),
         "REMINDERS_CASSANDRA_CONTACT_POINTS": "127.0.0.1",
         "REMINDERS_CASSANDRA_PORT": str(node.port),
         "REMINDERS_CASSANDRA_CONNECT_TIMEOUT": str(CONNECT_TIMEOUT_S),
@@ -99,16 +57,22 @@ def _stop_while_hanging(command: str, node: HangingNode, cassandra: dict[str, st
     assert "Traceback" not in output, output
 
 
+def _hanging_after(connections: int, cassandra: CassandraSettings) -> TcpProxy:
+    """The node, answering only its first `connections` connections."""
+    node = TcpProxy(cassandra.contact_points[0], cassandra.port)
+    node.answer_only_first(connections)
+    return node
+
+
 @pytest.mark.parametrize("command", ["serve-api", "dispatch", "notifier"])
 def test_sigterm_while_connecting_to_a_node_that_never_answers_exits_at_once(
-    command: str,
+    command: str, migrated_settings: CassandraSettings
 ) -> None:
-    _stop_while_hanging(command, HangingNode(), {})
+    _stop_while_hanging(command, _hanging_after(0, migrated_settings), migrated_settings)
 
 
 @pytest.mark.parametrize("command", ["serve-api", "dispatch"])
 def test_sigterm_while_filling_a_pool_from_a_node_that_hangs_exits_at_once(
     command: str, migrated_settings: CassandraSettings
 ) -> None:
-    node = HangingNode(upstream=(migrated_settings.contact_points[0], migrated_settings.port))
-    _stop_while_hanging(command, node, cassandra_env(migrated_settings))
+    _stop_while_hanging(command, _hanging_after(1, migrated_settings), migrated_settings)
