@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,7 +16,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
 from reminders_svc.connections import CLIENT_OPTIONS
-from reminders_svc.tls import ClientTls
+from reminders_svc.tls import ClientTls, TlsFiles
 
 log = logging.getLogger(__name__)
 
@@ -55,20 +57,30 @@ def _stamp(instant: datetime) -> Timestamp:
     return stamp
 
 
+# How often a TLS channel's files are looked at again (a stat of each, before a call).
+TLS_LOOK_EVERY_S = 1.0
+
+
 class NotifierClient:
     """One channel to the notifier: plaintext, or TLS (mutual when `tls` holds a client
     certificate). A call the notifier refuses (a handshake failing, no client certificate)
-    fails like any other: every ring of it is answered RETRYABLE."""
+    fails like any other: every ring of it is answered RETRYABLE.
+
+    With TLS, the files are looked at again before a call (at most every
+    `TLS_LOOK_EVERY_S`): renewed ones (cert-manager rotating the Secret) open a new
+    channel for the calls from then on, and the old one is closed once its calls are
+    answered, so a renewal needs no restart."""
 
     def __init__(
         self, target: str, timeout_s: float = 10.0, *, tls: ClientTls | None = None
     ) -> None:
-        if tls is None:
-            self._channel = grpc.aio.insecure_channel(target, options=CLIENT_OPTIONS)
-        else:
-            self._channel = grpc.aio.secure_channel(
-                target, tls.credentials(), options=(*CLIENT_OPTIONS, *tls.channel_options())
-            )
+        self._target = target
+        self._timeout_s = timeout_s
+        self._tls_files = None if tls is None else TlsFiles(tls)
+        self._next_look = time.monotonic() + TLS_LOOK_EVERY_S
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._channel = self._open()
+        self._stub = npb_grpc.NotificationServiceStub(self._channel)
         log.info(
             "notifier at %s (tls=%s, mtls=%s, server_name=%s)",
             target,
@@ -76,11 +88,32 @@ class NotifierClient:
             tls is not None and tls.mutual,
             tls.server_name if tls is not None else None,
         )
+
+    def _open(self) -> grpc.aio.Channel:
+        if self._tls_files is None:
+            return grpc.aio.insecure_channel(self._target, options=CLIENT_OPTIONS)
+        tls = self._tls_files.current
+        return grpc.aio.secure_channel(
+            self._target, tls.credentials(), options=(*CLIENT_OPTIONS, *tls.channel_options())
+        )
+
+    def _follow_renewals(self) -> None:
+        if self._tls_files is None or time.monotonic() < self._next_look:
+            return
+        self._next_look = time.monotonic() + TLS_LOOK_EVERY_S
+        if self._tls_files.renewed() is None:
+            return
+        retired = self._channel
+        self._channel = self._open()
         self._stub = npb_grpc.NotificationServiceStub(self._channel)
-        self._timeout_s = timeout_s
+        # The old channel's calls run to their own deadline; new calls take the new one.
+        closing = asyncio.create_task(retired.close(grace=self._timeout_s))
+        self._retiring.add(closing)
+        closing.add_done_callback(self._retiring.discard)
 
     async def close(self) -> None:
         await self._channel.close()
+        await asyncio.gather(*self._retiring)
 
     async def send(self, rings: Sequence[Ring]) -> dict[str, Answer]:
         """Answers by key; a failed call answers every ring RETRYABLE (same keys next time)."""
@@ -99,6 +132,7 @@ class NotifierClient:
                 for ring in rings
             ]
         )
+        self._follow_renewals()
         try:
             response = await self._stub.SendBatch(request, timeout=self._timeout_s)
         except grpc.aio.AioRpcError as error:

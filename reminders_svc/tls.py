@@ -18,18 +18,19 @@ read again when they change (cert-manager renews a Secret in place, and the kube
 swaps the mounted files): new connections get the renewed certificate, with no restart;
 files that changed but cannot be used (half written, a key not the certificate's) leave
 the previous certificate in use, and say so in the log. A channel's files (`ClientTls`)
-are read once: its process is restarted after a renewal.
+are looked at again before its calls, at most once a second (`TlsFiles`): its owner opens
+a new channel with them and lets the old one finish its calls.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import cast
+from typing import Generic, Protocol, Self, TypeVar, cast
 
 import grpc
 from cryptography import x509
@@ -72,6 +73,20 @@ def _check_pair(cert: PemFile, key: PemFile) -> None:
         )
 
 
+def _reload_pair(cert: PemFile, key: PemFile) -> tuple[PemFile, PemFile]:
+    """A pair's files read again and checked as at startup (ConfigError if unusable)."""
+    cert = PemFile.load(cert.variable, cert.path)
+    key = PemFile.load(key.variable, key.path)
+    _check_pair(cert, key)
+    return cert, key
+
+
+def _reload_certificates(pem: PemFile) -> PemFile:
+    pem = PemFile.load(pem.variable, pem.path)
+    _certificates(pem)
+    return pem
+
+
 def _pair(env: Env) -> tuple[PemFile, PemFile] | None:
     """`CERT_FILE` and `KEY_FILE`: both, read and checked, or neither."""
     cert_path, key_path = env.raw("CERT_FILE"), env.raw("KEY_FILE")
@@ -85,7 +100,7 @@ def _pair(env: Env) -> tuple[PemFile, PemFile] | None:
     return cert, key
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class ServerTls:
     """TLS of a gRPC port; with `client_ca`, mutual TLS (clients must present a
     certificate it signed). None in the settings: plaintext (local development, or TLS
@@ -121,13 +136,8 @@ class ServerTls:
 
     def reread(self) -> ServerTls:
         """The same files read again and checked as at startup (ConfigError if unusable)."""
-        cert = PemFile.load(self.cert.variable, self.cert.path)
-        key = PemFile.load(self.key.variable, self.key.path)
-        _check_pair(cert, key)
-        client_ca = self.client_ca
-        if client_ca is not None:
-            client_ca = PemFile.load(client_ca.variable, client_ca.path)
-            _certificates(client_ca)
+        cert, key = _reload_pair(self.cert, self.key)
+        client_ca = None if self.client_ca is None else _reload_certificates(self.client_ca)
         return ServerTls(cert=cert, key=key, client_ca=client_ca)
 
     def certificate_configuration(self) -> grpc.ServerCertificateConfiguration:
@@ -151,10 +161,60 @@ class ServerTls:
 _FileStamp = tuple[int, int, int]  # inode, size, modification time (ns)
 
 
-def _stamps(tls: ServerTls) -> tuple[_FileStamp, ...]:
+def _stamps(files: tuple[PemFile, ...]) -> tuple[_FileStamp, ...]:
     # stat follows the kubelet's symlinks, so a swapped Secret volume shows a new inode.
-    stats = [os.stat(pem.path) for pem in tls.files()]
+    stats = [os.stat(pem.path) for pem in files]
     return tuple((st.st_ino, st.st_size, st.st_mtime_ns) for st in stats)
+
+
+class _Rereadable(Protocol):
+    def files(self) -> tuple[PemFile, ...]: ...
+
+    def reread(self) -> Self: ...
+
+
+_Tls = TypeVar("_Tls", bound=_Rereadable)
+
+
+class TlsFiles(Generic[_Tls]):
+    """The files of a TLS setting, looked at again on demand. `renewed()` answers the
+    setting read anew when its files changed since the last look and are usable, else
+    None; files that changed but cannot be used are tried once per change, and logged.
+    Not thread-safe: its owner serialises the looks."""
+
+    def __init__(self, tls: _Tls) -> None:
+        # Stamped, then read: files renewed since the settings were read (a process that
+        # waited minutes for its database before listening) are used, not missed until the
+        # next renewal.
+        self._seen = _stamps(tls.files())
+        self.current: _Tls = self._reread(tls) or tls
+
+    def renewed(self) -> _Tls | None:
+        try:
+            stamps = _stamps(self.current.files())
+        except OSError:
+            return None  # a file being swapped: the next look sees it
+        if stamps == self._seen:
+            return None
+        self._seen = stamps
+        renewed = self._reread(self.current)
+        if renewed is None:
+            return None
+        self.current = renewed
+        log.info("TLS files renewed: %s", ", ".join(pem.path for pem in renewed.files()))
+        return renewed
+
+    @staticmethod
+    def _reread(tls: _Tls) -> _Tls | None:
+        try:
+            return tls.reread()
+        except ConfigError as error:
+            log.warning(
+                "TLS files changed but cannot be used: %s; keeping the previous ones until"
+                " they change again",
+                error,
+            )
+            return None
 
 
 class _Renewals:
@@ -164,42 +224,15 @@ class _Renewals:
 
     def __init__(self, tls: ServerTls) -> None:
         self._lock = threading.Lock()
-        # Stamped, then read: files renewed since the settings were read (a process that
-        # waited minutes for its database before listening) are served, not missed until
-        # the next renewal.
-        self._seen = _stamps(tls)
-        self._tls = self._reread(tls) or tls
+        self._files = TlsFiles(tls)
 
     def initial(self) -> grpc.ServerCertificateConfiguration:
-        return self._tls.certificate_configuration()
+        return self._files.current.certificate_configuration()
 
     def __call__(self) -> grpc.ServerCertificateConfiguration | None:
-        with self._lock:  # a stat per handshake; under the lock, so no stale stamp wins
-            try:
-                stamps = _stamps(self._tls)
-            except OSError:
-                return None  # a file being swapped: the next handshake looks again
-            if stamps == self._seen:
-                return None
-            self._seen = stamps  # tried once per change, not on every handshake
-            renewed = self._reread(self._tls)
-            if renewed is None:
-                return None
-            self._tls = renewed
-        log.info("TLS certificate renewed from %s", renewed.cert.path)
-        return renewed.certificate_configuration()
-
-    @staticmethod
-    def _reread(tls: ServerTls) -> ServerTls | None:
-        try:
-            return tls.reread()
-        except ConfigError as error:
-            log.warning(
-                "TLS files changed but cannot be used: %s; serving the previous certificate"
-                " until they change again",
-                error,
-            )
-            return None
+        with self._lock:  # gRPC's threads: no stale stamp wins
+            renewed = self._files.renewed()
+        return None if renewed is None else renewed.certificate_configuration()
 
 
 def add_port(server: grpc.aio.Server, address: str, tls: ServerTls | None) -> int:
@@ -216,7 +249,7 @@ def add_port(server: grpc.aio.Server, address: str, tls: ServerTls | None) -> in
         raise OSError(message) from None
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class ClientTls:
     """TLS of a channel this process opens: the server must present a certificate `ca`
     signed, for the target's host or `server_name`; with `cert` and `key`, this process
@@ -248,6 +281,19 @@ class ClientTls:
             raise ConfigError(f"{prefix}SERVER_NAME={server_name!r}: expected a host name")
         cert, key = pair if pair is not None else (None, None)
         return cls(ca=ca, cert=cert, key=key, server_name=server_name)
+
+    def files(self) -> tuple[PemFile, ...]:
+        if self.cert is None or self.key is None:
+            return (self.ca,)
+        return (self.ca, self.cert, self.key)
+
+    def reread(self) -> ClientTls:
+        """The same files read again and checked as at startup (ConfigError if unusable)."""
+        ca = _reload_certificates(self.ca)
+        if self.cert is None or self.key is None:
+            return dataclasses.replace(self, ca=ca)
+        cert, key = _reload_pair(self.cert, self.key)
+        return dataclasses.replace(self, ca=ca, cert=cert, key=key)
 
     def credentials(self) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(

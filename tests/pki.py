@@ -5,6 +5,8 @@ an RSA pair for RS256 tokens, as an identity provider would hold it."""
 from __future__ import annotations
 
 import ipaddress
+import os
+import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,6 +25,19 @@ class Pair:
 
     cert: Path
     key: Path
+
+
+def replace_file(origin: Path, target: Path) -> None:
+    """As the kubelet updates a Secret volume: the file replaced whole, never half written."""
+    staged = target.with_name(target.name + ".new")
+    shutil.copyfile(origin, staged)
+    os.replace(staged, target)
+
+
+def install(source: Pair, mounted: Pair) -> None:
+    """`source`'s certificate and key put in place of `mounted`'s, each file whole."""
+    replace_file(source.cert, mounted.cert)
+    replace_file(source.key, mounted.key)
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import os
-import shutil
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -17,7 +15,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from reminders_svc.config import CassandraSettings
 from reminders_svc.tls import API_PREFIX, ServerTls, add_port
 from tests.api.serving import NOT_SERVING, SERVING, ServedApi, serve_api
-from tests.pki import LOCALHOST, Authority, Pair, Pki, issue_pki
+from tests.pki import LOCALHOST, Authority, Pair, Pki, install, issue_pki
 from tests.platform.helpers import free_port, run_cli
 
 
@@ -100,14 +98,6 @@ def _serves_to(target: str, ca: Path) -> bool:
     return False
 
 
-def _install(source: Pair, mounted: Pair) -> None:
-    """As the kubelet updates a Secret volume: each file replaced whole, never half written."""
-    for origin, target in ((source.cert, mounted.cert), (source.key, mounted.key)):
-        staged = target.with_suffix(".new")
-        shutil.copyfile(origin, staged)
-        os.replace(staged, target)
-
-
 def test_a_renewed_certificate_is_served_to_new_connections_without_a_restart(
     tmp_path: Path, migrated_settings: CassandraSettings
 ) -> None:
@@ -118,7 +108,7 @@ def test_a_renewed_certificate_is_served_to_new_connections_without_a_restart(
     old_pair = old.issue("old-server", ips=(LOCALHOST,))
     new_pair = new.issue("new-server", ips=(LOCALHOST,))
     mounted = Pair(tmp_path / "tls.crt", tmp_path / "tls.key")
-    _install(old_pair, mounted)
+    install(old_pair, mounted)
     unreachable = dataclasses.replace(migrated_settings, port=free_port())
     with serve_api(
         unreachable,
@@ -132,10 +122,10 @@ def test_a_renewed_certificate_is_served_to_new_connections_without_a_restart(
         assert not _serves_to(api.target, new.cert)
 
         # The new certificate beside the old key: unusable, the old one stays in use.
-        _install(Pair(new_pair.cert, old_pair.key), mounted)
+        install(Pair(new_pair.cert, old_pair.key), mounted)
         assert _serves_to(api.target, old.cert)
 
-        _install(new_pair, mounted)
+        install(new_pair, mounted)
         assert _serves_to(api.target, new.cert)
         assert not _serves_to(api.target, old.cert)
         assert api.terminate() == 0
@@ -143,7 +133,7 @@ def test_a_renewed_certificate_is_served_to_new_connections_without_a_restart(
 
     assert "TLS files changed but cannot be used" in output
     assert f"is not the key of REMINDERS_API_TLS_CERT_FILE={str(mounted.cert)!r}" in output
-    assert f"TLS certificate renewed from {mounted.cert}" in output
+    assert f"TLS files renewed: {mounted.cert}, {mounted.key}" in output
     assert "BEGIN" not in output  # never a file's contents
 
 
@@ -153,11 +143,11 @@ def test_a_certificate_renewed_before_the_port_opens_is_the_one_served(tmp_path:
     first connection, not missed until the next renewal."""
     old, new = Authority(tmp_path, "old-ca"), Authority(tmp_path, "new-ca")
     mounted = Pair(tmp_path / "tls.crt", tmp_path / "tls.key")
-    _install(old.issue("old-server", ips=(LOCALHOST,)), mounted)
+    install(old.issue("old-server", ips=(LOCALHOST,)), mounted)
     files = {f"{API_PREFIX}CERT_FILE": str(mounted.cert), f"{API_PREFIX}KEY_FILE": str(mounted.key)}
     tls = ServerTls.from_env(files, API_PREFIX)
     assert tls is not None
-    _install(new.issue("new-server", ips=(LOCALHOST,)), mounted)  # renewed while it waited
+    install(new.issue("new-server", ips=(LOCALHOST,)), mounted)  # renewed while it waited
 
     async def served() -> tuple[bool, bool]:
         server = grpc.aio.server()

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import shutil
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
 import pytest
 
-from dispatcher.handoff import Answer, NotifierClient, Outcome, Ring
+from dispatcher.handoff import TLS_LOOK_EVERY_S, Answer, NotifierClient, Outcome, Ring
 from dispatcher.settings import DispatcherSettings
 from genproto.notification.v1 import notification_pb2 as pb
 from genproto.notification.v1 import notification_pb2_grpc as pb_grpc
@@ -28,7 +29,8 @@ from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import ConfigError
 from reminders_svc.tls import ClientTls
 from tests.notifier.conftest import reminder_key, running_notifier
-from tests.pki import LOCALHOST, Authority, Pki, issue_pki
+from tests.pki import LOCALHOST, Authority, Pair, Pki, install, issue_pki, replace_file
+from tests.platform.helpers import free_port
 
 CLIENT = "REMINDERS_NOTIFIER_TLS_"
 SERVER = "REMINDERS_NOTIFIER_SERVER_TLS_"
@@ -208,6 +210,71 @@ def test_server_name_checks_the_name_in_the_notifiers_certificate(
             client_env(named) | {f"{CLIENT}SERVER_NAME": "notifier.reminders.test"}
         )
         assert outcomes(hand_off(target, right, batch)) == [(Outcome.ACCEPTED, "")]
+
+
+def test_the_dispatchers_renewed_certificates_are_used_without_a_restart(
+    notifier_settings: NotifierSettings, tmp_path: Path, user: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """cert-manager moves both sides to a new CA: the notifier comes back on it (a pod
+    restarted; its connections are also closed every few minutes), and the dispatcher,
+    still running, trusts the new CA and presents its renewed certificate from its next
+    call on. Files that changed but cannot be used (a key not the certificate's) keep the
+    previous ones in use, and the log says so."""
+    caplog.set_level(logging.INFO, logger="reminders_svc.tls")
+    old, new = Authority(tmp_path, "old-ca"), Authority(tmp_path, "new-ca")
+    old_pair, new_pair = old.issue("old-dispatcher"), new.issue("new-dispatcher")
+    mounted, ca = Pair(tmp_path / "tls.crt", tmp_path / "tls.key"), tmp_path / "ca.crt"
+    install(old_pair, mounted)
+    replace_file(old.cert, ca)
+    tls = dispatcher_tls(
+        {
+            f"{CLIENT}CA_FILE": str(ca),
+            f"{CLIENT}CERT_FILE": str(mounted.cert),
+            f"{CLIENT}KEY_FILE": str(mounted.key),
+        }
+    )
+    on_one_port = dataclasses.replace(notifier_settings, port=free_port())
+
+    def notifier_of(authority: Authority) -> AbstractContextManager[str]:
+        served = authority.issue(f"notifier-of-{authority.cert.stem}", ips=(LOCALHOST,))
+        return notifier_serving(
+            on_one_port,
+            {
+                f"{SERVER}CERT_FILE": str(served.cert),
+                f"{SERVER}KEY_FILE": str(served.key),
+                f"{SERVER}CLIENT_CA_FILE": str(authority.cert),
+            },
+        )
+
+    async def renewed_files_are_looked_at() -> None:
+        await asyncio.sleep(TLS_LOOK_EVERY_S + 0.2)
+
+    async def rotate() -> list[list[tuple[Outcome, str]]]:
+        client = NotifierClient(f"{LOCALHOST}:{on_one_port.port}", timeout_s=10, tls=tls)
+        answers = []
+        try:
+            with notifier_of(old):
+                answers.append(outcomes(await client.send(rings(user, 1))))
+            with notifier_of(new):
+                install(Pair(new_pair.cert, old_pair.key), mounted)  # unusable
+                replace_file(new.cert, ca)
+                await renewed_files_are_looked_at()
+                answers.append(outcomes(await client.send(rings(user, 1))))
+                install(new_pair, mounted)
+                await renewed_files_are_looked_at()
+                answers.append(outcomes(await client.send(rings(user, 1))))
+        finally:
+            await client.close()
+        return answers
+
+    assert asyncio.run(rotate()) == [
+        [(Outcome.ACCEPTED, "")],
+        [(Outcome.RETRYABLE, REFUSED)],  # the old certificates, which the new CA did not sign
+        [(Outcome.ACCEPTED, "")],
+    ]
+    assert f"is not the key of {CLIENT}CERT_FILE={str(mounted.cert)!r}" in caplog.text
+    assert f"TLS files renewed: {ca}, {mounted.cert}, {mounted.key}" in caplog.text
+    assert "BEGIN" not in caplog.text  # never a file's contents
 
 
 # -- settings ------------------------------------------------------------------------------
