@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from reminders_svc.config import Env
+from reminders_svc.config import CASSANDRA_PREFIX, Env
 
 # The newest 5.0.x that Maven Central served when this was pinned (2026-11-30).
 CASSANDRA_VERSION = "5.0.9"
@@ -73,7 +73,7 @@ class NodeSettings:
         `environ` to reach this node: they read REMINDERS_CASSANDRA_PORT, the node listens
         on REMINDERS_NODE_PORT, so a node moved off a taken 9042 takes its clients along
         unless they were pointed elsewhere on purpose."""
-        if Env(environ, "REMINDERS_CASSANDRA_").raw("PORT") is not None:
+        if Env(environ, CASSANDRA_PREFIX).raw("PORT") is not None:
             return {}
         if Env(environ, "REMINDERS_NODE_").raw("PORT") is None:
             return {}

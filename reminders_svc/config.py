@@ -5,6 +5,7 @@ Secrets are held as `Secret` so that neither repr() nor logging prints them.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import math
 import os
@@ -133,12 +134,16 @@ def reject_unused(env: Env, names: tuple[str, ...], needs: str) -> None:
         raise ConfigError(f"{', '.join(given)} {verb} {env.prefix}{needs}")
 
 
+CASSANDRA_PREFIX = "REMINDERS_CASSANDRA_"
+
+
 @dataclass(frozen=True)
 class TlsSettings:
     """TLS to Cassandra (REMINDERS_CASSANDRA_TLS=true): the nodes' certificates checked
     against `ca` (else the system's roots); with `cert`, this client presents its
     certificate, its key in `key` or, without one, in the same file. Files are read and
-    checked once, at startup."""
+    checked at startup; the storage layer reads them again when they change
+    (`reminders_svc.storage.session.RenewingSslContext`)."""
 
     ca: PemFile | None
     cert: PemFile | None
@@ -162,18 +167,34 @@ class TlsSettings:
         ca, cert, key = (PemFile.read(env, name) for name in files)
         if key is not None and cert is None:
             raise ConfigError(f"{key.variable} needs {env.prefix}TLS_CERT_FILE")
-        settings = cls(ca, cert, key, env.flag("TLS_CHECK_HOSTNAME", True))
+        return cls(ca, cert, key, env.flag("TLS_CHECK_HOSTNAME", True)).checked()
+
+    def checked(self) -> TlsSettings:
+        """These settings, once they made a TLS client (ConfigError if they cannot)."""
         try:
-            settings.ssl_context()
+            self.ssl_context()
         except (ssl.SSLError, ValueError, TypeError) as error:
             # A CA file of no certificate, a certificate without its key, or a key not the
             # certificate's. The reason is OpenSSL's, about the files' kinds, never their
             # contents.
             reason = getattr(error, "reason", None) or type(error).__name__
             raise ConfigError(
-                f"{env.prefix}TLS_*_FILE: the files make no TLS client ({reason})"
+                f"{CASSANDRA_PREFIX}TLS_*_FILE: the files make no TLS client ({reason})"
             ) from None
-        return settings
+        return self
+
+    def files(self) -> tuple[PemFile, ...]:
+        return tuple(pem for pem in (self.ca, self.cert, self.key) if pem is not None)
+
+    def reread(self) -> TlsSettings:
+        """The same files read again and checked as at startup (ConfigError if unusable)."""
+
+        def again(pem: PemFile | None) -> PemFile | None:
+            return None if pem is None else PemFile.load(pem.variable, pem.path)
+
+        return dataclasses.replace(
+            self, ca=again(self.ca), cert=again(self.cert), key=again(self.key)
+        ).checked()
 
 
 @dataclass(frozen=True)
@@ -193,7 +214,7 @@ class CassandraSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> CassandraSettings:
-        env = Env(os.environ if environ is None else environ, "REMINDERS_CASSANDRA_")
+        env = Env(os.environ if environ is None else environ, CASSANDRA_PREFIX)
         tls = TlsSettings.from_env(env)
         password = env.raw("PASSWORD")
         settings = cls(

@@ -92,6 +92,31 @@ class Authority:
         return pair
 
 
+class MountedClientFiles:
+    """A client's TLS files as a Secret volume holds them (`ca`, `mounted`), first from
+    the CA `old`, then moved to `new` the way cert-manager and the kubelet do."""
+
+    def __init__(self, folder: Path) -> None:
+        self.old, self.new = Authority(folder, "old-ca"), Authority(folder, "new-ca")
+        self._old_pair, self._new_pair = self.old.issue("old-client"), self.new.issue("new-client")
+        self.ca = folder / "ca.crt"
+        self.mounted = Pair(folder / "tls.crt", folder / "tls.key")
+        install(self._old_pair, self.mounted)
+        replace_file(self.old.cert, self.ca)
+
+    def break_pair(self) -> None:
+        """An unusable change: the new certificate beside the old key."""
+        install(Pair(self._new_pair.cert, self._old_pair.key), self.mounted)
+
+    def renew(self) -> None:
+        """The new CA and the client's certificate it signed."""
+        install(self._new_pair, self.mounted)
+        replace_file(self.new.cert, self.ca)
+
+    def renewed_log_line(self) -> str:
+        return f"TLS files renewed: {self.ca}, {self.mounted.cert}, {self.mounted.key}"
+
+
 @dataclass(frozen=True)
 class Pki:
     """A CA, a server certificate for 127.0.0.1 and a client certificate, all its."""

@@ -10,12 +10,16 @@ connection, as a node dying mid-answer does (the size keeps a heartbeat on the d
 control connection from taking the break meant for a query's reply);
 `answer_only_first(n)` drops the replies of every connection after the first `n`, as a
 node that accepts and then hangs (`hanging` is set once such a connection is made).
+`terminate_tls(context)` makes it a TLS front for the node (which serves plaintext): new
+connections must complete a handshake with `context` first (then none of the above apply).
 """
 
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
+import ssl
 import threading
 
 
@@ -34,10 +38,14 @@ class TcpProxy:
         self._answered: int | None = None  # connections answered; None: all of them
         self._accepted = 0
         self.hanging = threading.Event()
+        self._tls: ssl.SSLContext | None = None
         threading.Thread(target=self._accept, name="proxy-accept", daemon=True).start()
 
     def answer_only_first(self, connections: int) -> None:
         self._answered = connections
+
+    def terminate_tls(self, context: ssl.SSLContext) -> None:
+        self._tls = context
 
     def cut(self) -> None:
         with self._lock:
@@ -87,6 +95,11 @@ class TcpProxy:
             upstream.settimeout(None)
             with self._lock:
                 self._open.update((client, upstream))
+            if self._tls is not None:
+                threading.Thread(
+                    target=self._relay_tls, args=(client, upstream, self._tls), daemon=True
+                ).start()
+                continue
             silent = self._answered is not None and self._accepted >= self._answered
             self._accepted += 1
             for source, sink, is_reply in ((client, upstream, False), (upstream, client, True)):
@@ -113,3 +126,35 @@ class TcpProxy:
             for sock in (source, sink):
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
+
+    def _relay_tls(
+        self, client: socket.socket, upstream: socket.socket, context: ssl.SSLContext
+    ) -> None:
+        """Both directions in one thread: an SSL socket is never read and written at once."""
+        sockets: tuple[socket.socket, ...] = (client, upstream)
+        try:
+            client.settimeout(10)
+            secure = context.wrap_socket(client, server_side=True)  # the handshake
+            secure.settimeout(None)
+            sockets = (secure, upstream)
+            with self._lock:
+                self._open.add(secure)
+                if self._cut or self._closed:
+                    return
+            while True:
+                readable, _, _ = select.select(sockets, [], [])
+                for source in readable:
+                    sink = upstream if source is secure else secure
+                    data = source.recv(65536)
+                    if not data:
+                        return
+                    sink.sendall(data)
+                    while source is secure and secure.pending():
+                        sink.sendall(secure.recv(65536))
+        except OSError:  # ssl.SSLError too: a refused handshake
+            pass
+        finally:
+            for sock in sockets:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()

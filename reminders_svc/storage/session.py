@@ -7,7 +7,9 @@ consistency for LWTs, so callers never pass consistency levels by hand.
 from __future__ import annotations
 
 import functools
+import socket
 import ssl
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +30,10 @@ from cassandra.policies import (
 )
 from cassandra.query import PreparedStatement, named_tuple_factory
 
-from reminders_svc.config import CassandraSettings
+from reminders_svc.config import CassandraSettings, TlsSettings
 from reminders_svc.storage.errors import StorageUnavailable
 from reminders_svc.storage.retry import NoConditionalResend
+from reminders_svc.tls import TlsFiles
 
 
 @dataclass
@@ -49,8 +52,33 @@ class CassandraConnection:
         self.close()
 
 
-def _ssl_context(settings: CassandraSettings) -> ssl.SSLContext | None:
-    return None if settings.tls is None else settings.tls.ssl_context()
+class RenewingSslContext:
+    """The driver's `ssl_context` (it asks only `check_hostname` and `wrap_socket`), made
+    anew from the TLS files when they changed: a stat of each per new connection, so the
+    pools' next connections present a renewed certificate and trust a renewed CA with no
+    restart; open ones keep what they began with. Files that changed but cannot be used
+    keep the previous context, and are logged (`TlsFiles`)."""
+
+    def __init__(self, tls: TlsSettings) -> None:
+        self._lock = threading.Lock()  # the driver connects from several threads
+        self._files = TlsFiles(tls)
+        self._context = self._files.current.ssl_context()
+
+    @property
+    def check_hostname(self) -> bool:
+        return self._context.check_hostname
+
+    def wrap_socket(self, sock: socket.socket, **options: Any) -> ssl.SSLSocket:
+        with self._lock:
+            renewed = self._files.renewed()
+            if renewed is not None:
+                self._context = renewed.ssl_context()
+            context = self._context
+        return context.wrap_socket(sock, **options)
+
+
+def _ssl_context(settings: CassandraSettings) -> RenewingSslContext | None:
+    return None if settings.tls is None else RenewingSslContext(settings.tls)
 
 
 @functools.lru_cache(maxsize=512)

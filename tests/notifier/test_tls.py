@@ -29,7 +29,7 @@ from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import ConfigError
 from reminders_svc.tls import ClientTls
 from tests.notifier.conftest import reminder_key, running_notifier
-from tests.pki import LOCALHOST, Authority, Pair, Pki, install, issue_pki, replace_file
+from tests.pki import LOCALHOST, Authority, MountedClientFiles, Pki, issue_pki
 from tests.platform.helpers import free_port
 
 CLIENT = "REMINDERS_NOTIFIER_TLS_"
@@ -221,16 +221,12 @@ def test_the_dispatchers_renewed_certificates_are_used_without_a_restart(
     call on. Files that changed but cannot be used (a key not the certificate's) keep the
     previous ones in use, and the log says so."""
     caplog.set_level(logging.INFO, logger="reminders_svc.tls")
-    old, new = Authority(tmp_path, "old-ca"), Authority(tmp_path, "new-ca")
-    old_pair, new_pair = old.issue("old-dispatcher"), new.issue("new-dispatcher")
-    mounted, ca = Pair(tmp_path / "tls.crt", tmp_path / "tls.key"), tmp_path / "ca.crt"
-    install(old_pair, mounted)
-    replace_file(old.cert, ca)
+    files = MountedClientFiles(tmp_path)
     tls = dispatcher_tls(
         {
-            f"{CLIENT}CA_FILE": str(ca),
-            f"{CLIENT}CERT_FILE": str(mounted.cert),
-            f"{CLIENT}KEY_FILE": str(mounted.key),
+            f"{CLIENT}CA_FILE": str(files.ca),
+            f"{CLIENT}CERT_FILE": str(files.mounted.cert),
+            f"{CLIENT}KEY_FILE": str(files.mounted.key),
         }
     )
     on_one_port = dataclasses.replace(notifier_settings, port=free_port())
@@ -253,14 +249,13 @@ def test_the_dispatchers_renewed_certificates_are_used_without_a_restart(
         client = NotifierClient(f"{LOCALHOST}:{on_one_port.port}", timeout_s=10, tls=tls)
         answers = []
         try:
-            with notifier_of(old):
+            with notifier_of(files.old):
                 answers.append(outcomes(await client.send(rings(user, 1))))
-            with notifier_of(new):
-                install(Pair(new_pair.cert, old_pair.key), mounted)  # unusable
-                replace_file(new.cert, ca)
+            with notifier_of(files.new):
+                files.break_pair()
                 await renewed_files_are_looked_at()
                 answers.append(outcomes(await client.send(rings(user, 1))))
-                install(new_pair, mounted)
+                files.renew()
                 await renewed_files_are_looked_at()
                 answers.append(outcomes(await client.send(rings(user, 1))))
         finally:
@@ -269,11 +264,13 @@ def test_the_dispatchers_renewed_certificates_are_used_without_a_restart(
 
     assert asyncio.run(rotate()) == [
         [(Outcome.ACCEPTED, "")],
-        [(Outcome.RETRYABLE, REFUSED)],  # the old certificates, which the new CA did not sign
+        [
+            (Outcome.RETRYABLE, REFUSED)
+        ],  # still the old files: the new notifier and they do not trust each other
         [(Outcome.ACCEPTED, "")],
     ]
-    assert f"is not the key of {CLIENT}CERT_FILE={str(mounted.cert)!r}" in caplog.text
-    assert f"TLS files renewed: {ca}, {mounted.cert}, {mounted.key}" in caplog.text
+    assert f"is not the key of {CLIENT}CERT_FILE={str(files.mounted.cert)!r}" in caplog.text
+    assert files.renewed_log_line() in caplog.text
     assert "BEGIN" not in caplog.text  # never a file's contents
 
 
