@@ -119,7 +119,9 @@ def _one_off_time(one_off: OneOff) -> str:
     rings = to_local(to_utc_in(local, zone), zone).replace(tzinfo=None)
     if rings == local:
         return written
-    return f"{written} (rings at {_clock(rings)}: the clock change skips {_clock(local)})"
+    # A whole skipped day (Pacific/Apia, 2011-12-30) moves the ring to the next date.
+    at = _clock(rings) if rings.date() == local.date() else f"{rings:%Y-%m-%d} {_clock(rings)}"
+    return f"{written} (rings at {at}: the clock change skips {_clock(local)})"
 
 
 def describe(schedule: Schedule) -> str:

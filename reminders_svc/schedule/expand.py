@@ -142,10 +142,11 @@ def make_plan(rule: Rule, start: datetime) -> _Plan:
 
 # BYSETPOS picks from every candidate time of a period, each built before the pick: a
 # period may hold at most this many (a year of days at one time), so that finding one ring
-# costs a few milliseconds, and a COUNT walk (from the start, every period) at most this
-# many candidates in all.
+# costs a few milliseconds, and a COUNT walk (from the start, every period, at every later
+# search) at most this many expansion steps in all (a day or a candidate time each, ~1-2
+# us: ~15 ms; a create walks it up to three times: the check, the first ring, the next).
 MAX_SET_CANDIDATES = 366
-MAX_COUNT_WALK = 40_000
+MAX_COUNT_WALK = 10_000
 
 
 def _most_days_in_period(plan: _Plan) -> int:
@@ -160,7 +161,8 @@ def check_cost(rule: Rule, start: datetime) -> None:
     """Refuse, at once, a new rule whose expansion would cost too much: BYSETPOS over more
     candidate times per period than `MAX_SET_CANDIDATES`, positions past the most a period
     can hold (which never pick anything), or COUNT times that per-period cost past
-    `MAX_COUNT_WALK`. Checked when a rule is made, never on a stored one."""
+    `MAX_COUNT_WALK`, estimated and then walked. Checked when a rule is made, never on a
+    stored one."""
     if not rule.by_set_pos:
         return
     plan = make_plan(rule, start)
@@ -175,11 +177,36 @@ def check_cost(rule: Rule, start: datetime) -> None:
         raise ScheduleError(
             "rrule", f"never occurs: a period holds at most {per_period} times for BYSETPOS"
         )
-    if rule.count is not None and rule.count * per_period > MAX_COUNT_WALK:
-        most = max(1, MAX_COUNT_WALK // per_period)
+    # A walk steps over each day of a period, then each of its candidate times.
+    steps = 2 if rule.freq is Freq.HOURLY else _most_days_in_period(plan) * (len(plan.hours) + 1)
+    if rule.count is not None and rule.count * steps > MAX_COUNT_WALK:
+        most = max(1, MAX_COUNT_WALK // steps)
         raise ScheduleError(
-            "rrule", f"COUNT with BYSETPOS over {per_period} times a period: at most {most}"
+            "rrule",
+            f"COUNT with BYSETPOS over {per_period} times a period: at most {most}, or UNTIL",
         )
+    if rule.count is not None:
+        _walk_count(plan, rule.count)
+
+
+def _walk_count(plan: _Plan, count: int) -> None:
+    """Walk a COUNT series once, within `MAX_COUNT_WALK` steps: the estimate above
+    takes one ring a period, and positions some periods lack (a leap year's 366th day)
+    stretch the walk past it, several times over."""
+    budget = _Budget(total_limit=MAX_COUNT_WALK)
+    found = 0
+    try:
+        for _ in local_occurrences(plan, plan.start, _horizon(plan.start), budget):
+            found += 1
+            if found == count:
+                return
+            budget.steps = 0
+    except _OverCallBudget:
+        raise ScheduleError(
+            "rrule",
+            f"COUNT={count} with BYSETPOS takes over {MAX_COUNT_WALK} expansion steps from"
+            f" its start ({found} rings in them): use a smaller COUNT, or UNTIL",
+        ) from None
 
 
 def interval_can_reach(plan: _Plan) -> bool:

@@ -14,7 +14,7 @@ from enum import StrEnum
 from zoneinfo import ZoneInfo
 
 from reminders_svc.schedule.errors import ScheduleError
-from reminders_svc.schedule.zones import check_year, to_utc_in
+from reminders_svc.schedule.zones import check_year, to_local, to_utc_in
 
 WEEKDAY_CODES = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
 MAX_INTERVAL = 10_000
@@ -85,9 +85,9 @@ def _join(values: tuple[int, ...]) -> str:
     return ",".join(str(value) for value in values)
 
 
-_BYDAY_ENTRY = re.compile(r"([+-]?\d{1,2})?(MO|TU|WE|TH|FR|SA|SU)")
-_INTEGER = re.compile(r"[+-]?\d{1,9}")
-_UNTIL = re.compile(r"(\d{4})(\d{2})(\d{2})(?:T(\d{2})(\d{2})(\d{2})(Z?))?")
+_BYDAY_ENTRY = re.compile(r"([+-]?\d{1,2})?(MO|TU|WE|TH|FR|SA|SU)", re.ASCII)
+_INTEGER = re.compile(r"[+-]?\d{1,9}", re.ASCII)
+_UNTIL = re.compile(r"(\d{4})(\d{2})(\d{2})(?:T(\d{2})(\d{2})(\d{2})(Z?))?", re.ASCII)
 _ONE_SECOND = timedelta(seconds=1)
 _SUPPORTED = (
     "FREQ", "INTERVAL", "COUNT", "UNTIL", "BYMONTH", "BYMONTHDAY", "BYDAY",
@@ -112,6 +112,13 @@ _RANGES = {
 def parse_rule_text(text: str, zone: ZoneInfo) -> Rule:
     """Parse RRULE text (with or without "RRULE:"); a local UNTIL is read in ``zone``."""
     body = text.strip()
+    # RFC 5545's text is ASCII: str.upper() turns U+0131 (dotless i) into "I", and \d takes
+    # other scripts' digits.
+    for position, character in enumerate(text, start=1):
+        if not character.isascii():
+            raise ScheduleError(
+                "rrule", f"at character {position} ({character!r}): RRULE text is ASCII only"
+            )
     if body.upper().startswith("RRULE:"):
         body = body[len("RRULE:") :]
     if not body:
@@ -256,6 +263,19 @@ def end_of_day(on: date, zone: ZoneInfo) -> datetime:
 
     A second before the next day's midnight, not the day's 23:59:59: where clocks spring
     forward at 23:00 (America/Nuuk), 23:59:59 lies in the gap, and the gap rule pushed it
-    into the next day, whose 00:30 ring then went out too.
+    into the next day, whose 00:30 ring then went out too. And where midnight itself is in
+    a gap (America/Toronto, 1919-03-31: 23:30 to 00:30), the next day begins at the clock
+    change, before the instant midnight maps to: found by bisection, to the second.
     """
-    return to_utc_in(datetime.combine(on + timedelta(days=1), time(0)), zone) - _ONE_SECOND
+    midnight = to_utc_in(datetime.combine(on + timedelta(days=1), time(0)), zone)
+    if to_local(midnight - _ONE_SECOND, zone).date() <= on:
+        return midnight - _ONE_SECOND
+    before, after = midnight - timedelta(days=1), midnight  # on `on`, on the next day
+    while after - before > _ONE_SECOND:
+        middle = before + (after - before) / 2
+        middle = middle.replace(microsecond=0)
+        if to_local(middle, zone).date() <= on:
+            before = middle
+        else:
+            after = middle
+    return before

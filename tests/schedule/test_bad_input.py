@@ -72,7 +72,16 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
      " values, a BYMONTH, or a shorter FREQ"),
     ("BYSETPOS with a long COUNT",
      rrule("FREQ=YEARLY;COUNT=1000;BYDAY=MO,TU,WE,TH,FR;BYSETPOS=-1"), "rrule",
-     "COUNT with BYSETPOS over 366 times a period: at most 109"),
+     "COUNT with BYSETPOS over 366 times a period: at most 13, or UNTIL"),
+    # Within the estimate (one ring a year), but a 366th day comes only in leap years.
+    ("BYSETPOS a leap year's, with a COUNT",
+     rrule("FREQ=YEARLY;COUNT=6;BYDAY=MO,TU,WE,TH,FR,SA,SU;BYSETPOS=366"), "rrule",
+     "COUNT=6 with BYSETPOS takes over 10000 expansion steps from its start (3 rings in"
+     " them): use a smaller COUNT, or UNTIL"),
+    ("RRULE not in ASCII", rrule("FREQ=DA\u0131LY;INTERVAL=2"), "rrule",
+     "at character 8 ('\u0131'): RRULE text is ASCII only"),
+    ("RRULE digits not in ASCII", rrule("FREQ=DAILY;INTERVAL=\u0662"), "rrule",
+     "at character 21 ('\u0662'): RRULE text is ASCII only"),
     ("interval 0", rrule("FREQ=DAILY;INTERVAL=0"), "rrule",
      "INTERVAL=0 must be between 1 and 10000"),
     ("count 0", rrule("FREQ=DAILY;COUNT=0"), "count", "COUNT=0 must be between 1 and 1000"),

@@ -44,9 +44,12 @@ def test_the_cap_leaves_cheap_rules_alone() -> None:
 
 def test_a_count_walk_too_costly_to_reach_from_names_no_count_that_would_fail_too() -> None:
     """With COUNT the walk starts at the series' start: from far past it, even one ring
-    costs more than the cap, and asking for fewer would not help."""
-    rule = DENSE.replace("INTERVAL=3;", "") + ";COUNT=109"
-    schedule = parse_rrule(rule, "America/New_York", datetime(1950, 1, 1, 9, 0))
+    costs more than the cap, and asking for fewer would not help. (A rule stored before
+    the COUNT walk's limit: a new one that long is refused when made.)"""
+    rule = DENSE.replace("INTERVAL=3;", "COUNT=109;")
+    schedule = Repeat(rrule=rule, zone="America/New_York", start=datetime(1950, 1, 1, 9, 0))
+    with pytest.raises(ScheduleError, match="COUNT with BYSETPOS"):
+        parse_rrule(rule, schedule.zone, schedule.start)
     with pytest.raises(ScheduleError) as refused:
         occurrences(schedule, NOW, 1, max_steps=CAP)
     assert refused.value.field == "count"

@@ -101,3 +101,11 @@ def test_the_grammars_expressions_read_back_as_written() -> None:
 )
 def test_a_one_off_is_described_at_the_wall_time_it_rings(local: datetime, described: str) -> None:
     assert describe(one_off_local(local, "America/New_York")) == described
+
+
+def test_a_one_off_on_a_day_the_zone_skipped_is_described_ringing_the_next_day() -> None:
+    """Pacific/Apia skipped 2011-12-30 whole: its 10:00 rings on the 31st, and says so."""
+    assert describe(one_off_local(datetime(2011, 12, 30, 10, 0), "Pacific/Apia")) == (
+        "Once on 2011-12-30 at 10:00 (rings at 2011-12-31 10:00: the clock change skips"
+        " 10:00), Pacific/Apia"
+    )

@@ -11,10 +11,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from reminders_svc.schedule import load_zone, occurrences, parse_rrule
+from reminders_svc.schedule import load_zone, occurrences, parse_repeat, parse_rrule
 from reminders_svc.schedule.rule import end_of_day
 from reminders_svc.schedule.zones import upcoming_utc, zone_names
 
@@ -134,3 +134,18 @@ def test_new_york_2026_fall_back_found_exactly() -> None:
         datetime(2026, 3, 8, 7, tzinfo=UTC),
         datetime(2026, 11, 1, 6, tzinfo=UTC),
     ]
+
+
+def test_until_a_date_whose_next_midnight_the_clocks_skip_ends_at_the_change() -> None:
+    """America/Toronto, 1919-03-30: clocks went from 23:30 to 00:30, so the next day
+    began at the change, half an hour before its midnight's instant: "until" that date
+    ends there, and the next day's 00:45 ring is not in."""
+    toronto = load_zone("America/Toronto")
+    end = end_of_day(date(1919, 3, 30), toronto)
+    assert end.astimezone(toronto).replace(tzinfo=None) == datetime(1919, 3, 30, 23, 29, 59)
+    assert (end + timedelta(seconds=1)).astimezone(toronto).date() == date(1919, 3, 31)
+    repeat = parse_repeat(
+        "every day 00:45 until 1919-03-30", "America/Toronto", datetime(1919, 3, 28)
+    )
+    rings = occurrences(repeat, datetime(1919, 3, 27, tzinfo=UTC), 10)
+    assert [ring.astimezone(toronto).day for ring in rings] == [28, 29, 30]
