@@ -499,6 +499,9 @@ def validate_new(schedule: Schedule, now: datetime) -> datetime:
             raise ScheduleError(field, "the first ring must be within 10 years from now")
         if any(later - ring > MAX_AHEAD for ring, later in itertools.pairwise(found)):
             raise ScheduleError("rule", "rings must be at most 10 years apart")
+        if len(found) < _SPACING_RINGS and _never_ends(schedule):
+            # The next ring is past the search's 400 years (FREQ=YEARLY;INTERVAL=401).
+            raise ScheduleError("rule", "rings must be at most 10 years apart")
         return found[0]
     if isinstance(schedule, OneOff):
         ring = f"{_one_off_ring(schedule):%Y-%m-%dT%H:%M:%SZ}"
@@ -508,6 +511,14 @@ def validate_new(schedule: Schedule, now: datetime) -> datetime:
     raise ScheduleError(
         "repeat", f"no occurrence at or after {now.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
     )
+
+
+def _never_ends(schedule: Schedule) -> bool:
+    """A repeat with neither COUNT nor UNTIL: once it rings, it rings again."""
+    if isinstance(schedule, OneOff):
+        return False
+    _, rule, _ = _compile(schedule)
+    return rule.count is None and rule.until is None
 
 
 def first_ring(repeat: Repeat) -> datetime | None:

@@ -179,6 +179,9 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
          parse_rrule("FREQ=YEARLY;INTERVAL=5;BYMONTH=2;BYMONTHDAY=29", NY, datetime(2028, 1, 1)),
          NOW),
      "rule", "rings must be at most 10 years apart"),
+    ("rings 401 years apart: one within the search's 400 years",
+     lambda: validate_new(parse_rrule("FREQ=YEARLY;INTERVAL=401", NY, datetime(2027, 6, 1)), NOW),
+     "rule", "rings must be at most 10 years apart"),
     ("a gap only after the first rings",  # 2027, 2029, 2031, then 2052
      lambda: validate_new(
          parse_rrule("FREQ=MONTHLY;INTERVAL=25;BYMONTH=1,2,3", NY, datetime(2027, 1, 15)), NOW),
@@ -220,3 +223,10 @@ def test_bad_input(call: Callable[[], object], field: str, message: str) -> None
         call()
     assert (caught.value.field, caught.value.message) == (field, message)
     assert str(caught.value) == f"{field}: {message}"
+
+
+def test_a_repeat_that_ends_after_one_ring_is_not_refused_for_its_spacing() -> None:
+    """Its one ring has no next: no gap to refuse (COUNT=1, or an UNTIL before the next)."""
+    for text in ("FREQ=YEARLY;INTERVAL=401;COUNT=1", "FREQ=YEARLY;INTERVAL=401;UNTIL=20300101"):
+        schedule = parse_rrule(text, NY, datetime(2027, 6, 1, 9))
+        assert validate_new(schedule, NOW) == datetime(2027, 6, 1, 13, tzinfo=UTC), text
