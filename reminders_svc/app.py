@@ -30,7 +30,7 @@ from reminders_svc.domain.errors import (
 )
 from reminders_svc.domain.reminder import Reminder, Status
 from reminders_svc.schedule import Schedule, ScheduleError, validate_new
-from reminders_svc.schedule.zones import upcoming_utc
+from reminders_svc.schedule.zones import round_up, upcoming_utc
 from reminders_svc.storage.reminders_store import CreateRecord, ReminderStore, StoredReminder
 
 Clock = Callable[[], datetime]
@@ -222,10 +222,10 @@ class RemindersApp:
                 at = upcoming_utc(until, current.schedule.zone, now)
             else:
                 at = until
-            ahead = at - now
-            if not self._limits.min_snooze <= ahead <= self._limits.max_snooze:
+            at = round_up(at, "second")  # rings are whole seconds, and never early
+            if not self._limits.min_snooze <= at - now <= self._limits.max_snooze:
                 raise InvalidArgument(field, f"must be {self._limits.snooze_range} from now")
-            return steps.snooze(current, at.replace(microsecond=0), now)
+            return steps.snooze(current, at, now)
 
         return await self._apply(user_id, reminder_id, None, step)
 

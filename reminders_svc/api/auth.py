@@ -313,8 +313,12 @@ class Authenticator:
             raise Unauthenticated("token subject invalid") from None
         if size > MAX_USER_ID_BYTES:
             raise Unauthenticated(f"token subject longer than {MAX_USER_ID_BYTES} bytes")
-        expires = float(claims["exp"])
-        if expires - float(claims["iat"]) > key.max_lifetime_s:
+        try:
+            expires = float(claims["exp"])
+            lifetime = expires - float(claims["iat"])
+        except OverflowError:  # PyJWT takes any JSON integer, 10**400 too
+            raise Unauthenticated("token times out of range") from None
+        if lifetime > key.max_lifetime_s:
             raise Unauthenticated(
                 f"token lifetime (exp - iat) above the {key.max_lifetime_s:g} s accepted"
             )

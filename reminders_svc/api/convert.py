@@ -37,6 +37,7 @@ from reminders_svc.schedule import (
     parse_repeat,
     parse_rrule,
 )
+from reminders_svc.schedule.zones import round_up
 
 _STATES = {
     Status.PENDING: pb.Reminder.STATE_PENDING,
@@ -171,7 +172,8 @@ def _repeat(message: pb.Repeat, zone: str, local_now: datetime, field: str) -> R
     start = (
         local_time(message.start_local_time, start_field)
         if message.start_local_time
-        else local_now.replace(tzinfo=None, second=0, microsecond=0)
+        # The next whole minute, so that a COUNT's first ring is not already past.
+        else round_up(local_now.replace(tzinfo=None), "minute")
     )
     rule = message.WhichOneof("rule")
     if rule == "expression":

@@ -19,10 +19,11 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import os
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import Literal
 from zoneinfo import ZoneInfo
 
 from reminders_svc.schedule.errors import ScheduleError
@@ -164,3 +165,17 @@ def upcoming_utc(local: datetime, zone: str, now: datetime) -> datetime:
 def to_local(instant: datetime, zone: ZoneInfo) -> datetime:
     """The naive wall time in ``zone`` at an aware instant."""
     return instant.astimezone(zone).replace(tzinfo=None)
+
+
+_UNITS = {"second": timedelta(seconds=1), "minute": timedelta(minutes=1)}
+
+
+def round_up(moment: datetime, unit: Literal["second", "minute"]) -> datetime:
+    """The first whole `unit` at or after `moment` (aware, or a naive wall time): what is
+    due at a fraction rounded this way is never early."""
+    whole = (
+        moment.replace(microsecond=0)
+        if unit == "second"
+        else moment.replace(second=0, microsecond=0)
+    )
+    return whole if whole == moment else whole + _UNITS[unit]

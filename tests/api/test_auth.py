@@ -92,6 +92,9 @@ def _without(claim: str) -> dict[str, object]:
         (lambda: signed(claims(sub="é" * 129)), "longer than 256 bytes"),
         # Valid JSON, not valid Unicode: was an INTERNAL error and a traceback in the log.
         (lambda: signed(claims(sub="\ud800")), "subject invalid"),
+        # JSON integers past a float's range: were an INTERNAL error and a traceback too.
+        (lambda: signed(claims(exp=10**400)), "out of range"),
+        (lambda: signed(claims(iat=-(10**400))), "out of range"),
     ],
     ids=[
         "bad-signature",
@@ -105,6 +108,8 @@ def _without(claim: str) -> dict[str, object]:
         "alg-none",
         "sub-over-256-bytes",
         "sub-lone-surrogate",
+        "exp-past-float",
+        "iat-past-float",
     ],
 )
 def test_rejected_tokens(token: Callable[[], str], message: str) -> None:

@@ -285,6 +285,43 @@ def test_a_snooze_shorter_than_the_configured_minimum_is_refused_with_the_range(
         assert snoozed.snooze_until_time.ToDatetime(tzinfo=Z) == SEED_NOW + timedelta(seconds=5)
 
 
+def test_a_snooze_asked_at_a_fraction_of_a_second_rings_no_sooner_than_asked(
+    api: Api, user: str
+) -> None:
+    """Rings are whole seconds: "for a minute" at 12:00:00.400 rings at 12:01:01 (it rang
+    at 12:01:00, 59.6 s on)."""
+    created = create(api, user, weekly_monday_nine())
+    api.clock.now = SEED_NOW + timedelta(milliseconds=400)
+    snoozed = api.reminders.SnoozeReminder(
+        pb.SnoozeReminderRequest(id=created.id, duration=Duration(seconds=60)),
+        metadata=api.as_user(user),
+    )
+    assert snoozed.snooze_until_time.ToDatetime(tzinfo=Z) == SEED_NOW + timedelta(seconds=61)
+
+
+def test_a_repeat_without_a_start_rings_its_whole_count(api: Api, user: str) -> None:
+    """The start defaults to now: the next whole minute, so COUNT's first ring is one to
+    come (it was the minute under way, already past: COUNT=3 rang twice, COUNT=1 was
+    refused as never ringing)."""
+    api.clock.now = SEED_NOW + timedelta(seconds=20)
+    md = api.as_user(user)
+    for count in (1, 3):
+        schedule = pb.Schedule(
+            time_zone="UTC", repeat=pb.Repeat(rrule=f"FREQ=HOURLY;COUNT={count}")
+        )
+        created = create(api, user, schedule)
+        assert created.schedule.repeat.start_local_time == "2026-10-19T12:01:00"
+        preview = api.reminders.PreviewSchedule(
+            pb.PreviewScheduleRequest(
+                schedule=created.schedule, from_time=created.create_time, count=10
+            ),
+            metadata=md,
+        )
+        rings = [o.time.ToDatetime(tzinfo=Z) for o in preview.occurrences]
+        assert rings == [SEED_NOW + timedelta(hours=n, minutes=1) for n in range(count)]
+        assert created.next_ring_time.ToDatetime(tzinfo=Z) == rings[0]
+
+
 @pytest.mark.parametrize(
     ("now", "local", "snoozed_until"),
     [

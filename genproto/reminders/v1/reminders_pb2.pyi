@@ -196,8 +196,8 @@ class Schedule(_message.Message):
     DESCRIPTION_FIELD_NUMBER: _builtins.int
     time_zone: _builtins.str
     """Required. An IANA time zone name, e.g. "America/New_York" (at most 64 characters).
-    The first ring must be within 10 years from now, and a repeat's rings at most 10
-    years apart.
+    The first ring must be within 10 years from now, and a repeat's first rings at most
+    10 years apart (a rarer gap later on, such as Feb 29 on a Tuesday, still rings).
     """
     description: _builtins.str
     """Output only. A human description, e.g. "Every Monday at 09:00, America/New_York"."""
@@ -285,7 +285,7 @@ class Repeat(_message.Message):
     """
     start_local_time: _builtins.str
     """The local wall time the series starts from (YYYY-MM-DDTHH:MM[:SS] without offset);
-    COUNT, UNTIL and INTERVAL count from it. Default: now.
+    COUNT, UNTIL and INTERVAL count from it. Default: now, as the next whole minute.
     """
     canonical_rrule: _builtins.str
     """Output only. The canonical RRULE the schedule is stored as."""
