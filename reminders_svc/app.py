@@ -222,10 +222,10 @@ class RemindersApp:
                 at = upcoming_utc(until, current.schedule.zone, now)
             else:
                 at = until
-            at = round_up(at, "second")  # rings are whole seconds, and never early
             if not self._limits.min_snooze <= at - now <= self._limits.max_snooze:
                 raise InvalidArgument(field, f"must be {self._limits.snooze_range} from now")
-            return steps.snooze(current, at, now)
+            # Rings are whole seconds: rounded up, never early (the range is the caller's).
+            return steps.snooze(current, round_up(at, "second"), now)
 
         return await self._apply(user_id, reminder_id, None, step)
 

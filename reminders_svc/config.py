@@ -149,13 +149,13 @@ class TlsSettings:
     cert: PemFile | None
     key: PemFile | None
     check_hostname: bool
+    # The client these files made when checked: built once, used as is (a second build
+    # from the paths could meet files swapped since, and fail).
+    context: ssl.SSLContext | None = field(default=None, compare=False, repr=False)
 
     def ssl_context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=self.ca.path if self.ca else None)
-        context.check_hostname = self.check_hostname
-        if self.cert is not None:
-            context.load_cert_chain(self.cert.path, self.key.path if self.key else None)
-        return context
+        """The TLS client, made when checked (settings made by hand: made now)."""
+        return self.context if self.context is not None else self.checked().ssl_context()
 
     @classmethod
     def from_env(cls, env: Env) -> TlsSettings | None:
@@ -170,18 +170,21 @@ class TlsSettings:
         return cls(ca, cert, key, env.flag("TLS_CHECK_HOSTNAME", True)).checked()
 
     def checked(self) -> TlsSettings:
-        """These settings, once they made a TLS client (ConfigError if they cannot)."""
+        """These settings with the TLS client they make (ConfigError if they cannot)."""
         try:
-            self.ssl_context()
-        except (ssl.SSLError, ValueError, TypeError) as error:
+            context = ssl.create_default_context(cafile=self.ca.path if self.ca else None)
+            context.check_hostname = self.check_hostname
+            if self.cert is not None:
+                context.load_cert_chain(self.cert.path, self.key.path if self.key else None)
+        except (OSError, ValueError, TypeError) as error:  # ssl.SSLError is an OSError
             # A CA file of no certificate, a certificate without its key, or a key not the
-            # certificate's. The reason is OpenSSL's, about the files' kinds, never their
-            # contents.
+            # certificate's; or a file gone since it was read (a Secret being swapped). The
+            # reason is OpenSSL's or the system's, about the files, never their contents.
             reason = getattr(error, "reason", None) or type(error).__name__
             raise ConfigError(
                 f"{CASSANDRA_PREFIX}TLS_*_FILE: the files make no TLS client ({reason})"
             ) from None
-        return self
+        return dataclasses.replace(self, context=context)
 
     def files(self) -> tuple[PemFile, ...]:
         return tuple(pem for pem in (self.ca, self.cert, self.key) if pem is not None)

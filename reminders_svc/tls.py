@@ -34,6 +34,7 @@ from typing import Generic, Protocol, Self, TypeVar, cast
 
 import grpc
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 
 from reminders_svc.config import ConfigError, Env, PemFile, reject_unused
@@ -61,7 +62,7 @@ def _check_pair(cert: PemFile, key: PemFile) -> None:
     leaf = _certificates(cert)[0]
     try:
         private = serialization.load_pem_private_key(key.data, password=None)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, UnsupportedAlgorithm):
         # TypeError: an encrypted key, which gRPC cannot use either. The library's message
         # is not shown: it is about the key's contents.
         raise ConfigError(
@@ -167,6 +168,10 @@ def _stamps(files: tuple[PemFile, ...]) -> tuple[_FileStamp, ...]:
     return tuple((st.st_ino, st.st_size, st.st_mtime_ns) for st in stats)
 
 
+def _contents(tls: _Rereadable) -> list[bytes]:
+    return [pem.data for pem in tls.files()]
+
+
 class _Rereadable(Protocol):
     def files(self) -> tuple[PemFile, ...]: ...
 
@@ -198,8 +203,8 @@ class TlsFiles(Generic[_Tls]):
             return None
         self._seen = stamps
         renewed = self._reread(self.current)
-        if renewed is None:
-            return None
+        if renewed is None or _contents(renewed) == _contents(self.current):
+            return None  # unusable, or rewritten the same (a sidecar's touch)
         self.current = renewed
         log.info("TLS files renewed: %s", ", ".join(pem.path for pem in renewed.files()))
         return renewed

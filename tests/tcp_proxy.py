@@ -151,7 +151,7 @@ class TcpProxy:
                     sink.sendall(data)
                     while source is secure and secure.pending():
                         sink.sendall(secure.recv(65536))
-        except OSError:  # ssl.SSLError too: a refused handshake
+        except (OSError, ValueError):  # a refused handshake; select on a socket cut() closed
             pass
         finally:
             for sock in sockets:

@@ -121,8 +121,10 @@ class ApiMetrics:
         except asyncio.CancelledError:
             # gRPC cancels a handler whose deadline passed: the caller hears
             # DEADLINE_EXCEEDED, a server fault the error alert must see, not CANCELLED.
+            # The caller's copy of the deadline runs out first (this one began when the call
+            # arrived), and its cancel can come in with a little of this one left.
             remaining = context.time_remaining()
-            timed_out = remaining is not None and remaining <= 0
+            timed_out = remaining is not None and remaining <= _DEADLINE_SLACK_S
             code = grpc.StatusCode.DEADLINE_EXCEEDED if timed_out else grpc.StatusCode.CANCELLED
             raise
         except BaseException:
@@ -132,6 +134,10 @@ class ApiMetrics:
         finally:
             self.requests.labels(method, code.name).inc()
             self.duration.labels(method).observe(time.perf_counter() - started)
+
+
+# A cancel coming in this close to the call's deadline is the caller's deadline.
+_DEADLINE_SLACK_S = 0.25
 
 
 def _code_set(context: grpc.aio.ServicerContext[Any, Any]) -> grpc.StatusCode | None:

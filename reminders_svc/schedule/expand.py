@@ -177,13 +177,13 @@ def check_cost(rule: Rule, start: datetime) -> None:
         raise ScheduleError(
             "rrule", f"never occurs: a period holds at most {per_period} times for BYSETPOS"
         )
-    # A walk steps over each day of a period, then each of its candidate times.
-    steps = 2 if rule.freq is Freq.HOURLY else _most_days_in_period(plan) * (len(plan.hours) + 1)
-    if rule.count is not None and rule.count * steps > MAX_COUNT_WALK:
-        most = max(1, MAX_COUNT_WALK // steps)
+    # At least a candidate a period, walked: a guard at once; the walk below decides.
+    if rule.count is not None and rule.count * per_period > MAX_COUNT_WALK:
+        most = max(1, MAX_COUNT_WALK // per_period)
         raise ScheduleError(
             "rrule",
-            f"COUNT with BYSETPOS over {per_period} times a period: at most {most}, or UNTIL",
+            f"COUNT with BYSETPOS picking from up to {per_period} times a period: at most"
+            f" {most}, or UNTIL",
         )
     if rule.count is not None:
         _walk_count(plan, rule.count)

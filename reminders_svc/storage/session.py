@@ -72,7 +72,7 @@ class RenewingSslContext:
         with self._lock:
             renewed = self._files.renewed()
             if renewed is not None:
-                self._context = renewed.ssl_context()
+                self._context = renewed.ssl_context()  # made when the files were checked
             context = self._context
         return context.wrap_socket(sock, **options)
 

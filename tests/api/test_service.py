@@ -289,14 +289,16 @@ def test_a_snooze_asked_at_a_fraction_of_a_second_rings_no_sooner_than_asked(
     api: Api, user: str
 ) -> None:
     """Rings are whole seconds: "for a minute" at 12:00:00.400 rings at 12:01:01 (it rang
-    at 12:01:00, 59.6 s on)."""
+    at 12:01:00, 59.6 s on); "for a week", the most, is not refused for the rounding."""
     created = create(api, user, weekly_monday_nine())
     api.clock.now = SEED_NOW + timedelta(milliseconds=400)
-    snoozed = api.reminders.SnoozeReminder(
-        pb.SnoozeReminderRequest(id=created.id, duration=Duration(seconds=60)),
-        metadata=api.as_user(user),
-    )
-    assert snoozed.snooze_until_time.ToDatetime(tzinfo=Z) == SEED_NOW + timedelta(seconds=61)
+    for seconds in (60, 7 * 86400):
+        snoozed = api.reminders.SnoozeReminder(
+            pb.SnoozeReminderRequest(id=created.id, duration=Duration(seconds=seconds)),
+            metadata=api.as_user(user),
+        )
+        expected = SEED_NOW + timedelta(seconds=seconds + 1)
+        assert snoozed.snooze_until_time.ToDatetime(tzinfo=Z) == expected
 
 
 def test_a_repeat_without_a_start_rings_its_whole_count(api: Api, user: str) -> None:

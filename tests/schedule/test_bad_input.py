@@ -72,7 +72,7 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
      " values, a BYMONTH, or a shorter FREQ"),
     ("BYSETPOS with a long COUNT",
      rrule("FREQ=YEARLY;COUNT=1000;BYDAY=MO,TU,WE,TH,FR;BYSETPOS=-1"), "rrule",
-     "COUNT with BYSETPOS over 366 times a period: at most 13, or UNTIL"),
+     "COUNT with BYSETPOS picking from up to 366 times a period: at most 27, or UNTIL"),
     # Within the estimate (one ring a year), but a 366th day comes only in leap years.
     ("BYSETPOS a leap year's, with a COUNT",
      rrule("FREQ=YEARLY;COUNT=6;BYDAY=MO,TU,WE,TH,FR,SA,SU;BYSETPOS=366"), "rrule",

@@ -528,7 +528,7 @@ class SnoozeReminderRequest(_message.Message):
     """
     @_builtins.property
     def duration(self) -> _duration_pb2.Duration:
-        """From now: 1 minute to 7 days, in whole seconds (nanos are dropped)."""
+        """From now: 1 minute to 7 days (the time it makes is rounded up to a whole second)."""
 
     @_builtins.property
     def snooze_until_time(self) -> _timestamp_pb2.Timestamp:
