@@ -497,10 +497,11 @@ def validate_new(schedule: Schedule, now: datetime) -> datetime:
         if found[0] - now > MAX_AHEAD:
             field = "at" if isinstance(schedule, OneOff) else "start"
             raise ScheduleError(field, "the first ring must be within 10 years from now")
-        if any(later - ring > MAX_AHEAD for ring, later in itertools.pairwise(found)):
-            raise ScheduleError("rule", "rings must be at most 10 years apart")
-        if len(found) < _SPACING_RINGS and _never_ends(schedule):
-            # The next ring is past the search's 400 years (FREQ=YEARLY;INTERVAL=401).
+        # Fewer rings than asked of a series that never ends: the next is past the search's
+        # 400 years (FREQ=YEARLY;INTERVAL=401).
+        if any(later - ring > MAX_AHEAD for ring, later in itertools.pairwise(found)) or (
+            len(found) < _SPACING_RINGS and _never_ends(schedule)
+        ):
             raise ScheduleError("rule", "rings must be at most 10 years apart")
         return found[0]
     if isinstance(schedule, OneOff):

@@ -114,11 +114,11 @@ def parse_rule_text(text: str, zone: ZoneInfo) -> Rule:
     body = text.strip()
     # RFC 5545's text is ASCII: str.upper() turns U+0131 (dotless i) into "I", and \d takes
     # other scripts' digits.
-    for position, character in enumerate(text, start=1):
-        if not character.isascii():
-            raise ScheduleError(
-                "rrule", f"at character {position} ({character!r}): RRULE text is ASCII only"
-            )
+    if not text.isascii():
+        position, character = next((n, c) for n, c in enumerate(text, 1) if not c.isascii())
+        raise ScheduleError(
+            "rrule", f"at character {position} ({character!r}): RRULE text is ASCII only"
+        )
     if body.upper().startswith("RRULE:"):
         body = body[len("RRULE:") :]
     if not body:

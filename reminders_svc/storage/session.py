@@ -62,18 +62,15 @@ class RenewingSslContext:
     def __init__(self, tls: TlsSettings) -> None:
         self._lock = threading.Lock()  # the driver connects from several threads
         self._files = TlsFiles(tls)
-        self._context = self._files.current.ssl_context()
 
     @property
     def check_hostname(self) -> bool:
-        return self._context.check_hostname
+        return self._files.current.check_hostname
 
     def wrap_socket(self, sock: socket.socket, **options: Any) -> ssl.SSLSocket:
         with self._lock:
-            renewed = self._files.renewed()
-            if renewed is not None:
-                self._context = renewed.ssl_context()  # made when the files were checked
-            context = self._context
+            self._files.renewed()
+            context = self._files.current.ssl_context()  # made when its files were checked
         return context.wrap_socket(sock, **options)
 
 
