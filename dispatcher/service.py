@@ -41,6 +41,7 @@ from dispatcher.minutes import PartWorker
 from dispatcher.ratelimit import RateLimiter
 from dispatcher.ringer import HandoffBatcher, Ringer
 from dispatcher.settings import DispatcherSettings
+from reminders_svc.api.undecodable import TolerantRequests
 from reminders_svc.concurrency import unless_stopped
 from reminders_svc.config import CassandraSettings
 from reminders_svc.connections import SERVER_OPTIONS
@@ -379,7 +380,7 @@ class Dispatcher:
             self._metrics_endpoint.close()
 
     async def _start_health(self) -> None:
-        server = grpc.aio.server(options=SERVER_OPTIONS)
+        server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[TolerantRequests()])
         health_pb2_grpc.add_HealthServicer_to_server(self._health.servicer, server)
         await self._health.start()
         self._server = server  # stopped by _close() even if what follows fails

@@ -1,5 +1,6 @@
 """Run an asyncio server object (`start()` / `stop()`) on its own loop and thread, as its
-own process would, so synchronous test code can call it over the network."""
+own process would, so synchronous test code can call it over the network; and what a
+server answers bytes that are not its request."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import asyncio
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Protocol
+
+import grpc
 
 
 class Startable(Protocol):
@@ -42,3 +45,19 @@ class ServerThread:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# A string field (number 1) holding bytes that are not UTF-8: no request message parses it.
+UNDECODABLE_REQUEST = b"\x0a\x02\xff\xfe"
+
+
+def refusal_of_undecodable(target: str, method: str) -> tuple[grpc.StatusCode, str]:
+    """The code and message a plaintext server at `target` answers `method` called with
+    bytes that are not its request (gRPC itself answered UNKNOWN and logged a traceback)."""
+    with grpc.insecure_channel(target) as channel:
+        raw: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(method)
+        try:
+            raw(UNDECODABLE_REQUEST, timeout=10)
+        except grpc.RpcError as error:
+            return error.code(), error.details() or ""
+    raise AssertionError(f"{method} answered bytes that are not its request")

@@ -27,6 +27,7 @@ from notifier.settings import NotifierSettings
 from notifier.storage.devices import DeviceStore
 from notifier.storage.keys import KeyStore
 from notifier.storage.schema import apply_notifier_schema
+from reminders_svc.api.undecodable import TolerantRequests
 from reminders_svc.concurrency import to_the_end
 from reminders_svc.connections import SERVER_OPTIONS
 from reminders_svc.health import ProcessHealth
@@ -136,7 +137,7 @@ class NotifierServer:
         intake = Intake(keys, queue, self._metrics, limits, self._clock)
         self._intake = intake
 
-        server = grpc.aio.server(options=SERVER_OPTIONS)
+        server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[TolerantRequests()])
         servicer = NotificationServicer(intake, devices, self.adapter, settings.faults)
         notification_pb2_grpc.add_NotificationServiceServicer_to_server(servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health.servicer, server)

@@ -9,16 +9,15 @@ servicers are built and take over.
 from __future__ import annotations
 
 import asyncio
-import inspect
+import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol, cast
 
 import grpc
 import grpc.aio
-from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -27,9 +26,10 @@ from genproto.reminders.v1 import reminders_pb2, reminders_pb2_grpc
 from reminders_svc.api.auth import Authenticator
 from reminders_svc.api.errors import abort
 from reminders_svc.api.settings import ApiSettings
+from reminders_svc.api.undecodable import Observe, TolerantRequests
 from reminders_svc.config import CassandraSettings
 from reminders_svc.connections import SERVER_OPTIONS
-from reminders_svc.domain.errors import InvalidArgument, Unavailable
+from reminders_svc.domain.errors import Unavailable
 from reminders_svc.health import ProcessHealth
 from reminders_svc.runtime import (
     CannotServe,
@@ -145,106 +145,19 @@ def _code_set(context: grpc.aio.ServicerContext[Any, Any]) -> grpc.StatusCode | 
     return cast("grpc.StatusCode | None", context.code())
 
 
-class MetricsInterceptor(grpc.aio.ServerInterceptor):
+class MetricsInterceptor(TolerantRequests):
+    """Every declared method's calls counted in `metrics`. An unknown method gets no
+    handler, so callers cannot mint label values; health checks and reflection are not
+    the API's traffic (the kubelet's probes, always OK, would dilute the error ratio and
+    the latency of quiet replicas)."""
+
     def __init__(self, metrics: ApiMetrics) -> None:
         self._metrics = metrics
 
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            # An unknown method: not counted, so callers cannot mint label values.
+    def observer(self, method: str) -> Observe | None:
+        if method not in DECLARED_METHODS:
             return None
-        # Health checks and reflection are not the API's traffic: the kubelet's probes,
-        # always OK, would dilute the error ratio and the latency of quiet replicas.
-        counted = handler_call_details.method in DECLARED_METHODS
-        return _observed(handler, handler_call_details.method, self._metrics if counted else None)
-
-
-class _Undecodable:
-    """A request whose bytes are not its message: answered INVALID_ARGUMENT by the handler's
-    wrapper (gRPC itself answers a failed parse UNKNOWN and logs a traceback per call)."""
-
-
-_UNDECODABLE = _Undecodable()
-
-
-def _tolerant(parse: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
-    if parse is None:
-        return None
-
-    def parsed_or_undecodable(data: bytes) -> Any:
-        try:
-            return parse(data)
-        except DecodeError:
-            return _UNDECODABLE
-
-    return parsed_or_undecodable
-
-
-async def _refuse_undecodable(method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-    name = method.rsplit("/", 1)[-1]
-    await abort(context, InvalidArgument("request", f"not a valid {name} request"))
-
-
-def _observed(
-    handler: grpc.RpcMethodHandler[Any, Any], method: str, metrics: ApiMetrics | None
-) -> grpc.RpcMethodHandler[Any, Any]:
-    """`handler` answering undecodable requests INVALID_ARGUMENT, counted in `metrics`."""
-
-    def observe(context: grpc.aio.ServicerContext[Any, Any]) -> AbstractContextManager[None]:
-        return nullcontext() if metrics is None else metrics.observe(method, context)
-
-    def single(behavior: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
-        async def observed(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            with observe(context):
-                if request is _UNDECODABLE:
-                    await _refuse_undecodable(method, context)
-                result = behavior(request, context)
-                return await result if inspect.isawaitable(result) else result
-
-        return observed
-
-    def streamed(behavior: Callable[..., Any]) -> Callable[..., Any]:
-        # Keep the behavior's own shape: an async generator, or a coroutine that writes.
-        if inspect.isasyncgenfunction(behavior):
-
-            async def observed_stream(
-                request: Any, context: grpc.aio.ServicerContext[Any, Any]
-            ) -> AsyncIterator[Any]:
-                with observe(context):
-                    if request is _UNDECODABLE:
-                        await _refuse_undecodable(method, context)
-                    async for response in behavior(request, context):
-                        yield response
-
-            return observed_stream
-        return single(behavior)
-
-    serialization: dict[str, Any] = {
-        "request_deserializer": (
-            handler.request_deserializer
-            if handler.request_streaming
-            else _tolerant(handler.request_deserializer)
-        ),
-        "response_serializer": handler.response_serializer,
-    }
-    if handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(single(handler.unary_unary), **serialization)
-    if handler.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(single(handler.stream_unary), **serialization)
-    if handler.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(streamed(handler.unary_stream), **serialization)
-    if handler.stream_stream is not None:
-        return grpc.stream_stream_rpc_method_handler(
-            streamed(handler.stream_stream), **serialization
-        )
-    return handler
+        return functools.partial(self._metrics.observe, method)
 
 
 class _HandlerRecorder:

@@ -40,6 +40,7 @@ from tests.dispatcher.stack import (
     wait_serving,
 )
 from tests.platform.helpers import free_port
+from tests.servers import refusal_of_undecodable
 from tests.tcp_proxy import TcpProxy
 
 
@@ -622,6 +623,10 @@ def test_a_dispatcher_started_before_its_database_waits_not_ready_then_works(
             alive = health_pb2.HealthCheckRequest(service=LIVENESS_SERVICE)
             status = health.Check(alive, timeout=5).status
             assert status == health_pb2.HealthCheckResponse.SERVING
+        assert refusal_of_undecodable(f"127.0.0.1:{port}", "/grpc.health.v1.Health/Check") == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "request: not a valid Check request",
+        )
 
         proxy.restore()
 

@@ -27,6 +27,7 @@ from reminders_svc.config import ConfigError
 from tests.api.serving import cassandra_env
 from tests.notifier.conftest import ACCEPTED, Client, item, reminder_key, running_notifier
 from tests.platform.helpers import free_port
+from tests.servers import refusal_of_undecodable
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 
@@ -72,6 +73,15 @@ def test_health_and_metrics(notifier: Client, user: str) -> None:
     assert value("notifier_push_lateness_seconds_count", priority="urgent") >= 1
     assert value("notifier_storage_up") == 1
     assert not any(user in v for _, labels in samples for _, v in labels)
+
+
+def test_bytes_that_are_not_a_request_are_an_invalid_argument(notifier: Client) -> None:
+    for method in (f"/{NOTIFICATION_SERVICE}/SendBatch", "/grpc.health.v1.Health/Check"):
+        name = method.rsplit("/", 1)[-1]
+        assert refusal_of_undecodable(notifier.target, method) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"request: not a valid {name} request",
+        )
 
 
 def test_logging_adapter_logs_keys_and_sizes_never_texts(
