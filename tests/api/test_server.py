@@ -129,7 +129,12 @@ def test_serving_with_reflection_and_metrics_then_sigterm(
         timed_out_samples = metric_samples_once(
             api.metrics_port, lambda s: ("reminders_api_requests_total", timed_out) in s
         )
-        assert timed_out_samples[("reminders_api_requests_total", timed_out)] == 1
+        previews = {
+            labels: value
+            for (name, labels), value in timed_out_samples.items()
+            if name == "reminders_api_requests_total" and "PreviewSchedule" in str(labels)
+        }
+        assert previews.get(timed_out) == 1, previews
         # The health checks above (and the kubelet's) and reflection are not API traffic.
         methods = {value for _, labels in samples for name, value in labels if name == "method"}
         assert {m for m in methods if not m.startswith(f"/{REMINDERS_SERVICE}/")} == set()
