@@ -100,14 +100,16 @@ class Intake:
 
     async def accept(self, notification: Notification) -> ItemResult:
         rejected = rejection(notification)
+        running_here = notification.idempotency_key in self._running
         if rejected is not None:
             result = rejected
+        elif running_here:
+            # A repeat of a key being delivered is answered as that delivery's repeat, even
+            # once expired: the key is not refused, it is already under way.
+            result = await self._delivery_of(notification)
         elif notification.expired_at(self._clock()):
             result = await self._expired(notification)
-        elif (
-            notification.idempotency_key not in self._running
-            and self._pending[notification.priority] >= self._max_pending
-        ):
+        elif self._pending[notification.priority] >= self._max_pending:
             result = self._overloaded(notification)
         else:
             result = await self._delivery_of(notification)

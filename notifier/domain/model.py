@@ -165,6 +165,9 @@ def rejection(notification: Notification) -> ItemResult | None:
         return rejected("idempotency_key is required")
     if len(key.encode()) > MAX_KEY_BYTES:
         return rejected(f"idempotency_key is longer than {MAX_KEY_BYTES} bytes")
+    if not key.isprintable():
+        # Keys are logged: a line break or other control in one would forge log lines.
+        return rejected("idempotency_key has characters that are not printable")
     user_problem = user_id_problem(notification.user_id)
     if user_problem is not None:
         return rejected(user_problem)

@@ -352,6 +352,19 @@ def test_a_delivered_key_sent_again_past_its_expiry_is_a_duplicate_not_a_rejecti
     assert len(notifier.delivered(key=first.idempotency_key)) == 1
 
 
+def test_a_key_sent_again_past_its_expiry_while_its_delivery_runs_is_a_duplicate(
+    notifier: Client, user: str
+) -> None:
+    """The same in one batch: the late copy waits for the delivery under way and answers
+    as its repeat (it was answered "expired" while the first copy was pushed)."""
+    first = item(user)
+    late = item(user, first.idempotency_key, expire_in=-timedelta(seconds=1))
+
+    assert [r.outcome for r in notifier.send_batch(first, late)] == [ACCEPTED, DUPLICATE]
+    notifier.wait_delivered(1, user)
+    assert len(notifier.delivered(key=first.idempotency_key)) == 1
+
+
 def test_registered_devices_get_the_push(notifier: Client, user: str) -> None:
     phone = pb.Device(device_token=f"apns-{user}", platform=pb.Device.PLATFORM_APNS)
     tablet = pb.Device(device_token=f"fcm-{user}", platform=pb.Device.PLATFORM_FCM)
@@ -502,7 +515,9 @@ def test_items_no_push_could_carry_are_rejected_on_their_own_naming_the_field(
     bad_nanos.expire_time.nanos = 1_000_000_000
     long_user = item("u" * 257)
     long_body = item(user, body="x" * 4000, title="y" * 100)
-    bad = [far_due, bad_nanos, long_user, long_body]
+    # Keys are logged: one with a line break would forge a log line.
+    forging_key = item(user, f"{reminder_key()}\nERROR forged")
+    bad = [far_due, bad_nanos, long_user, long_body, forging_key]
     good = [item(user), item(user)]
 
     results = notifier.send_batch(good[0], *bad, good[1])
@@ -513,6 +528,7 @@ def test_items_no_push_could_carry_are_rejected_on_their_own_naming_the_field(
         (REJECTED, "expire_time is not a valid timestamp"),
         (REJECTED, "user_id is longer than 256 bytes"),
         (REJECTED, "title, body and data are longer than 4096 bytes"),
+        (REJECTED, "idempotency_key has characters that are not printable"),
         (ACCEPTED, ""),
     ]
     [alone] = [notifier.stub.Send(pb.SendRequest(notification=far_due), timeout=10).result]

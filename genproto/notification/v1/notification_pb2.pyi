@@ -90,8 +90,8 @@ class Notification(_message.Message):
     DUE_TIME_FIELD_NUMBER: _builtins.int
     EXPIRE_TIME_FIELD_NUMBER: _builtins.int
     idempotency_key: _builtins.str
-    """Required. Unique per alert, reused by every retry: for reminders
-    "<reminder_id>/<due as RFC 3339>".
+    """Required: at most 256 bytes, printable characters only (keys are logged). Unique
+    per alert, reused by every retry: for reminders "<reminder_id>/<due as RFC 3339>".
     """
     user_id: _builtins.str
     """Required. The user whose devices get it."""
