@@ -44,6 +44,17 @@ FAULTS = frozenset(
 )
 
 
+# A dispatcher id is a key of its heartbeat row and the owner in its leases, and logged.
+MAX_DISPATCHER_ID = 200
+
+
+def _dispatcher_id(value: str, variable: str) -> str:
+    if not 0 < len(value) <= MAX_DISPATCHER_ID or not value.isprintable():
+        # Not echoed: it may be long or hold line breaks.
+        raise ConfigError(f"{variable}: expected 1 to {MAX_DISPATCHER_ID} printable characters")
+    return value
+
+
 @dataclass(frozen=True)
 class DispatcherSettings:
     dispatcher_id: str
@@ -109,7 +120,9 @@ class DispatcherSettings:
 
         timing = MinuteTiming.from_env(values)  # shared with the API, which checks its deadline
         settings = cls(
-            dispatcher_id=env.text("ID", f"{socket.gethostname()}-{os.getpid()}"),
+            dispatcher_id=_dispatcher_id(
+                env.text("ID", f"{socket.gethostname()}-{os.getpid()}"), f"{prefix}ID"
+            ),
             notifier_target=values.get("REMINDERS_NOTIFIER_TARGET") or cls.notifier_target,
             notifier_tls=ClientTls.from_env(values, NOTIFIER_CLIENT_PREFIX),
             host=env.text("HOST", cls.host),

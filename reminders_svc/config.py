@@ -17,7 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from reminders_svc.schedule.zones import OVERRIDE_DIR_ENV, overridden_zones
+from reminders_svc.schedule.zones import OVERRIDE_DIR_ENV, overridden_zones, override_problem
 
 ConsistencyName = Literal["ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"]
 SerialConsistencyName = Literal["SERIAL", "LOCAL_SERIAL"]
@@ -443,9 +443,18 @@ def _truthy(value: str | None, name: str) -> bool:
     raise ConfigError(f"{name}={value!r}: expected true or false")
 
 
+# A keyspace name as CQL keeps it unquoted: CQL lowercases unquoted names, while the
+# driver quotes the one it is given, so "Reminders" would be created as "reminders" and
+# then not be found; Cassandra refuses names over 48 characters.
+_KEYSPACE_NAME = re.compile(r"[a-z][a-z0-9_]{0,47}", re.ASCII)
+
+
 def _identifier(value: str | None, name: str) -> str:
-    if not value or not value.replace("_", "a").isalnum() or not value[0].isalpha():
-        raise ConfigError(f"{name}={value!r}: expected a CQL identifier (letters, digits, _)")
+    if value is None or not _KEYSPACE_NAME.fullmatch(value):
+        raise ConfigError(
+            f"{name}={value!r}: expected a CQL identifier (a-z first, then a-z, 0-9 or _;"
+            " at most 48)"
+        )
     return value
 
 
@@ -458,15 +467,27 @@ def _choice(value: str | None, name: str, choices: tuple[_Choice, ...]) -> _Choi
 
 def check_tz_override(environ: Mapping[str, str]) -> None:
     """ConfigError when REMINDERS_TZ_OVERRIDE_DIR is set to anything but a directory holding
-    at least one zone's file: without the check, every zone would quietly keep the pinned
-    rules. Read where dues are computed (API, dispatchers, replan), at their start."""
+    at least one zone's file, every one of them loadable: without the check, every zone
+    would quietly keep the pinned rules, or a create in a zone with a broken file would
+    fail. Read where dues are computed (API, dispatchers, replan), at their start."""
     configured = environ.get(OVERRIDE_DIR_ENV, "")
     if not configured:
         return
-    if not Path(configured).is_dir():
-        raise ConfigError(f"{OVERRIDE_DIR_ENV}={configured!r}: not a directory")
-    if not overridden_zones(Path(configured)):
+    directory = Path(configured)
+    try:
+        if not directory.is_dir():
+            raise ConfigError(f"{OVERRIDE_DIR_ENV}={configured!r}: not a directory")
+        zones = overridden_zones(directory)
+    except OSError as error:  # a name too long, a directory not readable
+        raise ConfigError(
+            f"{OVERRIDE_DIR_ENV}={configured!r}: cannot be read ({error.strerror or error})"
+        ) from None
+    if not zones:
         raise ConfigError(
             f"{OVERRIDE_DIR_ENV}={configured!r}: holds no zone file (want e.g. "
             "<dir>/America/Sao_Paulo, a TZif file named as the zone)"
         )
+    for zone in zones:
+        problem = override_problem(directory, zone)
+        if problem is not None:
+            raise ConfigError(f"{OVERRIDE_DIR_ENV}={configured!r}: {zone} unusable: {problem}")

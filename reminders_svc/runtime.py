@@ -25,7 +25,12 @@ class MetricsEndpoint:
 
     def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
         self._http: WSGIServer
-        self._http, _ = start_http_server(port, addr=host, registry=registry)
+        try:
+            self._http, _ = start_http_server(port, addr=host, registry=registry)
+        except OSError as error:
+            # As the gRPC port's failure reads (tls.add_port): the address, not only errno.
+            reason = error.strerror or type(error).__name__
+            raise OSError(f"cannot serve /metrics on {host}:{port}: {reason}") from None
         self.port: int = self._http.server_address[1]
 
     def close(self) -> None:

@@ -28,14 +28,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 
-from reminders_svc.config import ConfigError, Env, Secret
+from reminders_svc.config import ConfigError, Env, PemFile, Secret
 from reminders_svc.domain.errors import PermissionDenied, Unauthenticated
 from reminders_svc.domain.reminder import MAX_USER_ID_BYTES
 
@@ -156,10 +155,8 @@ def _token_key(
             raise ConfigError(f"{prefix}SECRET: expected at least 32 characters")
         return TokenKey("HS256", Secret(secret), audience, published, max_lifetime_s, issuer)
     if key_file is not None:
-        try:
-            pem = Path(key_file).read_text()
-        except OSError as error:
-            raise ConfigError(f"{prefix}PUBLIC_KEY_FILE={key_file!r}: {error.strerror}") from None
+        # PEM is ASCII: anything else fails the key's parse below, naming the variable.
+        pem = PemFile.load(f"{prefix}PUBLIC_KEY_FILE", key_file).data.decode("ascii", "replace")
         public_keys = _rsa_public_keys(pem, f"{prefix}PUBLIC_KEY_FILE={key_file!r}")
         return TokenKey("RS256", Secret(pem), audience, False, max_lifetime_s, issuer, public_keys)
     if _is_dev(env):
@@ -194,9 +191,10 @@ def mint_token(key: TokenKey, subject: str, ttl_s: float, *, now: float | None =
     """A token for `subject` valid for `ttl_s` seconds, signed with an HS256 `key`."""
     if not key.can_sign():
         raise ConfigError("an RS256 public key cannot sign: tokens come from your issuer")
-    if not 0 < ttl_s <= key.max_lifetime_s:
+    # A token's times are whole seconds: under 1 s it could expire as it is issued.
+    if not 1 <= ttl_s <= key.max_lifetime_s:
         raise ConfigError(
-            f"a token's lifetime must be above 0 and at most {key.max_lifetime_s:g} s "
+            f"a token's lifetime must be at least 1 s and at most {key.max_lifetime_s:g} s "
             "(the server refuses longer ones)"
         )
     issued = time.time() if now is None else now

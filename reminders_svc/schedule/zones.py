@@ -53,6 +53,16 @@ def overridden_zones(directory: Path) -> list[str]:
     return sorted(name for name in zone_names() if _override_file(directory, name).is_file())
 
 
+def override_problem(directory: Path, name: str) -> str | None:
+    """Why zone `name`'s TZif file in `directory` cannot be loaded, or None."""
+    try:
+        with _override_file(directory, name).open("rb") as handle:
+            ZoneInfo.from_file(handle, key=name)
+    except (OSError, ValueError) as error:
+        return str(error)
+    return None
+
+
 def _pinned_file(name: str) -> Traversable:
     return resources.files("tzdata.zoneinfo").joinpath(*name.split("/"))
 

@@ -21,6 +21,7 @@ import pytest
 
 from dispatcher.buckets import BucketReader
 from reminders_svc.admin.replan import replanned, token_ranges
+from reminders_svc.config import ConfigError, check_tz_override
 from reminders_svc.domain.reminder import Reminder, Status, edit_text, pause, snooze
 from reminders_svc.schedule import (
     Schedule,
@@ -126,6 +127,20 @@ def test_a_process_computing_dues_refuses_an_override_that_is_no_directory(
         refused.stderr
     )
     assert "Traceback" not in refused.stderr
+
+
+def test_an_override_that_cannot_be_loaded_is_refused_naming_the_variable(
+    tmp_path: Path,
+) -> None:
+    """A path too long to open, and a zone's file that is not TZif: refused at the start,
+    not a traceback there nor an INTERNAL answer to every create in the zone."""
+    too_long = str(tmp_path / ("x" * 5000))
+    with pytest.raises(ConfigError, match=r"REMINDERS_TZ_OVERRIDE_DIR=.*: cannot be read"):
+        check_tz_override({"REMINDERS_TZ_OVERRIDE_DIR": too_long})
+    (tmp_path / "Europe").mkdir()
+    (tmp_path / "Europe" / "Paris").write_bytes(b"not a TZif file")
+    with pytest.raises(ConfigError, match=r"Europe/Paris unusable: Invalid TZif file"):
+        check_tz_override({"REMINDERS_TZ_OVERRIDE_DIR": str(tmp_path)})
 
 
 def test_replan_refuses_an_override_directory_without_zone_files_before_connecting(

@@ -198,15 +198,21 @@ def test_a_key_file_of_several_keys_accepts_tokens_of_each_during_a_rollover(
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("", "expected a PEM public key"),
-        ("-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\n", "not a valid"),
+        (b"", "not a PEM file"),
+        (
+            b"-----BEGIN CERTIFICATE-----\nbm90IGEga2V5\n-----END CERTIFICATE-----\n",
+            "expected a PEM public key",
+        ),
+        (b"-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\n", "not a valid"),
+        # Not text at all (a DER key, say): refused as such, not a decoding traceback.
+        (b"\xff\xfe-----BEGIN PUBLIC KEY-----\n\xff\n-----END PUBLIC KEY-----\n", "not a valid"),
     ],
 )
 def test_a_key_file_without_a_usable_key_is_refused_at_startup(
-    tmp_path: Path, content: str, message: str
+    tmp_path: Path, content: bytes, message: str
 ) -> None:
     key_file = tmp_path / "keys.pem"
-    key_file.write_text(content)
+    key_file.write_bytes(content)
     with pytest.raises(ConfigError, match=f"REMINDERS_JWT_PUBLIC_KEY_FILE=.*{message}"):
         AuthSettings.from_env(
             {

@@ -59,6 +59,10 @@ def test_a_production_cluster_is_described_by_the_environment(tmp_path: Path) ->
     [
         ("PORT", "nine", "REMINDERS_CASSANDRA_PORT='nine': expected an integer"),
         ("KEYSPACE", "drop table;", "expected a CQL identifier"),
+        # CQL would create "reminders", and the driver then look for "Reminders".
+        ("KEYSPACE", "Reminders", "expected a CQL identifier"),
+        ("KEYSPACE", "erinnerungen_ü", "expected a CQL identifier"),
+        ("KEYSPACE", "k" * 49, "at most 48"),
         ("CONSISTENCY", "MOSTLY", "expected one of ONE, LOCAL_ONE"),
         ("SERIAL_CONSISTENCY", "QUORUM", "expected one of SERIAL, LOCAL_SERIAL"),
         ("TLS", "maybe", "REMINDERS_CASSANDRA_TLS='maybe': expected true or false"),

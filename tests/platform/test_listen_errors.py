@@ -1,5 +1,6 @@
-"""A deployable whose port is taken says so in one line and exits 1: no traceback (gRPC
-raises a bare RuntimeError when it cannot bind)."""
+"""A deployable whose port is taken says so in one line, naming the address, and exits 1:
+no traceback (gRPC raises a bare RuntimeError when it cannot bind; the /metrics server an
+errno without the address)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,30 @@ import pytest
 
 from tests.platform.helpers import free_port, run_cli
 
+# Every port a test here does not take: free ones.
+PORT_VARIABLES = (
+    "REMINDERS_API_PORT",
+    "REMINDERS_API_METRICS_PORT",
+    "REMINDERS_DISPATCH_PORT",
+    "REMINDERS_DISPATCH_METRICS_PORT",
+    "REMINDERS_NOTIFIER_PORT",
+    "REMINDERS_NOTIFIER_METRICS_PORT",
+)
+
 
 @pytest.mark.parametrize(
-    ("command", "port_variable"),
-    [("serve-api", "REMINDERS_API_PORT"), ("dispatch", "REMINDERS_DISPATCH_PORT")],
+    ("command", "taken_variable", "complaint"),
+    [
+        ("serve-api", "REMINDERS_API_PORT", "cannot listen on"),
+        ("dispatch", "REMINDERS_DISPATCH_PORT", "cannot listen on"),
+        ("serve-api", "REMINDERS_API_METRICS_PORT", "cannot serve /metrics on"),
+        ("dispatch", "REMINDERS_DISPATCH_METRICS_PORT", "cannot serve /metrics on"),
+        ("notifier", "REMINDERS_NOTIFIER_METRICS_PORT", "cannot serve /metrics on"),
+    ],
 )
-def test_a_taken_grpc_port_is_one_line_and_exit_1(command: str, port_variable: str) -> None:
+def test_a_taken_port_is_one_line_naming_it_and_exit_1(
+    command: str, taken_variable: str, complaint: str
+) -> None:
     with socket.socket() as taken:
         # As another gRPC server holds it (gRPC sets SO_REUSEPORT, so a second server that
         # also set it would share the port and start, unseen).
@@ -22,18 +41,14 @@ def test_a_taken_grpc_port_is_one_line_and_exit_1(command: str, port_variable: s
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
+        # Whatever the database, the ports are bound first.
+        ports = {variable: str(free_port()) for variable in PORT_VARIABLES}
         done = run_cli(
             command,
-            env={
-                "REMINDERS_ENV": "dev",
-                port_variable: str(port),
-                # Whatever the database, the port is bound first.
-                "REMINDERS_API_METRICS_PORT": str(free_port()),
-                "REMINDERS_DISPATCH_METRICS_PORT": str(free_port()),
-            },
+            env={"REMINDERS_ENV": "dev", **ports, taken_variable: str(port)},
             timeout=60,
         )
 
     assert done.returncode == 1, done.stdout + done.stderr
-    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert f"{complaint} 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stdout + done.stderr

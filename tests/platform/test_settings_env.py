@@ -49,6 +49,9 @@ READERS: dict[str, Reader] = {
         ),
         # A misspelt test hook would quietly test nothing.
         ("dispatcher", "REMINDERS_DISPATCH_FAULTS", "crash_after_clam", "unknown fault"),
+        # A lease's owner and a heartbeat row's key: Cassandra refuses keys over 64 KiB.
+        ("dispatcher", "REMINDERS_DISPATCH_ID", "d" * 70_000, "1 to 200 printable"),
+        ("dispatcher", "REMINDERS_DISPATCH_ID", "d-1\nforged", "1 to 200 printable"),
         ("notifier", "REMINDERS_NOTIFIER_PUSH_WORKERS", "0", "expected 1 to 100000"),
         ("notifier", "REMINDERS_NOTIFIER_MAX_PENDING", "0", "expected 1 to 100000"),
         ("notifier", "REMINDERS_NOTIFIER_KEY_TTL_DAYS", "0", "expected 1 to 365 days"),
