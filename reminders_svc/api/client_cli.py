@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import sys
@@ -224,14 +223,20 @@ def user_id(value: str) -> str:
     return value
 
 
+# A day: gRPC's deadline overflows far above it (1e10 s ends a call at once).
+MAX_SECONDS = 86_400
+
+
 def positive_seconds(value: str) -> float:
-    """An argparse type: a number of seconds above 0 (a call's deadline)."""
+    """An argparse type: a number of seconds above 0, at most a day (a call's deadline)."""
     try:
         seconds = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if not 0 < seconds < math.inf:
-        raise argparse.ArgumentTypeError("expected a number of seconds above 0")
+    if not 0 < seconds <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds above 0, at most {MAX_SECONDS}"
+        )
     return seconds
 
 
@@ -327,7 +332,13 @@ def bearer_for(user: str, env: Mapping[str, str]) -> str:
         key = user_key_from_env(env)
         # As long as the server accepts (REMINDERS_JWT_MAX_LIFETIME_S may be shorter).
         return mint_token(key, user, min(TOKEN_TTL_S, key.max_lifetime_s))
-    token = Path(path).read_text().strip()
+    try:
+        token = Path(path).read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) else "not text"
+        raise UsageError(
+            f"REMINDERS_CLIENT_TOKEN_FILE={path!r}: cannot read it ({reason})"
+        ) from None
     try:
         # Not verified (the server does that): read only to refuse acting as someone else.
         subject = jwt.decode(token, options={"verify_signature": False}).get("sub")

@@ -170,8 +170,16 @@ def test_a_value_no_request_can_hold_is_one_line_not_a_traceback(argv: tuple[str
             "argument --timeout: expected a number of seconds above 0",
         ),
         (("get", "r1", "--user", "alice", "--timeout", "soon"), "is not a number of seconds"),
+        # gRPC's deadline overflows: the call would end at once, DEADLINE_EXCEEDED.
+        (("get", "r1", "--user", "alice", "--timeout", "1e10"), "at most 86400"),
     ],
-    ids=["deleted is no state to list by", "blank user", "no time to call", "not a number"],
+    ids=[
+        "deleted is no state to list by",
+        "blank user",
+        "no time to call",
+        "not a number",
+        "no deadline gRPC can keep",
+    ],
 )
 def test_options_no_server_takes_are_refused_naming_the_option(
     argv: tuple[str, ...], complaint: str
@@ -251,6 +259,36 @@ def test_the_token_command_refuses_a_blank_user() -> None:
 
     assert done.returncode == 2, done.stderr
     assert "argument --user: a user id is required" in done.stderr
+
+
+def test_the_token_command_refuses_a_token_that_would_expire_as_it_is_issued() -> None:
+    # A token's times are whole seconds: --ttl 0.5 minted one whose exp was its iat.
+    done = run_cli("token", "--user", "alice", "--ttl", "0.5", env={"REMINDERS_ENV": "dev"})
+
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == ""
+    assert "lifetime must be at least 1 s" in done.stderr
+
+
+def test_a_token_file_that_cannot_be_read_is_named(tmp_path: Path) -> None:
+    binary = tmp_path / "token.der"
+    binary.write_bytes(b"\xff\xfe\x00")
+    for path, reason in ((tmp_path, "Is a directory"), (binary, "not text")):
+        done = run_cli(
+            "get",
+            "r1",
+            "--user",
+            "alice",
+            "--target",
+            "127.0.0.1:1",
+            env={"REMINDERS_CLIENT_TOKEN_FILE": str(path)},
+            timeout=60,
+        )
+        assert done.returncode == 2, done.stderr
+        assert f"REMINDERS_CLIENT_TOKEN_FILE={str(path)!r}: cannot read it ({reason})" in (
+            done.stderr
+        )
+        assert "Traceback" not in done.stderr
 
 
 def test_the_client_signs_for_no_longer_than_the_server_accepts() -> None:
