@@ -10,6 +10,7 @@ from datetime import timedelta
 from enum import StrEnum
 
 from reminders_svc.config import (
+    RING_EXPIRY,
     ConfigError,
     Env,
     MinuteTiming,
@@ -17,6 +18,7 @@ from reminders_svc.config import (
     check_tz_override,
     host_of,
     require_protected,
+    ring_expiry_from_env,
 )
 from reminders_svc.tls import NOTIFIER_CLIENT_PREFIX, ClientTls
 
@@ -96,7 +98,7 @@ class DispatcherSettings:
     # A ring handed off later than this after its due is marked late.
     late_after: timedelta = timedelta(seconds=60)
     # How long the notifier may still deliver a ring, counted from each hand-off attempt.
-    ring_expiry: timedelta = timedelta(hours=1)
+    ring_expiry: timedelta = RING_EXPIRY
     shutdown_grace: timedelta = timedelta(seconds=25)
     # How long bucket entries and delivery history rows are kept; the API reads the same.
     retention: Retention = field(default_factory=Retention)
@@ -154,7 +156,7 @@ class DispatcherSettings:
             ),
             misfire_grace=seconds("MISFIRE_GRACE_S", cls.misfire_grace, low=0, high=7 * day_s),
             late_after=seconds("LATE_AFTER_S", cls.late_after, low=0, high=day_s),
-            ring_expiry=seconds("RING_EXPIRY_S", cls.ring_expiry, low=0.001, high=7 * day_s),
+            ring_expiry=ring_expiry_from_env(values),
             shutdown_grace=seconds("SHUTDOWN_GRACE_S", cls.shutdown_grace, low=0),
             retention=Retention.from_env(values),
             faults=frozenset(filter(None, env.text("FAULTS", "").split(","))),

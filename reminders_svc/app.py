@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from reminders_svc.api.settings import Limits
+from reminders_svc.api.settings import HANDOFF_WINDOW, Limits
 from reminders_svc.concurrency import UserLocks
 from reminders_svc.domain import reminder as steps
 from reminders_svc.domain.errors import (
@@ -77,11 +77,18 @@ def first_ring(schedule: Schedule, now: datetime) -> datetime:
 
 
 class RemindersApp:
-    def __init__(self, store: ReminderStore, limits: Limits, clock: Clock = utc_now) -> None:
+    def __init__(
+        self,
+        store: ReminderStore,
+        limits: Limits,
+        clock: Clock = utc_now,
+        still_pushed_for: timedelta = HANDOFF_WINDOW,
+    ) -> None:
         self._users = UserLocks()
         self._store = store
         self._limits = limits
         self._clock = clock
+        self._still_pushed_for = still_pushed_for
 
     async def create(
         self, user_id: str, request_id: str, text: str, schedule: Schedule, payload: bytes
@@ -240,7 +247,7 @@ class RemindersApp:
 
         def step(current: Reminder, now: datetime) -> Reminder:
             nonlocal was_sending
-            was_sending = current.handing_off(now)
+            was_sending = current.handing_off(now, self._still_pushed_for)
             return steps.delete(current, now)
 
         deleted = await self._apply(user_id, reminder_id, version, step)

@@ -357,6 +357,17 @@ class MinuteTiming:
         return self.grace - self.skew
 
 
+# How long the notifier may still deliver a ring after a hand-off attempt: the expiry
+# each attempt carries. Read by the dispatchers, which set it, and by the API, whose
+# deletes say a ring may be in flight while one can still go out (architecture.md, 27).
+RING_EXPIRY = timedelta(hours=1)
+
+
+def ring_expiry_from_env(env: Mapping[str, str]) -> timedelta:
+    read = Env(env, "REMINDERS_DISPATCH_")
+    return read.seconds("RING_EXPIRY_S", RING_EXPIRY, low=0.001, high=7 * 86_400)
+
+
 @dataclass(frozen=True)
 class Env:
     """Typed, bounded reads of one process's environment. An unset or empty variable takes

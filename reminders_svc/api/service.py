@@ -377,8 +377,9 @@ def build_servicers(
         connection.session, settings.retention, list_scan_rows=settings.limits.list_scan_rows
     )
     history = DeliveryHistory(connection.session, settings.retention.history)
-    app = RemindersApp(store, settings.limits, clock)
+    app = RemindersApp(store, settings.limits, clock, settings.still_pushed_for)
+    purge = UserPurge(connection.session, settings.still_pushed_for)
     return ApiServicers(
         reminders=RemindersServicer(app, history, auth, settings, clock),
-        admin=AdminServicer(UserPurge(connection.session), history, auth, clock),
+        admin=AdminServicer(purge, history, auth, clock),
     )

@@ -8,15 +8,21 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from reminders_svc.config import (
+    RING_EXPIRY,
     ConfigError,
     Env,
     MinuteTiming,
     Retention,
     check_tz_override,
     require_protected,
+    ring_expiry_from_env,
 )
 from reminders_svc.storage.reminders_store import LIST_SCAN_ROWS
 from reminders_svc.tls import API_PREFIX, ServerTls
+
+# The dispatchers' and the notifier's defaults: the ring expiry, and the clock-skew
+# allowance of a notifier's clock.
+HANDOFF_WINDOW = RING_EXPIRY + MinuteTiming.skew
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,8 @@ class ApiSettings:
     tls: ServerTls | None = None
     # How often the health service asks Cassandra whether it answers.
     health_probe_interval: timedelta = timedelta(seconds=3)
+    # How long after a cleared claim's expiry its ring may still be pushed.
+    still_pushed_for: timedelta = HANDOFF_WINDOW
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ApiSettings:
@@ -76,6 +84,9 @@ class ApiSettings:
             "REMINDERS_API_WRITE_DEADLINE_S", cls.write_deadline, low=0, high=3600
         )
         _check_write_deadline(write_deadline, values)
+        # Read as the dispatchers read them (one ConfigMap): a notifier on a clock up to
+        # the skew behind pushes until the ring's expiry by its clock.
+        still_pushed_for = ring_expiry_from_env(values) + MinuteTiming.from_env(values).skew
         check_tz_override(values)  # the zones every due is computed in
         settings = cls(
             host=env.text("REMINDERS_API_HOST", "127.0.0.1"),
@@ -102,6 +113,7 @@ class ApiSettings:
                 low=0.1,
                 high=600,
             ),
+            still_pushed_for=still_pushed_for,
         )
         require_protected(
             values,

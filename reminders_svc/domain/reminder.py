@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from reminders_svc.domain.errors import FailedPrecondition, NotFound
@@ -60,15 +60,27 @@ class Reminder:
     op_id: uuid.UUID
     created_at: datetime
     updated_at: datetime
-    # Until when a ring handed off before a user's change cleared its claim may still go
-    # out (that claim's expiry): a delete says "was sending" till then.
+    # The expiry of a claim a user's change cleared: the dispatcher may have handed the
+    # ring off until then, and the notifier may push it for a while after (see
+    # `may_be_in_flight`).
     handoff_until: datetime | None = None
 
-    def handing_off(self, now: datetime) -> bool:
+    def handing_off(self, now: datetime, still_pushed_for: timedelta) -> bool:
         """Whether a ring of it may be in flight: claimed now, or claimed until recently."""
-        return self.status is Status.SENDING or (
-            self.handoff_until is not None and self.handoff_until > now
+        return may_be_in_flight(
+            self.status is Status.SENDING, self.handoff_until, now, still_pushed_for
         )
+
+
+def may_be_in_flight(
+    claimed: bool, handoff_until: datetime | None, now: datetime, still_pushed_for: timedelta
+) -> bool:
+    """Whether a ring may still reach the user: the row is claimed, or a cleared claim's
+    ring may still be pushed. The notifier carries on with a ring its caller handed off
+    until that attempt's own expiry, `still_pushed_for` after it at most (the ring expiry
+    and the clock-skew allowance): the claim's expiry bounds only the dispatcher's
+    attempts (architecture.md, refinement 27)."""
+    return claimed or (handoff_until is not None and handoff_until + still_pushed_for > now)
 
 
 def earliest(*instants: datetime | None) -> datetime | None:

@@ -27,6 +27,7 @@ from typing import Any
 from cassandra.cluster import Session
 
 from reminders_svc.domain.errors import Unavailable
+from reminders_svc.domain.reminder import may_be_in_flight
 from reminders_svc.storage import aio
 from reminders_svc.storage.rows import utc
 from reminders_svc.storage.session import prepare_serial
@@ -64,8 +65,11 @@ def _under_way() -> Unavailable:
 
 
 class UserPurge:
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, still_pushed_for: timedelta) -> None:
+        """`still_pushed_for`: how long after a cleared claim's expiry its ring may still
+        be pushed (the API's setting of that name)."""
         self._session = session
+        self._still_pushed_for = still_pushed_for
         prepare = session.prepare
         self._fence_state = prepare_serial(
             session,
@@ -173,9 +177,8 @@ class UserPurge:
         for _ in range(_ATTEMPTS):
             if row is None or row.status is None:
                 return None
-            handoff_until = utc(row.handoff_until)
-            in_flight = row.claim_token is not None or (
-                handoff_until is not None and handoff_until > now
+            in_flight = may_be_in_flight(
+                row.claim_token is not None, utc(row.handoff_until), now, self._still_pushed_for
             )
             as_read = (*key, row.status, row.claim_token, purge_id)
             deleted = (await aio.execute(self._session, self._delete_as_read, as_read)).one()

@@ -22,7 +22,7 @@ from cassandra.cluster import Session
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.api.auth import Authenticator
 from reminders_svc.api.service import AdminServicer, ApiServicers, build_servicers
-from reminders_svc.api.settings import ApiSettings
+from reminders_svc.api.settings import HANDOFF_WINDOW, ApiSettings
 from reminders_svc.config import CassandraSettings
 from reminders_svc.domain.errors import Unavailable
 from reminders_svc.storage.history import DeliveryHistory
@@ -118,7 +118,7 @@ class PurgeHeldAtItsFirstRow(UserPurge):
     it."""
 
     def __init__(self, session: Session) -> None:
-        super().__init__(session)
+        super().__init__(session, HANDOFF_WINDOW)
         self.fenced = threading.Event()
         self.release = threading.Event()
         self.cancelled = threading.Event()
@@ -340,7 +340,7 @@ def test_a_second_purge_while_one_runs_joins_it_here_and_waits_its_turn_elsewher
         retried_here = pool.submit(purge, api, user)
 
         async def elsewhere() -> None:
-            await UserPurge(cassandra.session).run(user, SEED_NOW)
+            await UserPurge(cassandra.session, HANDOFF_WINDOW).run(user, SEED_NOW)
 
         with pytest.raises(Unavailable) as refused:
             asyncio.run(elsewhere())

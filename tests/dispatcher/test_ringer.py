@@ -35,7 +35,7 @@ from dispatcher.settings import DispatcherSettings, MisfirePolicy
 from dispatcher.shift import Shift
 from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
-from reminders_svc.api.settings import Limits
+from reminders_svc.api.settings import HANDOFF_WINDOW, Limits
 from reminders_svc.app import RemindersApp
 from reminders_svc.concurrency import to_the_end
 from reminders_svc.config import Retention
@@ -712,7 +712,7 @@ def test_a_part_lost_while_its_ring_waits_lets_the_claim_go_and_loses_no_claim(
 
 async def _purge(part: Part, session: Session, user: str) -> None:
     """An operator's DeleteUserData: the rows, then the history."""
-    await UserPurge(session).run(user, part.clock.now())
+    await UserPurge(session, HANDOFF_WINDOW).run(user, part.clock.now())
     await DeliveryHistory(session).purge_user(user)
 
 

@@ -170,3 +170,14 @@ def test_plaintext_off_the_host_needs_development_or_a_mesh(process: str, variab
 )
 def test_what_counts_as_this_host(address: str, local: bool) -> None:
     assert is_local(host_of(address)) is local
+
+
+def test_the_api_reads_how_long_a_handed_off_ring_may_still_go_out_as_the_dispatcher_sets_it() -> (
+    None
+):
+    """A delete's "may be in flight" lasts the dispatchers' ring expiry (plus the skew
+    allowance) past a cleared claim: one setting must reach both."""
+    env = {"REMINDERS_DISPATCH_RING_EXPIRY_S": "600", "REMINDERS_DISPATCH_SKEW_S": "2"}
+    api, dispatcher = ApiSettings.from_env(env), DispatcherSettings.from_env(env)
+    assert dispatcher.ring_expiry == timedelta(minutes=10)
+    assert api.still_pushed_for == timedelta(minutes=10, seconds=2)

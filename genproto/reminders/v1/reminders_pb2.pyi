@@ -489,8 +489,8 @@ class DeleteReminderResponse(_message.Message):
     was_sending: _builtins.bool
     """True when a ring had already been handed off when the delete landed: it may still
     reach the phone, but nothing rings after it. Also true for a while after a pause or a
-    schedule edit took a ring's claim away (until that claim would have expired, about
-    30 s): that ring, too, may still arrive.
+    schedule edit took a ring's claim away: until the notifier can no longer push that
+    ring (the claim's expiry, about 30 s, plus the ring's expiry, an hour by default).
     """
     @_builtins.property
     def reminder(self) -> Global___Reminder:
