@@ -39,9 +39,9 @@ from typing import TypeVar
 import grpc
 
 from bench.keyspaces import drop_keyspaces, fresh_keyspace
-from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
 from notifier.domain.model import Notification, Priority, Settlement
+from notifier.rpc.client import list_delivered
 from notifier.storage.devices import DeviceStore
 from notifier.storage.keys import KeyStore
 from notifier.storage.schema import migrate_notifier
@@ -295,14 +295,8 @@ async def main() -> None:
                 )
                 if row.user_id.startswith(f"b{suffix}-")  # not the storage floor's rings
             ]
-            channel = grpc.insecure_channel(
-                "127.0.0.1:50261", options=[("grpc.max_receive_message_length", 1 << 28)]
-            )
-            pushes = (
-                npb_grpc.NotificationServiceStub(channel)
-                .ListDelivered(npb.ListDeliveredRequest())
-                .delivered
-            )
+            channel = grpc.insecure_channel("127.0.0.1:50261")
+            pushes = list_delivered(npb_grpc.NotificationServiceStub(channel), timeout_s=60)
         finally:
             for process in processes:
                 process.send_signal(signal.SIGTERM)

@@ -25,6 +25,7 @@ from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
 from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
+from notifier.rpc.client import list_delivered
 from reminders_svc.api.auth import AuthSettings, mint_token
 from reminders_svc.api.client_cli import DEFAULT_TARGET
 
@@ -118,10 +119,8 @@ def _demo(args: argparse.Namespace) -> int:
         pushes: list[npb.Delivered] = []
         while time.monotonic() < deadline:
             with _calling("notifier", args.notifier):
-                answer = notifier.ListDelivered(
-                    npb.ListDeliveredRequest(user_id=args.user), timeout=CALL_TIMEOUT_S
-                )
-            pushes = [d for d in answer.delivered if d.idempotency_key.startswith(created.id)]
+                pushed = list_delivered(notifier, args.user, timeout_s=CALL_TIMEOUT_S)
+            pushes = [d for d in pushed if d.idempotency_key.startswith(created.id)]
             if pushes and datetime.now(UTC) > due + timedelta(seconds=5):
                 break
             time.sleep(0.5)

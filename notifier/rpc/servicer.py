@@ -27,10 +27,14 @@ from notifier.rpc import convert
 from notifier.settings import Faults
 from notifier.storage.devices import DeviceStore
 from reminders_svc.api.errors import translated
+from reminders_svc.api.paging import Pages, page_size
 
 log = logging.getLogger(__name__)
 
 Context = grpc.aio.ServicerContext[Any, Any]
+
+# The pushes of a ListDelivered page, at most: 500 of the largest fit in 4 MiB.
+MAX_DELIVERED_PAGE = 500
 
 
 class NotificationServicer(pb_grpc.NotificationServiceServicer):
@@ -135,8 +139,23 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
                 f"the {self._adapter.name} push adapter keeps no record; "
                 "run with REMINDERS_NOTIFIER_ADAPTER=recording",
             )
-        pushed = self._adapter.delivered(request.user_id, request.idempotency_key)
-        return pb.ListDeliveredResponse(delivered=[convert.delivered_message(p) for p in pushed])
+        # The filters are in the token: a token of one listing is refused by another.
+        pages = Pages(f"delivered:{request.user_id}:{request.idempotency_key}", _push_number, str)
+        after = pages.cursor(request.page_token) or 0
+        size = page_size(request.page_size, MAX_DELIVERED_PAGE, MAX_DELIVERED_PAGE)
+        pushed, last = self._adapter.page(request.user_id, request.idempotency_key, after, size)
+        return pb.ListDeliveredResponse(
+            delivered=[convert.delivered_message(p) for p in pushed],
+            next_page_token=pages.token(last),
+        )
+
+
+def _push_number(text: str) -> int:
+    """A cursor of ListDelivered: the number of a push (ValueError if not one)."""
+    number = int(text)
+    if number < 1:
+        raise ValueError(text)
+    return number
 
 
 async def _refuse_if(problem: str | None, context: Context) -> None:

@@ -7,14 +7,10 @@ arithmetic or parsing can fail on it in a way that is not the caller's error.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Generic, TypeVar
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -53,7 +49,6 @@ _ANSWERS = {
     Answer.REJECTED: pb.Delivery.ANSWER_REJECTED,
     Answer.ABANDONED: pb.Delivery.ANSWER_ABANDONED,
 }
-Cursor = TypeVar("Cursor")
 # The longest accepted text of each schedule input: generous for every real value (the
 # longest IANA zone name has 32 characters), and short enough to parse cheaply.
 MAX_ZONE_CHARS = 64
@@ -229,52 +224,12 @@ def reminder_to_proto(stored: Reminder, now: datetime) -> pb.Reminder:
     )
 
 
-@dataclass(frozen=True)
-class Pages(Generic[Cursor]):
-    """The opaque page tokens of one listing; `kind` names the listing and its filter.
-
-    A token is accepted only if it is exactly one this server writes for this listing, so
-    whatever a client sends, the cursor reaching storage is one `parse` made from `render`.
-    """
-
-    kind: str
-    parse: Callable[[str], Cursor]
-    render: Callable[[Cursor], str]
-
-    def token(self, cursor: Cursor | None) -> str:
-        if cursor is None:
-            return ""
-        raw = json.dumps({"v": 1, "k": self.kind, "c": self.render(cursor)}).encode()
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-    def cursor(self, token: str) -> Cursor | None:
-        if not token:
-            return None
-        refused = InvalidArgument("page_token", "not a token from this listing")
-        try:
-            text = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))["c"]
-            if not isinstance(text, str):
-                raise refused
-            cursor = self.parse(text)
-        except (ValueError, KeyError, TypeError, RecursionError):
-            raise refused from None
-        if self.token(cursor) != token:
-            raise refused
-        return cursor
-
-
 def utc_instant(text: str) -> datetime:
     """An RFC 3339 instant in UTC as `datetime.isoformat` writes it (ValueError if not)."""
     instant = datetime.fromisoformat(text)
     if instant.utcoffset() != timedelta(0):
         raise ValueError(text)
     return instant
-
-
-def page_size(requested: int, default: int, largest: int) -> int:
-    if requested < 0:
-        raise InvalidArgument("page_size", "must not be negative")
-    return min(requested or default, largest)
 
 
 def delivery_to_proto(delivery: Delivery) -> pb.Delivery:

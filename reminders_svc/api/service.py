@@ -17,7 +17,7 @@ import grpc
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
-from reminders_svc.api import convert
+from reminders_svc.api import convert, paging
 from reminders_svc.api.auth import Authenticator
 from reminders_svc.api.errors import MAY_HAVE_BEEN_APPLIED, translated
 from reminders_svc.api.settings import ApiSettings
@@ -82,7 +82,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
             ) from error
 
     def _page_size(self, requested: int) -> int:
-        return convert.page_size(
+        return paging.page_size(
             requested, self._limits.default_page_size, self._limits.max_page_size
         )
 
@@ -127,7 +127,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
     ) -> pb.ListRemindersResponse:
         user = self._user(context)
         status = convert.state_filter(request.state)
-        pages = convert.Pages(f"reminders:{status or ''}", uuid.UUID, str)
+        pages = paging.Pages(f"reminders:{status or ''}", uuid.UUID, str)
         after = pages.cursor(request.page_token)
         size = self._page_size(request.page_size)
         page, next_after = await self._app.list(user, after, size, status)
@@ -266,7 +266,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         user = self._user(context)
         target = convert.reminder_id(request.reminder_id, "reminder_id")
         await self._app.get(user, target)  # NOT_FOUND for what the caller does not own
-        pages = convert.Pages(f"deliveries:{target}", convert.utc_instant, datetime.isoformat)
+        pages = paging.Pages(f"deliveries:{target}", convert.utc_instant, datetime.isoformat)
         before = pages.cursor(request.page_token)
         size = self._page_size(request.page_size)
         page, next_before = await self._history.list_page(user, target, before, size)

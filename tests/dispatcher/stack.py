@@ -31,6 +31,7 @@ from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
 from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
+from notifier.rpc.client import list_delivered
 from reminders_svc.api.auth import AuthSettings, mint_token
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
@@ -247,8 +248,8 @@ class Stack:
         return list(self.api.ListDeliveries(request, metadata=self.md(user)).deliveries)
 
     def pushes(self, user: str = "", key_prefix: str = "") -> list[npb.Delivered]:
-        answer = self.notifier.ListDelivered(npb.ListDeliveredRequest(user_id=user))
-        return [d for d in answer.delivered if d.idempotency_key.startswith(key_prefix)]
+        pushed = list_delivered(self.notifier, user)
+        return [d for d in pushed if d.idempotency_key.startswith(key_prefix)]
 
     def wait_for_pushes(
         self, count: int, user: str = "", key_prefix: str = "", timeout_s: float = 45

@@ -25,6 +25,7 @@ from genproto.notification.v1 import notification_pb2 as pb
 from genproto.notification.v1 import notification_pb2_grpc as pb_grpc
 from notifier.delivery.adapters import RecordingPushAdapter
 from notifier.domain.push import PushAdapter, PushMessage, PushResult
+from notifier.rpc.client import list_delivered
 from notifier.rpc.server import NotifierServer
 from notifier.settings import NotifierSettings
 from notifier.storage.schema import migrate_notifier
@@ -70,8 +71,7 @@ class Client:
             time.sleep(0.02)
 
     def delivered(self, user_id: str = "", key: str = "") -> list[pb.Delivered]:
-        request = pb.ListDeliveredRequest(user_id=user_id, idempotency_key=key)
-        return list(self.stub.ListDelivered(request, timeout=10).delivered)
+        return list_delivered(self.stub, user_id, key)
 
     def wait_delivered(self, count: int, user_id: str, timeout_s: float = 10) -> list[pb.Delivered]:
         deadline = time.monotonic() + timeout_s

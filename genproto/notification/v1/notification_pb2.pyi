@@ -535,19 +535,31 @@ class ListDeliveredRequest(_message.Message):
 
     USER_ID_FIELD_NUMBER: _builtins.int
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     user_id: _builtins.str
     """Only this user's deliveries (empty: all)."""
     idempotency_key: _builtins.str
     """Only this key's deliveries (empty: all)."""
+    page_size: _builtins.int
+    """At most this many (0 or more than 500: 500; a page of 500 fits in gRPC's
+    default 4 MiB however big each push).
+    """
+    page_token: _builtins.str
+    """`next_page_token` of the previous page, with the same filters; empty: from the
+    oldest push kept.
+    """
     def __init__(
         self,
         *,
         user_id: _builtins.str = ...,
         idempotency_key: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["idempotency_key", b"idempotency_key", "user_id", b"user_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["idempotency_key", b"idempotency_key", "page_size", b"page_size", "page_token", b"page_token", "user_id", b"user_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -614,6 +626,11 @@ class ListDeliveredResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     DELIVERED_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Continues after the last push of this page; empty when no push matching the
+    filters was kept after it (when this page was read).
+    """
     @_builtins.property
     def delivered(self) -> _containers.RepeatedCompositeFieldContainer[Global___Delivered]:
         """In push order."""
@@ -622,10 +639,11 @@ class ListDeliveredResponse(_message.Message):
         self,
         *,
         delivered: _abc.Iterable[Global___Delivered] | None = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delivered", b"delivered"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delivered", b"delivered", "next_page_token", b"next_page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

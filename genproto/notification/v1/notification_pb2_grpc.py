@@ -126,9 +126,8 @@ class NotificationServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListDelivered(self, request, context):
-        """What the recording push adapter delivered (development, tests and demos only). Not
-        paged: unfiltered, past ~2,000 pushes the answer outgrows gRPC's default 4 MiB
-        receive limit; filter by user or key, or raise the client's limit.
+        """What the recording push adapter delivered (development, tests and demos only), in
+        push order, a page at a time.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

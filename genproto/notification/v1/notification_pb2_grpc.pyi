@@ -66,9 +66,8 @@ class NotificationServiceStub:
     stay, and a push already under way may still reach the devices it looked up.
     """
     ListDelivered: _grpc.UnaryUnaryMultiCallable[_notification_pb2.ListDeliveredRequest, _notification_pb2.ListDeliveredResponse]
-    """What the recording push adapter delivered (development, tests and demos only). Not
-    paged: unfiltered, past ~2,000 pushes the answer outgrows gRPC's default 4 MiB
-    receive limit; filter by user or key, or raise the client's limit.
+    """What the recording push adapter delivered (development, tests and demos only), in
+    push order, a page at a time.
     """
 
 @_typing.type_check_only
@@ -98,9 +97,8 @@ class NotificationServiceAsyncStub(NotificationServiceStub):
     stay, and a push already under way may still reach the devices it looked up.
     """
     ListDelivered: _aio.UnaryUnaryMultiCallable[_notification_pb2.ListDeliveredRequest, _notification_pb2.ListDeliveredResponse]  # type: ignore[assignment]
-    """What the recording push adapter delivered (development, tests and demos only). Not
-    paged: unfiltered, past ~2,000 pushes the answer outgrows gRPC's default 4 MiB
-    receive limit; filter by user or key, or raise the client's limit.
+    """What the recording push adapter delivered (development, tests and demos only), in
+    push order, a page at a time.
     """
 
 class NotificationServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -169,9 +167,8 @@ class NotificationServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _notification_pb2.ListDeliveredRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_notification_pb2.ListDeliveredResponse, _abc.Awaitable[_notification_pb2.ListDeliveredResponse]]:
-        """What the recording push adapter delivered (development, tests and demos only). Not
-        paged: unfiltered, past ~2,000 pushes the answer outgrows gRPC's default 4 MiB
-        receive limit; filter by user or key, or raise the client's limit.
+        """What the recording push adapter delivered (development, tests and demos only), in
+        push order, a page at a time.
         """
 
 def add_NotificationServiceServicer_to_server(servicer: NotificationServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
