@@ -41,6 +41,12 @@ class DispatcherMetrics:
             " then: a user's write may still have been landing (counted in skips once final).",
             registry=r,
         )
+        self.entries_rewritten = Counter(
+            "reminders_dispatch_entries_rewritten_total",
+            "Finalizes that landed after the final read of their next ring's minute, whose"
+            " entry was written again into the minute of now (a storage stall; rare).",
+            registry=r,
+        )
         self.claims_lost = Counter(
             "reminders_dispatch_claims_lost_total",
             "Claims, claim renewals or finalizes lost to a user's change (edit, snooze,"

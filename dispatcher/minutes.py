@@ -26,7 +26,7 @@ import heapq
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TypeVar
 
 from dispatcher.buckets import BucketReader, Entry
@@ -38,11 +38,10 @@ from dispatcher.ringer import Ringer
 from dispatcher.settings import DispatcherSettings
 from dispatcher.shift import LOOK_EVERY_S, Shift
 from reminders_svc.storage.errors import STORAGE_ERRORS
-from reminders_svc.storage.parts import floor_minute
+from reminders_svc.storage.parts import MINUTE, floor_minute
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-MINUTE = timedelta(minutes=1)
 # Minutes open at once, of the live ones (the current one, plus those still in their
 # grace) and, apart, of a backlog.
 _MAX_OPEN_MINUTES = 4

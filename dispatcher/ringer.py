@@ -57,6 +57,7 @@ from reminders_svc.domain.delivery import Delivery
 from reminders_svc.domain.reminder import Reminder
 from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.history import DeliveryHistory
+from reminders_svc.storage.parts import MINUTE, bucket_minute
 from reminders_svc.storage.reminders_store import ReminderStore, StoredReminder
 
 log = logging.getLogger(__name__)
@@ -525,8 +526,11 @@ class Ringer:
             current = stored.reminder
             async with self._users.hold(current.user_id):
                 now = self._clock.now()
-                if await self._store.replace(stored, dispatch.finalized(current, now), now):
-                    return True
+                after = dispatch.finalized(current, now)
+                landed = await self._store.replace(stored, after, now)
+            if landed:
+                await self._entry_again_if_its_minute_closed(after, now)
+                return True
             # Lost to a change that left the claim standing (a snooze, a text edit): read it
             # and try again. A stop does not cut this short (the ring went out); the
             # shutdown grace does, by cancelling.
@@ -534,6 +538,34 @@ class Ringer:
             stored = await self._store.get_serial(claimed_row.user_id, claimed_row.reminder_id)
             if stored is not None and not shift.lease.held():
                 return False
+
+    async def _entry_again_if_its_minute_closed(self, row: Reminder, began: datetime) -> None:
+        """A finalize that landed after the final read of the minute its entry went into
+        (for a due already past, the minute it began in) may have been read there still
+        sending, and skipped as stale: with no entry in a minute still to be read, the ring
+        would be lost. Its entry is then written again, into the minute of now (a spare
+        entry is harmless: the row decides, and one claim lands). Statements are bounded far
+        under G, so this takes a storage stall (architecture.md, refinement 31)."""
+        if row.due is None:
+            return
+        closes_at = bucket_minute(row.due, began) + MINUTE + self._settings.grace
+        if self._clock.now() < closes_at - self._settings.skew:
+            return
+        self._metrics.entries_rewritten.inc()
+        backoff = _Backoff(0.5, 10.0)
+        while True:
+            try:
+                await self._store.write_bucket_entry(row, self._clock.now())
+                return
+            except STORAGE_ERRORS as error:
+                # Retried until written (the shutdown grace cancels it): the row has landed,
+                # and without this entry nothing would read it again.
+                log.warning(
+                    "writing reminder %s's entry again failed (%s); retrying",
+                    row.reminder_id,
+                    type(error).__name__,
+                )
+                await asyncio.sleep(backoff.next())
 
     async def _forget(self, claimed_row: Reminder) -> None:
         """The row is gone while its ring was under way: an operator purged the user's data

@@ -28,9 +28,8 @@ from reminders_svc.admin.context import Admin, AdminError
 from reminders_svc.admin.output import iso
 from reminders_svc.config import Env
 from reminders_svc.storage import aio
-from reminders_svc.storage.parts import DEFAULT_PARTS, PartCount, floor_minute
+from reminders_svc.storage.parts import DEFAULT_PARTS, MINUTE, PartCount, floor_minute
 
-MINUTE = timedelta(minutes=1)
 # Part counts are cached 30 s by every process; two minutes leaves each several reloads.
 MIN_LEAD = timedelta(minutes=2)
 DEFAULT_LEAD = timedelta(minutes=3)

@@ -13,14 +13,14 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from dispatcher.ratelimit import RateLimiter
 from reminders_svc.admin.context import Admin
 from reminders_svc.domain.dispatch import Claimable, Reclaimable, Skip, WaitUntil, decide
 from reminders_svc.domain.reminder import Reminder
+from reminders_svc.storage.parts import MINUTE
 
-MINUTE = timedelta(minutes=1)
 RE_ARMED = "re_armed"  # a fresh entry was written (or would be, with --dry-run)
 IN_FLIGHT = "in_flight"  # sending under a live claim: its dispatcher is on it
 ALREADY_RE_ARMED = "already_re_armed"  # seen in an earlier minute of this replay

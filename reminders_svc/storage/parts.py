@@ -28,6 +28,10 @@ def part_of(user_id: str, parts: int) -> int:
     return int.from_bytes(digest, "big") % parts
 
 
+# A bucket's span: entries are grouped by the minute of their due.
+MINUTE = timedelta(minutes=1)
+
+
 def floor_minute(instant: datetime) -> datetime:
     return instant.astimezone(UTC).replace(second=0, microsecond=0)
 

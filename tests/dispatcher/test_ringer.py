@@ -102,6 +102,7 @@ class RacedStore(ReminderStore):
         super().__init__(session, Retention())
         self.before_claim: list[UserChange] = []
         self.before_finalize: list[UserChange] = []
+        self.after_finalize: list[Callable[[], None]] = []  # run once a finalize landed
         # A claim's reply held this long after it landed; `claim_landed` is set meanwhile.
         self.claim_reply_delay_s = 0.0
         self.claim_landed = asyncio.Event()
@@ -119,6 +120,9 @@ class RacedStore(ReminderStore):
         if old.status is Status.PENDING and after.status is Status.SENDING and applied:
             self.claim_landed.set()
             await asyncio.sleep(self.claim_reply_delay_s)
+        if old.status is Status.SENDING and after.claim is None and applied:
+            while self.after_finalize:
+                self.after_finalize.pop(0)()
         return applied
 
     async def set_claim_expiry(
@@ -143,6 +147,16 @@ class RacedStore(ReminderStore):
             self._running[user_id] -= 1
 
 
+class StalledClock(DbClock):
+    """The database's clock as the dispatcher reads it, `stalled` ahead: what it reads
+    after a storage stall of that long (the monotonic clock it runs on cannot be moved)."""
+
+    stalled = timedelta(0)
+
+    def now(self) -> datetime:
+        return super().now() + self.stalled
+
+
 @dataclass
 class Part:
     """A leased part with its ringer, as a dispatcher process has it."""
@@ -152,7 +166,7 @@ class Part:
     notifier: Notifier
     metrics: DispatcherMetrics
     settings: DispatcherSettings
-    clock: DbClock
+    clock: StalledClock
     leases: PartLeases
     ringer: Ringer
     shift: Shift
@@ -213,7 +227,7 @@ async def leased_part(
     settings = DispatcherSettings(
         **{"dispatcher_id": "in-process", "grace": timedelta(seconds=1), **settings_changes}
     )
-    clock = DbClock(session, settings.max_clock_offset, wall=wall)
+    clock = StalledClock(session, settings.max_clock_offset, wall=wall)
     await clock.measure()
     store = RacedStore(session)
     metrics = DispatcherMetrics()
@@ -309,6 +323,73 @@ def test_a_minute_is_not_checkpointed_while_its_finalize_keeps_losing_to_snoozes
             assert part.store.before_finalize == []
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("snoozed_for", "written_again"),
+    [(timedelta(seconds=1), True), (timedelta(hours=1), False)],
+    ids=["next-ring-past", "next-ring-ahead"],
+)
+def test_a_finalize_landing_after_its_next_rings_minute_closed_writes_its_entry_again(
+    own_keyspace: CassandraConnection, snoozed_for: timedelta, written_again: bool
+) -> None:
+    """Snoozed while ringing to a time that passes before the finalize: the next ring's
+    entry goes into the minute the finalize begins in. Should the finalize land only after
+    that minute's final read (a storage stall of minutes), that read may have found the row
+    still sending and skipped it: the entry is written again, into the minute of the
+    landing, and the ring is not lost. A next ring still ahead needs nothing more."""
+    user = "u-stalled-finalize"
+    stall = timedelta(minutes=2)
+
+    def snooze_by(row: Reminder, now: datetime) -> Reminder:
+        assert row.claim is not None
+        return snooze(row, row.claim.due + snoozed_for, now)
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace) as part:
+            reminder = await part.due_reminder(user, _just_due())
+            part.store.before_finalize.append(snooze_by)
+
+            def stalled() -> None:
+                part.clock.stalled = stall
+
+            part.store.after_finalize.append(stalled)
+
+            assert await part.ring(reminder) is True
+
+            row = await part.row(reminder)
+            assert row.status is Status.PENDING
+            assert row.due is not None
+            assert row.due == row.snooze_until
+            assert len(part.notifier.accepted) == 1
+            landed_minute = floor_minute(part.clock.now())
+            entries = await _entries_of(own_keyspace.session, row, landed_minute)
+            assert entries == ([row.due] if written_again else [])
+            rewritten = part.count("reminders_dispatch_entries_rewritten_total")
+            assert rewritten == (1 if written_again else 0)
+            # The entry written as the finalize began is there in either case (in the
+            # minute of its due, or of the finalize's start: the minute just turned, perhaps).
+            began = landed_minute - stall
+            written_first = [
+                due
+                for minute in {floor_minute(row.due), began, began - timedelta(minutes=1)}
+                for due in await _entries_of(own_keyspace.session, row, minute)
+            ]
+            assert row.due in written_first
+
+    asyncio.run(scenario())
+
+
+async def _entries_of(session: Session, row: Reminder, minute: datetime) -> list[datetime]:
+    """The dues of the row's bucket entries in `minute` (one partition per minute and part)."""
+    result = await aio.execute(
+        session,
+        "SELECT reminder_id, due FROM due_buckets WHERE minute = %s AND part = %s",
+        (minute, part_of(row.user_id, DEFAULT_PARTS)),
+    )
+    return [
+        entry.due.replace(tzinfo=UTC) for entry in result if entry.reminder_id == row.reminder_id
+    ]
 
 
 class _RowOnlyStore(ReminderStore):
