@@ -136,7 +136,8 @@ class PartLeases:
             settled = (await aio.execute(self._session, self._read_one, (part,))).one()
             return settled is not None and (settled.owner, settled.epoch) == (self.owner, epoch)
 
-        if not await aio.applied_or_settled(aio.execute(self._session, batch), settle):
+        taken = aio.execute(self._session, batch)
+        if not await aio.applied_or_settled(self._session, taken, settle):
             return None
         return Lease(part, epoch, state.checkpoint, started + self._lease_s - self._margin_s)
 

@@ -258,7 +258,7 @@ class KeyStore:
                 return _KeyRow.of(result)
             return await self._read_row(key)
 
-        return await or_settled(answered(), lambda: self._read_row(key))
+        return await or_settled(self._session, answered(), lambda: self._read_row(key))
 
     async def _read_row(self, key: str) -> _KeyRow:
         row = (await execute(self._session, self._read, (key,))).one()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -112,17 +113,47 @@ def outcome_unknown(error: BaseException) -> bool:
     )
 
 
+def coordinator_unheard(error: BaseException) -> bool:
+    """True when no coordinator answered the request (a connection broken under it, the
+    driver's own timeout): that coordinator may still be working on it."""
+    return isinstance(error, OperationTimedOut | ConnectionException)
+
+
+# Cassandra's defaults: cas_contention_timeout 1 s plus write_request_timeout 2 s.
+DEFAULT_CAS_BOUND_S = 3.0
+
+
+def cas_bound_s(session: Session) -> float:
+    """How long after an LWT is sent its coordinator may still be working on it: the
+    cluster's `cas_contention_timeout` plus `write_request_timeout`, read when the session
+    connected (`session.connect_cluster`); Cassandra's defaults for a session made
+    otherwise."""
+    profile = session.cluster.profile_manager.default
+    return float(getattr(profile, "cas_bound_s", DEFAULT_CAS_BOUND_S))
+
+
 _T = TypeVar("_T")
 
 
-async def or_settled(attempt: Awaitable[_T], settle: Callable[[], Awaitable[_T]]) -> _T:
+async def or_settled(
+    session: Session, attempt: Awaitable[_T], settle: Callable[[], Awaitable[_T]]
+) -> _T:
     """What the LWT `attempt` gives; when its outcome is unknown, what `settle` (a SERIAL
-    read of the row it wrote) says instead. Never re-applied blindly (invariant 4)."""
+    read of the row it wrote) says instead. Never re-applied blindly (invariant 4).
+
+    When no coordinator answered, the read waits until the cluster's CAS bound has passed
+    since the statement was sent: a coordinator still in its contention loop would retry
+    with a higher ballot after the read's, and land its change after the read said it had
+    not (architecture.md, refinement 32). A coordinator that answered (a write timeout,
+    an error) is done, and the read's Paxos round fixes the outcome at once."""
+    sent = time.monotonic()
     try:
         return await attempt
     except Exception as error:
         if not outcome_unknown(error):
             raise
+        if coordinator_unheard(error):
+            await asyncio.sleep(max(0.0, sent + cas_bound_s(session) - time.monotonic()))
         try:
             return await settle()
         except WriteOutcomeUnknown:
@@ -135,11 +166,11 @@ async def or_settled(attempt: Awaitable[_T], settle: Callable[[], Awaitable[_T]]
 
 
 async def applied_or_settled(
-    attempt: Awaitable[ResultSet], settle: Callable[[], Awaitable[bool]]
+    session: Session, attempt: Awaitable[ResultSet], settle: Callable[[], Awaitable[bool]]
 ) -> bool:
     """Whether the LWT `attempt` applied; when its outcome is unknown, what `settle` says."""
 
     async def applied() -> bool:
         return bool((await attempt).one().applied)
 
-    return await or_settled(applied(), settle)
+    return await or_settled(session, applied(), settle)

@@ -150,7 +150,7 @@ class UserPurge:
                 attempt = aio.execute(self._session, self._take_over, params)
             else:
                 raise _under_way()
-            if await aio.applied_or_settled(attempt, held):
+            if await aio.applied_or_settled(self._session, attempt, held):
                 return
         raise Unavailable.contention("this user's reminders")
 

@@ -415,7 +415,8 @@ class ReminderStore:
             settled = await self.get_serial(written.user_id, written.reminder_id)
             return settled is not None and _landed(settled.reminder, before, written)
 
-        return await aio.applied_or_settled(self._execute(self._session, statement, None), settle)
+        attempt = self._execute(self._session, statement, None)
+        return await aio.applied_or_settled(self._session, attempt, settle)
 
     # -- the dispatcher's claim --------------------------------------------------------
 

@@ -7,13 +7,15 @@ consistency for LWTs, so callers never pass consistency levels by hand.
 from __future__ import annotations
 
 import functools
+import logging
+import re
 import socket
 import ssl
 import threading
 from dataclasses import dataclass
 from typing import Any
 
-from cassandra import ConsistencyLevel, UnresolvableContactPoints
+from cassandra import ConsistencyLevel, DriverException, UnresolvableContactPoints
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import (
     EXEC_PROFILE_DEFAULT,
@@ -28,12 +30,15 @@ from cassandra.policies import (
     ExponentialReconnectionPolicy,
     TokenAwarePolicy,
 )
-from cassandra.query import PreparedStatement, named_tuple_factory
+from cassandra.query import PreparedStatement, ValueSequence, named_tuple_factory
 
 from reminders_svc.config import CassandraSettings, TlsSettings
+from reminders_svc.storage import aio
 from reminders_svc.storage.errors import StorageUnavailable
 from reminders_svc.storage.retry import NoConditionalResend
 from reminders_svc.tls import TlsFiles
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -95,8 +100,15 @@ def cached_named_tuple_factory(colnames: list[str], rows: list[Any]) -> list[Any
 RECONNECTION = ExponentialReconnectionPolicy(base_delay=0.5, max_delay=10.0, max_attempts=None)
 
 
+class Profile(ExecutionProfile):  # type: ignore[misc]  # the driver is untyped
+    """The driver's execution profile, plus the cluster's CAS bound (`aio.cas_bound_s`),
+    set once connected (`read_cas_bound`)."""
+
+    cas_bound_s: float = aio.DEFAULT_CAS_BOUND_S
+
+
 def execution_profile(settings: CassandraSettings) -> ExecutionProfile:
-    return ExecutionProfile(
+    return Profile(
         row_factory=cached_named_tuple_factory,
         load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=settings.local_dc)),
         consistency_level=ConsistencyLevel.name_to_value[settings.consistency],
@@ -179,4 +191,65 @@ def connect_cluster(
             f"cannot reach Cassandra at {where} ({reasons or error}). Is the node running? "
             "Locally: `reminders cassandra start`."
         ) from error
+    profile = session.cluster.profile_manager.default
+    if isinstance(profile, Profile):
+        profile.cas_bound_s = read_cas_bound(session)
     return CassandraConnection(cluster=cluster, session=session, settings=settings)
+
+
+# Cassandra 4.1+ names first (values with a unit, "5000ms"), then the older ones (ms).
+_CAS_TIMEOUTS = (
+    ("cas_contention_timeout", "cas_contention_timeout_in_ms"),
+    ("write_request_timeout", "write_request_timeout_in_ms"),
+)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ns|us|µs|ms|s|m|h|d)?")
+_UNIT_S = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86_400.0,
+}
+
+
+def cassandra_duration_s(value: str) -> float:
+    """A duration as Cassandra 4.1+ shows its settings ("5000ms", "10s"; no unit: ms)."""
+    found = _DURATION.fullmatch(value.strip())
+    if found is None:
+        raise ValueError(f"not a duration: {value!r}")
+    number, unit = found.groups()
+    return float(number) * _UNIT_S[unit or "ms"]
+
+
+def read_cas_bound(session: Session) -> float:
+    """How long a coordinator may work on an LWT: `cas_contention_timeout` plus
+    `write_request_timeout`, as the connected node reports them (`system_views.settings`;
+    the nodes of a cluster are to share them). Cassandra's defaults when it cannot tell
+    (no virtual tables before 4.0, a value not understood), logged."""
+    names = [name for pair in _CAS_TIMEOUTS for name in pair]
+    try:
+        rows = session.execute(
+            "SELECT name, value FROM system_views.settings WHERE name IN %s",
+            (ValueSequence(names),),
+        )
+        values = {row.name: row.value for row in rows}
+        return sum(_seconds(values, *pair) for pair in _CAS_TIMEOUTS)
+    except (DriverException, ValueError) as error:
+        log.warning(
+            "the cluster's CAS timeouts could not be read (%s); settling as though they were"
+            " Cassandra's defaults (%.0f s)",
+            error,
+            aio.DEFAULT_CAS_BOUND_S,
+        )
+        return aio.DEFAULT_CAS_BOUND_S
+
+
+def _seconds(values: dict[str, str], name: str, name_in_ms: str) -> float:
+    if name in values:
+        return cassandra_duration_s(values[name])
+    if name_in_ms in values:
+        return float(values[name_in_ms]) / 1000
+    raise ValueError(f"{name} is not among the node's settings")

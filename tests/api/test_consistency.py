@@ -45,7 +45,7 @@ from tests.api.conftest import (
     running_api,
     weekly_monday_nine,
 )
-from tests.unknown_outcome import UnknownOutcome
+from tests.unknown_outcome import LandsLate, UnknownOutcome, cas_bound
 
 
 def _request(request_id: str, text: str = "call mom") -> pb.CreateReminderRequest:
@@ -408,6 +408,38 @@ def test_an_lwt_timeout_is_settled_by_a_serial_read(
     ).one()
     # Landed: settled as applied, not applied twice. Lost: re-read and applied once.
     assert (row.status, row.version) == ("paused", 2)
+
+
+def test_an_edit_whose_connection_broke_is_settled_once_its_coordinator_is_done(
+    cassandra: CassandraConnection, user: str
+) -> None:
+    """A connection broken under an edit: its coordinator may still be in its contention
+    loop, and its retry land after a settling read that said "not applied". The app would
+    then retry the edit, lose to its own change, and answer ABORTED for an edit that
+    landed. The read waits out the cluster's CAS bound (here 1.5 s; the change lands 0.5 s
+    after the break, or as the app's retry arrives, whichever is first)."""
+    session = cassandra.session
+    honest = RemindersApp(ReminderStore(session, Retention()), Limits(), FakeClock(SEED_NOW))
+    created = asyncio.run(honest.create(user, "r", "call mom", _WEEKLY, b"p"))
+    late = LandsLate(error=ConnectionShutdown("injected"), after_s=0.5, targets=_is_row_lwt)
+    app = RemindersApp(
+        ReminderStore(session, Retention(), executor=late), Limits(), FakeClock(SEED_NOW)
+    )
+
+    async def edit() -> Reminder:
+        edited = await app.update(user, created.reminder_id, 1, "call dad", None)
+        await late.landed()
+        return edited
+
+    with cas_bound(session, 1.5):
+        edited = asyncio.run(edit())
+
+    assert (edited.text, edited.version) == ("call dad", 2)
+    row = session.execute(
+        "SELECT body, version FROM reminders WHERE user_id = %s AND reminder_id = %s",
+        (user, created.reminder_id),
+    ).one()
+    assert (row.body, row.version) == ("call dad", 2)
 
 
 def test_an_edit_of_unknown_outcome_is_applied_though_a_claim_landed_after_it(

@@ -29,6 +29,7 @@ from notifier.delivery.adapters import RecordingPushAdapter
 from notifier.settings import NotifierSettings
 from notifier.storage.schema import migrate_notifier
 from reminders_svc.health import LIVENESS_SERVICE
+from reminders_svc.storage import aio
 from reminders_svc.storage.session import connect
 from tests.notifier.conftest import (
     ACCEPTED,
@@ -212,9 +213,12 @@ def test_a_key_write_landed_unheard_on_one_replica_is_pushed_once_by_another(
     tell A's failed attempts from live ones: it answers RETRYABLE while A might still
     deliver, then takes the keys over and pushes each once (it used to answer DUPLICATE,
     and the rings were lost)."""
-    # From A's writes landing to B's first judging of them: A's answer (after the cut) and
+    # From A's writes landing to B's first judging of them: A's answer (after the cut, once
+    # the cluster's CAS bound has passed: A's coordinator may still be at its write) and
     # B's call, with room for a slow machine (at 3 s, B once found the bound passed).
-    takeover_after = timedelta(seconds=15)
+    with connect(notifier_settings.cassandra, keyspace="") as connection:
+        cas_bound = timedelta(seconds=aio.cas_bound_s(connection.session))
+    takeover_after = cas_bound + timedelta(seconds=15)
     settings = dataclasses.replace(notifier_settings, key_takeover_after=takeover_after)
     adapter = RecordingPushAdapter(capacity=1000)
     with (

@@ -10,7 +10,13 @@ from cassandra import ConsistencyLevel
 from cassandra.query import SimpleStatement
 
 from reminders_svc.config import CassandraSettings, SerialConsistencyName
-from reminders_svc.storage.session import CassandraConnection, connect, serial_read_level
+from reminders_svc.storage import aio
+from reminders_svc.storage.session import (
+    CassandraConnection,
+    cassandra_duration_s,
+    connect,
+    serial_read_level,
+)
 
 
 def test_insert_if_not_exists_applies_once_and_reports_the_existing_row(
@@ -78,3 +84,35 @@ def test_reads_that_settle_lwts_use_the_serial_level_the_lwts_are_written_at(
 ) -> None:
     with connect(dataclasses.replace(migrated_settings, serial_consistency=level)) as connection:
         assert serial_read_level(connection.session) == ConsistencyLevel.name_to_value[level]
+
+
+def test_a_sessions_cas_bound_is_the_clusters_as_its_node_reports_it(
+    cassandra: CassandraConnection,
+) -> None:
+    """How long an unheard LWT's settling read waits (`aio.or_settled`): the node's CAS
+    contention timeout plus its write timeout (on the development node, 5 s + 10 s)."""
+    reported = {
+        row.name: row.value
+        for row in cassandra.session.execute(
+            "SELECT name, value FROM system_views.settings"
+            " WHERE name IN ('cas_contention_timeout', 'write_request_timeout')"
+        )
+    }
+    expected = sum(cassandra_duration_s(value) for value in reported.values())
+
+    assert len(reported) == 2
+    assert aio.cas_bound_s(cassandra.session) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("5000ms", 5.0), ("10s", 10.0), ("2000", 2.0), ("1m", 60.0), ("1.5s", 1.5), ("800us", 8e-4)],
+)
+def test_cassandra_durations_read_with_their_unit(value: str, seconds: float) -> None:
+    assert cassandra_duration_s(value) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("value", ["", "ten seconds", "5 fortnights", "-1s"])
+def test_a_duration_not_understood_is_refused(value: str) -> None:
+    with pytest.raises(ValueError, match="not a duration"):
+        cassandra_duration_s(value)
