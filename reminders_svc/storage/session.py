@@ -248,8 +248,8 @@ def read_cas_bound(session: Session) -> float:
 
 
 def _seconds(values: dict[str, str], name: str, name_in_ms: str) -> float:
-    if name in values:
-        return cassandra_duration_s(values[name])
-    if name_in_ms in values:
-        return float(values[name_in_ms]) / 1000
-    raise ValueError(f"{name} is not among the node's settings")
+    # The older name's value is a bare number of milliseconds: the same reading.
+    value = values.get(name, values.get(name_in_ms))
+    if value is None:
+        raise ValueError(f"{name} is not among the node's settings")
+    return cassandra_duration_s(value)

@@ -53,7 +53,7 @@ from reminders_svc.domain.reminder import (
 from reminders_svc.schedule import one_off_instant
 from reminders_svc.storage import aio
 from reminders_svc.storage.history import DeliveryHistory
-from reminders_svc.storage.parts import DEFAULT_PARTS, floor_minute, part_of
+from reminders_svc.storage.parts import DEFAULT_PARTS, MINUTE, floor_minute, part_of
 from reminders_svc.storage.purge import UserPurge
 from reminders_svc.storage.reminders_store import ReminderStore, StoredReminder
 from reminders_svc.storage.session import CassandraConnection
@@ -372,7 +372,7 @@ def test_a_finalize_landing_after_its_next_rings_minute_closed_writes_its_entry_
             began = landed_minute - stall
             written_first = [
                 due
-                for minute in {floor_minute(row.due), began, began - timedelta(minutes=1)}
+                for minute in {floor_minute(row.due), began, began - MINUTE}
                 for due in await _entries_of(own_keyspace.session, row, minute)
             ]
             assert row.due in written_first
@@ -381,15 +381,9 @@ def test_a_finalize_landing_after_its_next_rings_minute_closed_writes_its_entry_
 
 
 async def _entries_of(session: Session, row: Reminder, minute: datetime) -> list[datetime]:
-    """The dues of the row's bucket entries in `minute` (one partition per minute and part)."""
-    result = await aio.execute(
-        session,
-        "SELECT reminder_id, due FROM due_buckets WHERE minute = %s AND part = %s",
-        (minute, part_of(row.user_id, DEFAULT_PARTS)),
-    )
-    return [
-        entry.due.replace(tzinfo=UTC) for entry in result if entry.reminder_id == row.reminder_id
-    ]
+    """The dues of the row's bucket entries in `minute`, read as a dispatcher reads them."""
+    entries = await BucketReader(session).read(minute, part_of(row.user_id, DEFAULT_PARTS))
+    return [entry.due for entry in entries if entry.reminder_id == row.reminder_id]
 
 
 class _RowOnlyStore(ReminderStore):
