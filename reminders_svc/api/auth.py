@@ -243,7 +243,9 @@ class Authenticator:
         token = bearer_token(metadata)
         try:
             return self._subject(token, self._settings.admin)
-        except Unauthenticated:
+        except Unauthenticated as refused:
+            if refused.reason == "TOKEN_EXPIRED":
+                raise  # what the caller is to act on: get a new token
             try:
                 self._subject(token, self._settings.user)
             except Unauthenticated:

@@ -150,11 +150,15 @@ def test_a_client_tells_an_expired_token_from_a_bad_one_by_the_reason(api: Api, 
     reasons["another user's"] = reason_of(
         lambda: get(api, reminder.id, api.as_user(f"{user}-mallory"))
     )
-    reasons["a user's token on the admin RPC"] = reason_of(
-        lambda: api.admin.DeleteUserData(
-            pb.DeleteUserDataRequest(user_id=user), metadata=api.as_user(user)
+    for name, md in (
+        ("a user's token on the admin RPC", api.as_user(user)),
+        ("an expired admin token", _credentials(api.auth.admin, "ops")["expired"]),
+    ):
+        reasons[name] = reason_of(
+            lambda md=md: api.admin.DeleteUserData(  # type: ignore[misc]
+                pb.DeleteUserDataRequest(user_id=user), metadata=md
+            )
         )
-    )
 
     assert reasons == {
         "no token": "CREDENTIALS_MISSING",
@@ -162,6 +166,7 @@ def test_a_client_tells_an_expired_token_from_a_bad_one_by_the_reason(api: Api, 
         "expired": "TOKEN_EXPIRED",
         "another user's": "REMINDER_NOT_FOUND",
         "a user's token on the admin RPC": "ADMIN_CREDENTIAL_REQUIRED",
+        "an expired admin token": "TOKEN_EXPIRED",
     }
 
 
