@@ -33,7 +33,7 @@ from reminders_svc.schedule import (
     parse_repeat,
     parse_rrule,
 )
-from reminders_svc.schedule.zones import round_up
+from reminders_svc.schedule.zones import start_from
 
 _STATES = {
     Status.PENDING: pb.Reminder.STATE_PENDING,
@@ -136,11 +136,11 @@ def schedule_from_proto(message: pb.Schedule, now: datetime, field: str) -> Sche
     bounded(message.time_zone, zone_field, MAX_ZONE_CHARS)
     kind = message.WhichOneof("kind")
     with schedule_errors(message, field):
-        zone = load_zone(message.time_zone)
+        load_zone(message.time_zone)  # an unknown zone is the zone field's fault, first
         if kind == "once":
             return _one_off(message.once, message.time_zone, f"{field}.once")
         if kind == "repeat":
-            return _repeat(message.repeat, message.time_zone, now.astimezone(zone), field)
+            return _repeat(message.repeat, message.time_zone, now, field)
     raise InvalidArgument(field, "one of once or repeat is required")
 
 
@@ -162,13 +162,13 @@ def _one_off(message: pb.OneOff, zone: str, field: str) -> OneOff:
     raise InvalidArgument(field, "one of local_time or instant is required")
 
 
-def _repeat(message: pb.Repeat, zone: str, local_now: datetime, field: str) -> Repeat:
+def _repeat(message: pb.Repeat, zone: str, now: datetime, field: str) -> Repeat:
     start_field = f"{field}.repeat.start_local_time"
     start = (
         local_time(message.start_local_time, start_field)
         if message.start_local_time
-        # The next whole minute, so that a COUNT's first ring is not already past.
-        else round_up(local_now.replace(tzinfo=None), "minute")
+        # Now, on a whole minute, so that a COUNT's first ring is not already past.
+        else start_from(now, load_zone(zone))
     )
     rule = message.WhichOneof("rule")
     if rule == "expression":

@@ -10,7 +10,7 @@ from reminders_svc.schedule.errors import ScheduleError
 from reminders_svc.schedule.expand import HORIZON_YEARS, check_cost, first_ring
 from reminders_svc.schedule.model import OneOff, Repeat
 from reminders_svc.schedule.rule import Rule, parse_rule_text
-from reminders_svc.schedule.zones import check_year, load_zone, to_local, to_utc_in
+from reminders_svc.schedule.zones import check_year, load_zone, round_up, to_local, to_utc_in
 
 
 def quoted(text: str, longest: int = 60) -> str:
@@ -50,8 +50,9 @@ def parse_rrule(text: str, zone: str, start: datetime) -> Repeat:
 def repeat_from_rule(rule: Rule, zone: str, start: datetime, field: str) -> Repeat:
     """The canonical Repeat for a parsed rule; ``field`` names the input it came from."""
     zone_info = load_zone(zone)
-    # Reminders ring on whole minutes; seconds in the start would only shift DTSTART.
-    start = _naive(start, "start").replace(second=0, microsecond=0)
+    # Reminders ring on whole minutes; a start within a minute begins at its end, so no
+    # ring is before the start given (rounded down, 12:00:30 lost a 12:00 COUNT=1 ring).
+    start = round_up(_naive(start, "start"), "minute")
     if rule.until is not None and rule.until < to_utc_in(start, zone_info):
         # Both in local time, as the caller wrote them (an end date means its day's end).
         until = to_local(rule.until, zone_info)

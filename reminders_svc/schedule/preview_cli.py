@@ -13,7 +13,7 @@ from reminders_svc.schedule.errors import ScheduleError
 from reminders_svc.schedule.expand import occurrences, validate_new
 from reminders_svc.schedule.grammar import parse_repeat
 from reminders_svc.schedule.model import Schedule
-from reminders_svc.schedule.zones import load_zone, to_local, tzdata_version
+from reminders_svc.schedule.zones import load_zone, start_from, tzdata_version
 
 MAX_PREVIEW = 1000
 
@@ -32,7 +32,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     source.add_argument("--repeat", metavar="EXPR", help='e.g. "every Monday 09:00"')
     source.add_argument("--rrule", metavar="RRULE", help="RFC 5545 RRULE text")
     source.add_argument("--at", metavar="LOCAL_DATETIME", help="a one-off local time")
-    parser.add_argument("--start", metavar="LOCAL_DATETIME", help="repeat start (default --from)")
+    parser.add_argument(
+        "--start", metavar="LOCAL_DATETIME", help="repeat start (default: --from's next minute)"
+    )
     parser.add_argument("--zone", metavar="ZONE", help="IANA zone, e.g. America/New_York")
     parser.add_argument("--from", dest="from_", metavar="UTC_ISO", help="stands in for now")
     parser.add_argument("--count", type=int, default=10, help="at most this many (default 10)")
@@ -60,7 +62,9 @@ def _schedule(args: argparse.Namespace, now: datetime) -> Schedule:
     zone = load_zone(args.zone)
     if args.at is not None:
         return one_off_local(parse_local_datetime(args.at, "at"), args.zone)
-    start = to_local(now, zone) if args.start is None else parse_local_datetime(args.start, "start")
+    start = (
+        start_from(now, zone) if args.start is None else parse_local_datetime(args.start, "start")
+    )
     if args.repeat is not None:
         return parse_repeat(args.repeat, args.zone, start)
     if args.rrule is not None:

@@ -179,6 +179,22 @@ def to_local(instant: datetime, zone: ZoneInfo) -> datetime:
 
 _UNITS = {"second": timedelta(seconds=1), "minute": timedelta(minutes=1)}
 
+# Clocks never go back by more than a few hours; a day bounds the walk out of a fold.
+_LONGEST_FOLD = timedelta(days=1)
+
+
+def start_from(now: datetime, zone: ZoneInfo) -> datetime:
+    """The naive wall time a series "starting now" begins at: the first whole local minute
+    ahead whose instant (to_utc_in) is not before `now`. That is the next whole minute,
+    except in the second pass of a repeated hour, whose wall times are the first pass's
+    instants, already past: there it is the repeated hour's end (a series begun at 01:30
+    EST on the fall-back night had its COUNT's first ring an hour ago)."""
+    start = round_up(to_local(now, zone), "minute")
+    end = start + _LONGEST_FOLD
+    while to_utc_in(start, zone) < now and start < end:
+        start += _UNITS["minute"]
+    return start
+
 
 def round_up(moment: datetime, unit: Literal["second", "minute"]) -> datetime:
     """The first whole `unit` at or after `moment` (aware, or a naive wall time): what is

@@ -301,27 +301,60 @@ def test_a_snooze_asked_at_a_fraction_of_a_second_rings_no_sooner_than_asked(
         assert snoozed.snooze_until_time.ToDatetime(tzinfo=Z) == expected
 
 
+def preview_rings(api: Api, user: str, created: pb.Reminder) -> list[datetime]:
+    preview = api.reminders.PreviewSchedule(
+        pb.PreviewScheduleRequest(
+            schedule=created.schedule, from_time=created.create_time, count=10
+        ),
+        metadata=api.as_user(user),
+    )
+    return [o.time.ToDatetime(tzinfo=Z) for o in preview.occurrences]
+
+
 def test_a_repeat_without_a_start_rings_its_whole_count(api: Api, user: str) -> None:
     """The start defaults to now: the next whole minute, so COUNT's first ring is one to
     come (it was the minute under way, already past: COUNT=3 rang twice, COUNT=1 was
     refused as never ringing)."""
     api.clock.now = SEED_NOW + timedelta(seconds=20)
-    md = api.as_user(user)
     for count in (1, 3):
         schedule = pb.Schedule(
             time_zone="UTC", repeat=pb.Repeat(rrule=f"FREQ=HOURLY;COUNT={count}")
         )
         created = create(api, user, schedule)
         assert created.schedule.repeat.start_local_time == "2026-10-19T12:01:00"
-        preview = api.reminders.PreviewSchedule(
-            pb.PreviewScheduleRequest(
-                schedule=created.schedule, from_time=created.create_time, count=10
-            ),
-            metadata=md,
-        )
-        rings = [o.time.ToDatetime(tzinfo=Z) for o in preview.occurrences]
+        rings = preview_rings(api, user, created)
         assert rings == [SEED_NOW + timedelta(hours=n, minutes=1) for n in range(count)]
         assert created.next_ring_time.ToDatetime(tzinfo=Z) == rings[0]
+
+
+def test_a_repeat_begun_in_a_repeated_hour_without_a_start_rings_its_whole_count(
+    api: Api, user: str
+) -> None:
+    """At 01:30:10 EST on the fall-back night the next minute's wall time, 01:31, is first
+    an instant an hour ago (EDT): the series begins at the repeated hour's end, 02:00 EST.
+    It began at 01:31 and COUNT=3 rang twice, COUNT=1 was refused as never ringing."""
+    api.clock.now = datetime(2026, 11, 1, 6, 30, 10, tzinfo=Z)
+    schedule = pb.Schedule(
+        time_zone="America/New_York", repeat=pb.Repeat(rrule="FREQ=HOURLY;COUNT=3")
+    )
+    created = create(api, user, schedule)
+    assert created.schedule.repeat.start_local_time == "2026-11-01T02:00:00"
+    expected = [datetime(2026, 11, 1, hour, tzinfo=Z) for hour in (7, 8, 9)]
+    assert preview_rings(api, user, created) == expected
+    assert created.next_ring_time.ToDatetime(tzinfo=Z) == expected[0]
+
+
+def test_a_start_within_a_minute_begins_at_its_end(api: Api, user: str) -> None:
+    """Rings are on whole minutes and none before the start given: 12:00:30 begins at
+    12:01 (it was 12:00, so a COUNT=1 made at 12:00:10 was refused as never ringing)."""
+    api.clock.now = SEED_NOW + timedelta(seconds=10)
+    schedule = pb.Schedule(
+        time_zone="UTC",
+        repeat=pb.Repeat(rrule="FREQ=HOURLY;COUNT=1", start_local_time="2026-10-19T12:00:30"),
+    )
+    created = create(api, user, schedule)
+    assert created.schedule.repeat.start_local_time == "2026-10-19T12:01:00"
+    assert preview_rings(api, user, created) == [SEED_NOW + timedelta(minutes=1)]
 
 
 @pytest.mark.parametrize(

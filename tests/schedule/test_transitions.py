@@ -16,7 +16,14 @@ from zoneinfo import ZoneInfo
 
 from reminders_svc.schedule import load_zone, occurrences, parse_repeat, parse_rrule
 from reminders_svc.schedule.rule import end_of_day
-from reminders_svc.schedule.zones import upcoming_utc, zone_names
+from reminders_svc.schedule.zones import (
+    round_up,
+    start_from,
+    to_local,
+    to_utc_in,
+    upcoming_utc,
+    zone_names,
+)
 
 FIRST, LAST = datetime(2000, 1, 1, tzinfo=UTC), datetime(2037, 12, 31, tzinfo=UTC)
 SCAN_STEP = timedelta(days=3)
@@ -86,6 +93,29 @@ def check_time_ahead_in_fold(name: str, change: Transition) -> None:
     assert upcoming_utc(inside, name, second) == first, (name, change)
 
 
+def check_start_from(zone: ZoneInfo, change: Transition) -> None:
+    """A series "starting now" begins at the first whole local minute whose instant is not
+    past: the next minute, except in a repeated hour's second pass, where it is the hour's
+    end (its wall times there are the first pass's instants)."""
+    fold = change.before - change.after
+    moments = [change.at - timedelta(minutes=30), change.at + timedelta(seconds=20)]
+    if fold > timedelta(0):
+        moments.append(change.at + fold / 2)
+    for now in moments:
+        start = start_from(now, zone)
+        assert start.second == 0, (zone, change, now)
+        assert to_utc_in(start, zone) >= now, (zone, change, now)
+        earlier = start - timedelta(minutes=1)
+        next_minute = round_up(to_local(now, zone), "minute")
+        assert earlier < next_minute or to_utc_in(earlier, zone) < now, (zone, change, now)
+    if fold > timedelta(0):
+        fold_end = (change.at + change.before).replace(tzinfo=None)
+        assert start_from(change.at + fold / 2, zone) == round_up(fold_end, "minute"), (
+            zone,
+            change,
+        )
+
+
 def check_end_of_day(zone: ZoneInfo, change: Transition) -> None:
     """ "until <date>" ends with the last second of that local date, whatever the change
     does to its evening or the next midnight (Nuuk springs forward at 23:00)."""
@@ -101,6 +131,7 @@ def check_zone(name: str) -> int:
     checked = 0
     for change in transitions(zone):
         check_end_of_day(zone, change)
+        check_start_from(zone, change)
         if change.after < change.before:  # a fold: clocks went back
             check_time_ahead_in_fold(name, change)
         for wall in wall_times(change):

@@ -285,7 +285,10 @@ class Repeat(_message.Message):
     """
     start_local_time: _builtins.str
     """The local wall time the series starts from (YYYY-MM-DDTHH:MM[:SS] without offset);
-    COUNT, UNTIL and INTERVAL count from it. Default: now, as the next whole minute.
+    COUNT, UNTIL and INTERVAL count from it. Seconds round up to the next whole minute,
+    so nothing rings before the start given. Default: now, as the next whole minute (in
+    the second pass of a repeated hour, whose wall times first came an hour ago: the
+    repeated hour's end).
     """
     canonical_rrule: _builtins.str
     """Output only. The canonical RRULE the schedule is stored as."""
