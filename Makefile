@@ -37,8 +37,9 @@ migrate: node
 	$(NODE_CLIENT) $(BIN)/reminders migrate
 
 # The whole stack in the foreground: node, API (127.0.0.1:50051), notifier, dispatcher
-# (`reminders stack` points them at the node itself).
-run: migrate
+# (`reminders stack` starts the node, migrates and points them at it; Ctrl-C stops the
+# node too when the stack started it).
+run: install
 	$(BIN)/reminders stack
 
 # With REMINDERS_CASSANDRA=docker the suite starts its node in a container: no local node.

@@ -3,7 +3,8 @@
 Starts the local Cassandra node (reused if running), applies the schema, then runs the
 API, the reference notifier (recording adapter) and one dispatcher as child processes
 with REMINDERS_ENV=dev, their output interleaved and prefixed. Ctrl-C (or SIGTERM) stops
-them all gracefully, the dispatcher first so it releases its claims and leases.
+them all gracefully, the dispatcher first so it releases its claims and leases, then the
+node if this stack started it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from devnode.node import NodeError, NodeSettings, start
+from devnode.node import stop as stop_node
 from dispatcher.settings import DispatcherSettings
 from notifier.settings import NotifierSettings
 from reminders_svc.api.settings import ApiSettings
@@ -67,6 +69,17 @@ def run_stack(settings: NodeSettings) -> int:
         print(f"reminders stack: {error}", file=sys.stderr)
         return 1
     print(f"cassandra {'started' if started else 'running'} (pid {pid})")
+    try:
+        return _run_services(env)
+    finally:
+        # Ctrl-C stops it all; a node that was already running (`reminders cassandra
+        # start`, a test run) was someone else's and keeps running.
+        if started:
+            print("stopping cassandra")
+            stop_node(settings)
+
+
+def _run_services(env: dict[str, str]) -> int:
     reminders = str(Path(sys.executable).with_name("reminders"))
     if subprocess.run([reminders, "migrate"], env=env, check=False).returncode != 0:
         return 1

@@ -309,3 +309,25 @@ def test_a_pid_file_left_by_a_node_long_gone_names_no_other_process(tmp_path: Pa
     finally:
         other.kill()
         other.wait()
+
+
+@pytest.mark.parametrize("started_here", [True, False])
+@pytest.mark.parametrize("services_exit", [0, 3])  # 0: stopped by Ctrl-C; 3: one crashed
+def test_the_stack_stops_the_node_it_started_and_only_that_one(
+    monkeypatch: pytest.MonkeyPatch, started_here: bool, services_exit: int
+) -> None:
+    """`make run` on a fresh machine starts the node, and Ctrl-C stops it all; a node that
+    was already running (one `make test` or `reminders cassandra start` left) keeps running."""
+    stopped: list[node.NodeSettings] = []
+    monkeypatch.setattr(stack, "start", lambda settings: (4242, started_here))
+
+    def stop_node(settings: node.NodeSettings) -> bool:
+        stopped.append(settings)
+        return True
+
+    monkeypatch.setattr(stack, "stop_node", stop_node)
+    monkeypatch.setattr(stack, "_run_services", lambda env: services_exit)
+    settings = node.NodeSettings.from_env({})
+
+    assert stack.run_stack(settings) == services_exit
+    assert stopped == ([settings] if started_here else [])
