@@ -24,7 +24,7 @@ from cassandra.cluster import (
     NoHostAvailable,
     Session,
 )
-from cassandra.connection import Connection
+from cassandra.connection import Connection, ConnectionException
 from cassandra.policies import (
     DCAwareRoundRobinPolicy,
     ExponentialReconnectionPolicy,
@@ -193,7 +193,11 @@ def connect_cluster(
         ) from error
     profile = session.cluster.profile_manager.default
     if isinstance(profile, Profile):
-        profile.cas_bound_s = read_cas_bound(session)
+        try:
+            profile.cas_bound_s = read_cas_bound(session)
+        except BaseException:  # the connected cluster's threads would outlive the caller
+            cluster.shutdown()
+            raise
     return CassandraConnection(cluster=cluster, session=session, settings=settings)
 
 
@@ -237,7 +241,7 @@ def read_cas_bound(session: Session) -> float:
         )
         values = {row.name: row.value for row in rows}
         return sum(_seconds(values, *pair) for pair in _CAS_TIMEOUTS)
-    except (DriverException, ValueError) as error:
+    except (DriverException, NoHostAvailable, ConnectionException, ValueError) as error:
         log.warning(
             "the cluster's CAS timeouts could not be read (%s); settling as though they were"
             " Cassandra's defaults (%.0f s)",
