@@ -191,7 +191,8 @@ async def storage_floor(settings: CassandraSettings, notifier_keyspace: str, cou
                     answer=Answer.ACCEPTED,
                     reason=None,
                     late=False,
-                )
+                ),
+                written_at=now,
             )
             finalized = dispatch.finalized(claimed, now)
             assert await store.replace(StoredReminder(claimed, stored.active_count), finalized, now)

@@ -495,10 +495,10 @@ class Ringer:
         """The ring's history; a conditional record (`keep_earlier`) takes the user's turn,
         as every LWT of one partition does here (ballots on one partition contend)."""
         if not keep_earlier:
-            await self._history.record(delivery)
+            await self._history.record(delivery, written_at=self._clock.now())
             return
         async with self._users.hold(delivery.user_id):
-            await self._history.record(delivery, keep_earlier=True)
+            await self._history.record(delivery, written_at=self._clock.now(), keep_earlier=True)
 
     async def _finalize(self, claimed_row: Reminder, shift: Shift) -> bool:
         """Finalize by LWT until it lands or the claim is gone (the user's change wins):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import time
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from cassandra.cluster import Session
 from cassandra.query import UNSET_VALUE
@@ -13,6 +14,7 @@ from reminders_svc.storage import aio
 from reminders_svc.storage.rows import utc
 
 _FAR_FUTURE = datetime(9999, 12, 31)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class DeliveryHistory:
@@ -24,8 +26,11 @@ class DeliveryHistory:
             " answer, reason, late FROM deliveries"
             " WHERE user_id = ? AND reminder_id = ? AND claim_due < ? LIMIT ?"
         )
+        # Stamped with the database's time as the dispatcher knows it (never ahead of it),
+        # not by its host's clock, which may run ahead within the clock bound: a removal
+        # that comes after the record (a ring's `forget`, an operator's purge) must cover it.
         self._record = session.prepare(
-            "UPDATE deliveries USING TTL ? SET claim_token = ?, claimed_at = ?,"
+            "UPDATE deliveries USING TTL ? AND TIMESTAMP ? SET claim_token = ?, claimed_at = ?,"
             " handed_off_at = ?, answer = ?, reason = ?, lateness_ms = ?, late = ?"
             " WHERE user_id = ? AND reminder_id = ? AND claim_due = ?"
         )
@@ -40,9 +45,15 @@ class DeliveryHistory:
             "DELETE FROM deliveries WHERE user_id = ? AND reminder_id = ? AND claim_due = ?"
             " IF EXISTS"
         )
+        # toTimestamp(now()) is in milliseconds: the purge adds one to be past it.
+        self._database_now = session.prepare("SELECT toTimestamp(now()) AS now FROM system.local")
+        self._purge = session.prepare("DELETE FROM deliveries USING TIMESTAMP ? WHERE user_id = ?")
 
-    async def record(self, delivery: Delivery, *, keep_earlier: bool = False) -> None:
-        """Record one ring's hand-off. `keep_earlier`: an earlier record under the same key
+    async def record(
+        self, delivery: Delivery, *, written_at: datetime, keep_earlier: bool = False
+    ) -> None:
+        """Record one ring's hand-off, at `written_at` (the database's time, not ahead of
+        it: the record's write timestamp). `keep_earlier`: an earlier record under the same key
         (claim_due), if any, is left as it is. For a ring taken over from an earlier
         attempt, that attempt's record was the delivery the user saw (when, and whether),
         and the later answer is only "duplicate" (or "abandoned", were the user to take over
@@ -58,7 +69,8 @@ class DeliveryHistory:
         if keep_earlier:
             await aio.execute(self._session, self._record_first, (*values, self._ttl))
         else:
-            await aio.execute(self._session, self._record, (self._ttl, *values))
+            stamp = write_timestamp(written_at)
+            await aio.execute(self._session, self._record, (self._ttl, stamp, *values))
 
     @staticmethod
     def _values(delivery: Delivery) -> tuple[object, ...]:
@@ -96,8 +108,22 @@ class DeliveryHistory:
         count = await aio.count_all(
             self._session, "SELECT reminder_id FROM deliveries WHERE user_id = %s", (user_id,)
         )
-        await aio.execute(self._session, "DELETE FROM deliveries WHERE user_id = %s", (user_id,))
+        # Stamped no earlier than the database's time: records are (`record`), and this
+        # host's clock may run behind it; one written just before would outlive the purge.
+        database_now = (await aio.execute(self._session, self._database_now)).one().now
+        stamp = max(write_timestamp(database_now.replace(tzinfo=UTC)) + 1000, now_timestamp())
+        await aio.execute(self._session, self._purge, (stamp, user_id))
         return count
+
+
+def write_timestamp(instant: datetime) -> int:
+    """A write timestamp (microseconds since the epoch) of an aware instant."""
+    return (instant - _EPOCH) // timedelta(microseconds=1)
+
+
+def now_timestamp() -> int:
+    """This host's clock as a write timestamp, as the driver stamps a write by default."""
+    return time.time_ns() // 1000
 
 
 def _delivery(row: object) -> Delivery:

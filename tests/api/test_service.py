@@ -564,7 +564,8 @@ def record_deliveries(
                     answer=Answer.ACCEPTED,
                     reason=None,
                     late=False,
-                )
+                ),
+                written_at=datetime.now(UTC),
             )
 
     asyncio.run(record())

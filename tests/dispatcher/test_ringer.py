@@ -796,6 +796,38 @@ async def _records(session: Session, user: str) -> list[Any]:
     return list(await aio.execute(session, select, (user,)))
 
 
+def test_a_purge_from_a_host_whose_clock_runs_behind_removes_a_record_written_just_before(
+    own_keyspace: CassandraConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ring recorded as the operator's DeleteUserData comes in: the API host's clock
+    running behind the database's must not stamp the purge's delete before the record."""
+    session = own_keyspace.session
+
+    async def scenario() -> None:
+        clock = DbClock(session, timedelta(seconds=1))
+        await clock.measure()
+        history = DeliveryHistory(session)
+        due = floor_minute(clock.now())
+        delivery = Delivery(
+            user_id="u-purged-late",
+            reminder_id=uuid.uuid4(),
+            claim_due=due,
+            claim_token=uuid.uuid4(),
+            claimed_at=due,
+            handed_off_at=clock.now(),
+            answer=HistoryAnswer.ACCEPTED,
+            reason=None,
+            late=False,
+        )
+        await history.record(delivery, written_at=clock.now())
+        _host_clock_ahead(monkeypatch, own_keyspace, -0.9)
+
+        assert await history.purge_user("u-purged-late") == 1
+        assert await _records(session, "u-purged-late") == []
+
+    asyncio.run(scenario())
+
+
 def test_a_ring_retrying_when_its_user_is_purged_leaves_no_delivery_record(
     own_keyspace: CassandraConnection,
 ) -> None:
@@ -814,19 +846,36 @@ def test_a_ring_retrying_when_its_user_is_purged_leaves_no_delivery_record(
     asyncio.run(scenario())
 
 
+def _host_clock_ahead(
+    monkeypatch: pytest.MonkeyPatch, connection: CassandraConnection, ahead_s: float
+) -> Callable[[], float]:
+    """A host whose clock runs `ahead_s` off the database's (behind when negative): the
+    timestamps the driver stamps its writes with, and the wall clock it returns."""
+    ahead_us = round(ahead_s * 1e6)
+    cluster = connection.session.cluster
+    monkeypatch.setattr(cluster, "timestamp_generator", lambda: time.time_ns() // 1000 + ahead_us)
+    return lambda: time.time() + ahead_s
+
+
+# 0.9 s: within the clock bound (1 s), so such a dispatcher is ready and rings.
+@pytest.mark.parametrize("host_ahead_s", [0.0, 0.9])
 def test_a_ring_whose_user_is_purged_while_it_is_handed_off_leaves_no_delivery_record(
-    own_keyspace: CassandraConnection,
+    own_keyspace: CassandraConnection, monkeypatch: pytest.MonkeyPatch, host_ahead_s: float
 ) -> None:
     """The whole purge lands between the hand-off and the ring's record: the finalize finds
-    the row gone, and the record goes."""
+    the row gone, and the record goes, even from a dispatcher whose clock runs ahead (its
+    record is stamped with the database's time, which the removal comes after)."""
+    wall = _host_clock_ahead(monkeypatch, own_keyspace, host_ahead_s)
 
     async def scenario() -> None:
-        async with leased_part(own_keyspace) as part:
+        async with leased_part(own_keyspace, wall=wall) as part:
             record = part.history.record
 
-            async def purged_first(delivery: Delivery, *, keep_earlier: bool = False) -> None:
+            async def purged_first(
+                delivery: Delivery, *, written_at: datetime, keep_earlier: bool = False
+            ) -> None:
                 await _purge(part, own_keyspace.session, delivery.user_id)
-                await record(delivery, keep_earlier=keep_earlier)
+                await record(delivery, written_at=written_at, keep_earlier=keep_earlier)
 
             part.history.record = purged_first  # type: ignore[method-assign]
             reminder = await part.due_reminder("u-purged", _just_due())
@@ -1011,7 +1060,7 @@ def test_a_ring_taken_over_leaves_the_earlier_attempts_delivery_record_as_it_was
                 reason=None,
                 late=False,
             )
-            await history.record(earlier)
+            await history.record(earlier, written_at=part.clock.now())
 
             part.notifier.down = False
             lease = await part.leases.try_take(1)
@@ -1056,13 +1105,21 @@ def _decided(part: Part) -> float:
 async def _entries_without_rows(session: Session, due: datetime, count: int) -> datetime:
     """`count` entries of part 0 due at `due` with no row (a purge, or a create yet to
     land): each is read, then skipped (see `_decided`). Returns their minute."""
+    return await _entries_in_part_0(session, due, [("u-busy", uuid.uuid4()) for _ in range(count)])
+
+
+async def _entries_in_part_0(
+    session: Session, due: datetime, reminders: list[tuple[str, uuid.UUID]]
+) -> datetime:
+    """Entries of part 0 due at `due`, in its minute, for these (user, reminder id)s
+    (whatever their own part). Returns their minute."""
     minute = floor_minute(due)
     insert = session.prepare(
         "INSERT INTO due_buckets (minute, part, written_at, reminder_id, user_id, due)"
-        " VALUES (?, 0, now(), ?, 'u-busy', ?)"
+        " VALUES (?, 0, now(), ?, ?, ?)"
     )
     await asyncio.gather(
-        *(aio.execute(session, insert, (minute, uuid.uuid4(), due)) for _ in range(count))
+        *(aio.execute(session, insert, (minute, key, user, due)) for user, key in reminders)
     )
     return minute
 
