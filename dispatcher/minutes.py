@@ -9,7 +9,8 @@ A part taken behind (an outage, a part never checkpointed) has a backlog: the mi
 already past their final read when it was taken. They are read in order, at most
 `_MAX_OPEN_MINUTES` at a time and at the catch-up pace, while the live minutes from then on
 open on time beside them, so rings due now are not held up behind the backlog (and a
-backlog drains at its pace even while more is due each minute than that pace).
+backlog drains at its pace even while more is due each minute than that pace). Live minutes
+that fell behind their final read (held open by a notifier outage) become such a backlog.
 M is checkpointed only when every ring started from it is resolved (finalized, skipped,
 or taken over by a user's change), and only in order (no live minute before the backlog
 is done), and only while the lease is held.
@@ -274,6 +275,12 @@ class PartWorker:
         live_from = max(backlog, self._first_live_minute())
         live = live_from
         while self.lease.held():
+            if backlog >= live_from and live < (first_live := self._first_live_minute()):
+                # The live minutes fell behind (a notifier outage held four of them open,
+                # a stalled loop): those past their final read are a backlog now, read at
+                # the catch-up pace beside the minutes due from here on, which open on time
+                # rather than queue behind them.
+                backlog, live_from, live = live, first_live, first_live
             backlog_done = backlog >= live_from
             self.oldest_unfinished = min([*open_jobs, live if backlog_done else backlog])
             if self.shift.on():
