@@ -23,6 +23,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from devnode.node import NodeError, NodeSettings, start
+from devnode.node import status as node_status
 from devnode.node import stop as stop_node
 from dispatcher.settings import DispatcherSettings
 from notifier.settings import NotifierSettings
@@ -63,18 +64,24 @@ def child_env(environ: Mapping[str, str], node: NodeSettings) -> dict[str, str]:
 
 def run_stack(settings: NodeSettings) -> int:
     env = child_env(os.environ, settings)
+    # Until the services run, SIGTERM and a closed terminal (SIGHUP) interrupt the stack
+    # as Ctrl-C does, so a node half started is stopped rather than left behind.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.default_int_handler)
+    # Ctrl-C stops it all; a node that was already running (`reminders cassandra start`,
+    # a test run) is someone else's and keeps running.
+    ours = not node_status(settings).running
     try:
         pid, started = start(settings)
+        print(f"cassandra {'started' if started else 'running'} (pid {pid})")
+        return _run_services(env)
     except NodeError as error:
         print(f"reminders stack: {error}", file=sys.stderr)
         return 1
-    print(f"cassandra {'started' if started else 'running'} (pid {pid})")
-    try:
-        return _run_services(env)
+    except KeyboardInterrupt:  # while the node started or the schema was applied
+        return 130
     finally:
-        # Ctrl-C stops it all; a node that was already running (`reminders cassandra
-        # start`, a test run) was someone else's and keeps running.
-        if started:
+        if ours and node_status(settings).running:
             print("stopping cassandra")
             stop_node(settings)
 

@@ -311,23 +311,60 @@ def test_a_pid_file_left_by_a_node_long_gone_names_no_other_process(tmp_path: Pa
         other.wait()
 
 
-@pytest.mark.parametrize("started_here", [True, False])
-@pytest.mark.parametrize("services_exit", [0, 3])  # 0: stopped by Ctrl-C; 3: one crashed
+# How the stack ends: its services stopped by Ctrl-C (0), one crashed (3), or Ctrl-C while
+# the schema was applied or while the node was starting (130).
+ENDINGS = {"stopped": 0, "crashed": 3, "interrupted": 130, "interrupted starting": 130}
+
+
+@pytest.mark.parametrize("running_before", [False, True])
+@pytest.mark.parametrize("ending", ENDINGS)
 def test_the_stack_stops_the_node_it_started_and_only_that_one(
-    monkeypatch: pytest.MonkeyPatch, started_here: bool, services_exit: int
+    monkeypatch: pytest.MonkeyPatch, running_before: bool, ending: str
 ) -> None:
-    """`make run` on a fresh machine starts the node, and Ctrl-C stops it all; a node that
-    was already running (one `make test` or `reminders cassandra start` left) keeps running."""
+    """`make run` on a fresh machine starts the node, and Ctrl-C stops it all, also before
+    the services are up; a node that was already running (one `make test` or
+    `reminders cassandra start` left) keeps running."""
+    running = [running_before]
     stopped: list[node.NodeSettings] = []
-    monkeypatch.setattr(stack, "start", lambda settings: (4242, started_here))
 
     def stop_node(settings: node.NodeSettings) -> bool:
         stopped.append(settings)
+        running[0] = False
         return True
 
-    monkeypatch.setattr(stack, "stop_node", stop_node)
-    monkeypatch.setattr(stack, "_run_services", lambda env: services_exit)
-    settings = node.NodeSettings.from_env({})
+    def start(settings: node.NodeSettings) -> tuple[int, bool]:
+        started = not running[0]
+        running[0] = True  # its pid file is written before it is ready
+        if ending == "interrupted starting":
+            raise KeyboardInterrupt
+        return 4242, started
 
-    assert stack.run_stack(settings) == services_exit
-    assert stopped == ([settings] if started_here else [])
+    def run_services(env: dict[str, str]) -> int:
+        if ending == "interrupted":
+            raise KeyboardInterrupt
+        return ENDINGS[ending]
+
+    monkeypatch.setattr(stack, "node_status", lambda settings: _status(running[0]))
+    monkeypatch.setattr(stack, "start", start)
+    monkeypatch.setattr(stack, "stop_node", stop_node)
+    monkeypatch.setattr(stack, "_run_services", run_services)
+    settings = node.NodeSettings.from_env({})
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        code = stack.run_stack(settings)
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+    assert code == ENDINGS[ending]
+    assert stopped == ([] if running_before else [settings])
+
+
+def _status(running: bool) -> node.NodeStatus:
+    return node.NodeStatus(
+        running=running,
+        pid=4242 if running else None,
+        cql_ready=running,
+        rss_bytes=None,
+        version=node.CASSANDRA_VERSION,
+    )
