@@ -178,10 +178,14 @@ class Dispatcher:
             stop.cancel()
 
     async def _tick(self) -> None:
+        # A SIGTERM cuts the tick short: the drain waits for it, and the pod's termination
+        # grace counts from the signal (operations.md).
         try:
-            await self.clock.measure()
+            await unless_stopped(self.clock.measure(), self._stopping)
         except Exception as error:  # the probe failing is "not ready", not a crash
             log.warning("clock check failed: %s", type(error).__name__)
+        if self._stopping.is_set():
+            return  # the drain releases what this tick would have
         ready = self.clock.ready()
         self.metrics.clock_offset.set(self.clock.offset_s)
         await self._health.set_ready(ready)
@@ -283,16 +287,29 @@ class Dispatcher:
     async def _balance(self) -> None:
         # Size the share by the P in force by the time the next tick could act, so parts
         # added by a grow are leased before their first minute, not after it.
+        # No statement after a SIGTERM: each may take a request timeout, which the drain and
+        # the pod's termination grace would wait for.
+        if self._stopping.is_set():
+            return
         ahead = self.settings.prefetch + self.settings.lease_renew_every
         parts = await self._parts.parts_at(floor_minute(self.clock.now() + ahead))
         self.metrics.parts.set(parts)
+        if self._stopping.is_set():
+            return
         await self._leases.heartbeat()
-        target = math.ceil(parts / len(await self._leases.members()))
+        if self._stopping.is_set():
+            return
+        members = await self._leases.members()
+        if self._stopping.is_set():
+            return
+        target = math.ceil(parts / len(members))
         working = sorted(part for part, (w, _) in self._workers.items() if not w.shift.stopping)
         held = len(working)
         # Every part's state is a read of the whole (small) table: only when there is a part
         # to take, not on every tick of every pod of a fleet that holds its shares.
-        states = await self._leases.states() if held < target else []
+        states = (
+            await self._leases.states() if held < target and not self._stopping.is_set() else []
+        )
         for part in range(parts):
             if held >= target or self._stopping.is_set():
                 break  # stopping: each take is an LWT the drain would wait for, to no end
