@@ -21,6 +21,7 @@ not checkpointed, so the part's next owner reads it again.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import heapq
@@ -210,6 +211,27 @@ class MinuteJob:
         return True
 
 
+class _Backlog:
+    """Minutes past their final read, still to be opened, in order: spans [start, end)
+    added in increasing order (a part taken behind; live minutes that fell behind)."""
+
+    def __init__(self) -> None:
+        self._spans: collections.deque[tuple[datetime, datetime]] = collections.deque()
+
+    def add(self, start: datetime, end: datetime) -> None:
+        if start < end:
+            self._spans.append((start, end))
+
+    def next_minute(self) -> datetime | None:
+        return self._spans[0][0] if self._spans else None
+
+    def take(self) -> datetime:
+        start, end = self._spans.popleft()
+        if start + MINUTE < end:
+            self._spans.appendleft((start + MINUTE, end))
+        return start
+
+
 class PartWorker:
     """Works one leased part until the lease is lost or `stop()` is called."""
 
@@ -271,25 +293,29 @@ class PartWorker:
     async def _work(self, open_jobs: dict[datetime, asyncio.Task[bool]]) -> None:
         """Open the backlog's minutes and the live ones, each cursor in order; checkpoint
         each minute once it and every minute before it are finished, under the lease."""
-        backlog = self._first_minute()
-        live_from = max(backlog, self._first_live_minute())
-        live = live_from
+        start = self._first_minute()
+        live = live_from = max(start, self._first_live_minute())
+        backlog = _Backlog()
+        backlog.add(start, live_from)
         while self.lease.held():
-            if backlog >= live_from and live < (first_live := self._first_live_minute()):
+            if live < (first_live := self._first_live_minute()):
                 # The live minutes fell behind (a notifier outage held four of them open,
-                # a stalled loop): those past their final read are a backlog now, read at
+                # a stalled loop): those past their final read join the backlog, read at
                 # the catch-up pace beside the minutes due from here on, which open on time
                 # rather than queue behind them.
-                backlog, live_from, live = live, first_live, first_live
-            backlog_done = backlog >= live_from
-            self.oldest_unfinished = min([*open_jobs, live if backlog_done else backlog])
+                backlog.add(live, first_live)
+                live = live_from = first_live
+            next_backlog = backlog.next_minute()
+            self.oldest_unfinished = min(
+                [*open_jobs, live if next_backlog is None else next_backlog]
+            )
             if self.shift.on():
                 opened = False
-                # Open minutes lie below the backlog cursor (its own) or from live_from on.
+                # Open minutes lie below live_from (the backlog's) or from it on (live ones).
                 open_backlog = sum(1 for m in open_jobs if m < live_from)
-                if not backlog_done and open_backlog < _MAX_OPEN_MINUTES:
-                    open_jobs[backlog] = asyncio.create_task(MinuteJob(self, backlog).run())
-                    backlog += MINUTE
+                if next_backlog is not None and open_backlog < _MAX_OPEN_MINUTES:
+                    minute = backlog.take()
+                    open_jobs[minute] = asyncio.create_task(MinuteJob(self, minute).run())
                     opened = True
                 # Finished live minutes wait for the backlog to be checkpointed; only the
                 # unfinished ones count.
@@ -310,7 +336,7 @@ class PartWorker:
             first = open_jobs[first_minute]
             # The first open minute is the first unfinished one, unless backlog minutes
             # are still to be opened below it.
-            in_order = backlog_done or first_minute < backlog
+            in_order = next_backlog is None or first_minute < next_backlog
             if not (first.done() and in_order):
                 pending = [task for task in open_jobs.values() if not task.done()]
                 if pending:
