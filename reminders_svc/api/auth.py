@@ -275,7 +275,9 @@ class Authenticator:
                 continue
         raise Unauthenticated("token signature invalid")
 
-    def _decoded(self, token: str, verifier: Any, key: TokenKey) -> dict[str, Any]:
+    def _decoded(
+        self, token: str, verifier: Any, key: TokenKey, *, check_expiry: bool = True
+    ) -> dict[str, Any]:
         """The token's claims, checked with `verifier`; InvalidSignatureError is left to
         the caller (another key may verify it), every other fault is Unauthenticated."""
         try:
@@ -287,11 +289,18 @@ class Authenticator:
                 audience=key.audience,
                 issuer=key.issuer,
                 leeway=self._settings.leeway_s,
-                options={"require": _REQUIRED_CLAIMS + (["iss"] if key.issuer else [])},
+                options={
+                    "require": _REQUIRED_CLAIMS + (["iss"] if key.issuer else []),
+                    "verify_exp": check_expiry,
+                },
             )
         except jwt.InvalidSignatureError:
             raise
         except jwt.ExpiredSignatureError:
+            # PyJWT checks expiry before audience and issuer. An expired token that was
+            # never for this key's audience (a user's on an admin RPC, where one RS256 key
+            # serves both) is refused for that: a new token of its kind would not do.
+            self._decoded(token, verifier, key, check_expiry=False)
             raise Unauthenticated("token expired", reason="TOKEN_EXPIRED") from None
         except jwt.InvalidAudienceError:
             raise Unauthenticated("token audience not accepted") from None

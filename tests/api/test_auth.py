@@ -249,6 +249,44 @@ def test_a_configured_issuer_is_required_and_checked(tmp_path: Path) -> None:
     assert unset.user_id(rs256(iss="https://other.example.com")) == "alice"
 
 
+def test_an_expired_token_for_another_audience_is_refused_for_that_not_as_expired(
+    tmp_path: Path,
+) -> None:
+    """A client renews a token refused as expired (TOKEN_EXPIRED); one never meant for the
+    call (another audience, another issuer) must not be told to, as renewing would not
+    help. With an identity provider's key trusted for users and operators alike (the
+    admin file lists it beside the operators' own during a rollover), an expired user
+    token on an admin RPC is such a token."""
+    shared_pem, shared_public = rsa_token_keys(tmp_path / "shared")
+    _, operators_public = rsa_token_keys(tmp_path / "operators")
+    admin_keys = tmp_path / "admin.pem"
+    admin_keys.write_text(Path(operators_public).read_text() + Path(shared_public).read_text())
+    issuer = "https://idp.example.com"
+    auth = authenticator(
+        {
+            "REMINDERS_JWT_PUBLIC_KEY_FILE": shared_public,
+            "REMINDERS_JWT_ISSUER": issuer,
+            "REMINDERS_ADMIN_JWT_PUBLIC_KEY_FILE": str(admin_keys),
+        }
+    )
+    past = int(time.time()) - 600
+
+    def expired(**overrides: object) -> Metadata:
+        token_claims = claims(**{"iat": past, "exp": past + 300, "iss": issuer, **overrides})
+        return bearer(signed(token_claims, key=shared_pem, algorithm="RS256"))
+
+    with pytest.raises(Unauthenticated) as user_token_on_admin_rpc:
+        auth.require_admin(expired())
+    with pytest.raises(Unauthenticated) as another_issuers:
+        auth.user_id(expired(iss="https://other.example.com"))
+    with pytest.raises(Unauthenticated) as expired_admin_token:
+        auth.require_admin(expired(aud="reminders-admin"))
+
+    assert user_token_on_admin_rpc.value.reason != "TOKEN_EXPIRED"
+    assert "issuer not accepted" in str(another_issuers.value)
+    assert expired_admin_token.value.reason == "TOKEN_EXPIRED"
+
+
 def test_minted_tokens_carry_the_configured_issuer() -> None:
     settings = AuthSettings.from_env({**CONFIGURED, "REMINDERS_JWT_ISSUER": "reminders-dev"})
     token = mint_token(settings.user, "bob", 60)
