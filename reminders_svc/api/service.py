@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
@@ -25,7 +25,7 @@ from reminders_svc.app import Clock, RemindersApp, utc_now
 from reminders_svc.domain.errors import DeadlineExceeded, InvalidArgument
 from reminders_svc.domain.reminder import MAX_USER_ID_BYTES, Reminder
 from reminders_svc.schedule import Schedule, ScheduleError, occurrences, tzdata_version
-from reminders_svc.schedule.zones import load_zone
+from reminders_svc.schedule.zones import MAX_YEAR, MIN_YEAR, load_zone
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.migrations import require_current_schema
 from reminders_svc.storage.purge import UserPurge
@@ -37,6 +37,10 @@ audit = logging.getLogger("reminders.audit")
 Context = grpc.aio.ServicerContext[Any, Any]
 _UPDATABLE = frozenset({"text", "schedule"})
 _MAX_PREVIEW = 100
+_PREVIEW_FROM = (
+    datetime(MIN_YEAR, 1, 2, tzinfo=UTC),
+    datetime(MAX_YEAR, 12, 30, 23, 59, 59, tzinfo=UTC),
+)
 # The expansion steps one preview may spend (~0.2 s of CPU on a slow core): a dense
 # BYSETPOS rule costs ~1,000 steps a ring, so 100 of them would hold a core for ~0.5 s.
 _PREVIEW_MAX_STEPS = 50_000
@@ -232,6 +236,11 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
             if request.HasField("from_time")
             else self._clock()
         )
+        if not _PREVIEW_FROM[0] <= start <= _PREVIEW_FROM[1]:
+            # A repeat without a start begins at from_time's local time, up to a day off it
+            # in UTC: that must be within the engine's years, or the rule would be blamed.
+            first, last = (instant.date().isoformat() for instant in _PREVIEW_FROM)
+            raise InvalidArgument("from_time", f"{first} to {last} (UTC)")
         if not 0 <= request.count <= _MAX_PREVIEW:
             raise InvalidArgument("count", f"0 to {_MAX_PREVIEW}")
         schedule = convert.schedule_from_proto(request.schedule, start, "schedule")

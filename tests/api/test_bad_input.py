@@ -63,9 +63,7 @@ def _snooze(**fields: Any) -> Callable[[Api, str, str], Any]:
 
 
 def _past() -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromJsonString("2020-01-01T00:00:00Z")
-    return stamp
+    return _at("2020-01-01T00:00:00Z")
 
 
 def _once_at(instant: Timestamp) -> pb.Reminder:
@@ -74,11 +72,24 @@ def _once_at(instant: Timestamp) -> pb.Reminder:
     )
 
 
-def _preview_from(from_time: Timestamp) -> Callable[[Api, str, str], Any]:
+def _preview_from(
+    from_time: Timestamp, schedule: pb.Schedule | None = None
+) -> Callable[[Api, str, str], Any]:
     return lambda api, rid, user: api.reminders.PreviewSchedule(
-        pb.PreviewScheduleRequest(schedule=weekly_monday_nine(), from_time=from_time),
+        pb.PreviewScheduleRequest(schedule=schedule or weekly_monday_nine(), from_time=from_time),
         metadata=api.as_user(user),
     )
+
+
+def _at(text: str) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromJsonString(text)
+    return stamp
+
+
+def _daily_without_a_start(zone: str) -> pb.Schedule:
+    """A repeat that begins where the preview does: at from_time's local time in `zone`."""
+    return pb.Schedule(time_zone=zone, repeat=pb.Repeat(expression="every day 09:00"))
 
 
 def _token(cursor: object, kind: str) -> str:
@@ -413,6 +424,18 @@ CASES: list[tuple[str, Callable[[Api, str, str], Any], str]] = [
     ),
     ("preview: from year 1", _preview_from(Timestamp(seconds=FIRST_SECOND)), "from_time"),
     ("preview: from year 9999", _preview_from(Timestamp(seconds=LAST_SECOND)), "from_time"),
+    # In range in UTC, but a repeat without a start begins at the local time: year 9000 in
+    # Kiritimati (UTC+14), 1899 in Etc/GMT+12. The rule is not at fault.
+    (
+        "preview: from the end of 8999 in UTC+14",
+        _preview_from(_at("8999-12-31T23:59:59Z"), _daily_without_a_start("Pacific/Kiritimati")),
+        "from_time",
+    ),
+    (
+        "preview: from the start of 1900 in UTC-12",
+        _preview_from(_at("1900-01-01T00:00:00Z"), _daily_without_a_start("Etc/GMT+12")),
+        "from_time",
+    ),
     # Durations too long for any instant to be that far from now.
     ("snooze: 10,000 years", _snooze(duration=Duration(seconds=315_576_000_000)), "duration"),
     (

@@ -627,7 +627,7 @@ class PreviewScheduleRequest(_message.Message):
 
     @_builtins.property
     def from_time(self) -> _timestamp_pb2.Timestamp:
-        """Occurrences at or after this instant (default: now)."""
+        """Occurrences at or after this instant (default: now), 1900-01-02 to 8999-12-30 UTC."""
 
     def __init__(
         self,
