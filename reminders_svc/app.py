@@ -229,8 +229,7 @@ class RemindersApp:
                 at = upcoming_utc(until, current.schedule.zone, now)
             else:
                 at = until
-            if not self._limits.min_snooze <= at - now <= self._limits.max_snooze:
-                raise InvalidArgument(field, f"must be {self._limits.snooze_range} from now")
+            self._limits.check_snooze(at - now, field)
             # Rings are whole seconds: rounded up, never early (the range is the caller's).
             return steps.snooze(current, round_up(at, "second"), now)
 

@@ -192,6 +192,8 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
             )
         if which == "duration":
             until: Any = convert.duration_of(request.duration, which, self._limits.max_snooze)
+            # Before the reminder is looked up: a bad amount is that, whatever the id.
+            self._limits.check_snooze(until, which)
         elif which == "snooze_until_time":
             until = convert.instant_of(request.snooze_until_time, which)
         else:

@@ -17,6 +17,7 @@ from reminders_svc.config import (
     require_protected,
     ring_expiry_from_env,
 )
+from reminders_svc.domain.errors import InvalidArgument
 from reminders_svc.storage.reminders_store import LIST_SCAN_ROWS
 from reminders_svc.tls import API_PREFIX, ServerTls
 
@@ -44,6 +45,11 @@ class Limits:
     def snooze_range(self) -> str:
         """The snoozes allowed, as a refusal says them: "1 minute to 7 days"."""
         return f"{_spoken(self.min_snooze)} to {_spoken(self.max_snooze)}"
+
+    def check_snooze(self, span: timedelta, field: str) -> None:
+        """A snooze `span` from now, else InvalidArgument on `field`."""
+        if not self.min_snooze <= span <= self.max_snooze:
+            raise InvalidArgument(field, f"must be {self.snooze_range} from now")
 
 
 def _spoken(span: timedelta) -> str:

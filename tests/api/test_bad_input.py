@@ -312,6 +312,11 @@ CASES: list[tuple[str, Callable[[Api, str, str], Any], str]] = [
     ),
     ("snooze: no time", _snooze(), "until"),
     ("snooze: 30 seconds", _snooze(duration=Duration(seconds=30)), "duration"),
+    (
+        "snooze: 30 seconds, of a reminder that does not exist",
+        lambda api, rid, user: _snooze(duration=Duration(seconds=30))(api, str(uuid.uuid4()), user),
+        "duration",
+    ),
     ("snooze: 8 days", _snooze(duration=Duration(seconds=8 * 86400)), "duration"),
     ("snooze: to the past", _snooze(snooze_until_time=_past()), "snooze_until_time"),
     (
