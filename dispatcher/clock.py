@@ -42,11 +42,8 @@ class DbClock:
     async def measure(self) -> float:
         """Measure the offset (database minus local), with half the round trip as error."""
         before, before_mono = self._wall(), time.monotonic()
-        row = (
-            await aio.execute(self._session, "SELECT toTimestamp(now()) AS now FROM system.local")
-        ).one()
+        database = (await aio.database_now(self._session)).timestamp()
         after, after_mono = self._wall(), time.monotonic()
-        database = row.now.replace(tzinfo=UTC).timestamp()
         # Cassandra's timestamp has millisecond precision; add that to the error.
         self.uncertainty_s = (after_mono - before_mono) / 2 + 0.001
         self.offset_s = database - (before + after) / 2

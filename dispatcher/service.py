@@ -35,7 +35,7 @@ from grpc_health.v1 import health_pb2_grpc
 from dispatcher.buckets import BucketReader
 from dispatcher.clock import DbClock
 from dispatcher.handoff import NotifierClient
-from dispatcher.leases import Lease, PartLeases
+from dispatcher.leases import Lease, PartLeases, PartState
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.minutes import PartWorker
 from dispatcher.ratelimit import RateLimiter
@@ -285,31 +285,14 @@ class Dispatcher:
             )
 
     async def _balance(self) -> None:
-        # Size the share by the P in force by the time the next tick could act, so parts
-        # added by a grow are leased before their first minute, not after it.
-        # No statement after a SIGTERM: each may take a request timeout, which the drain and
-        # the pod's termination grace would wait for.
-        if self._stopping.is_set():
+        # The share's statements are abandoned at a SIGTERM: each may take a request
+        # timeout, which the drain and the pod's termination grace would wait for. (They
+        # only read, and heartbeat: cut anywhere, they leave nothing behind.)
+        share = await unless_stopped(self._share(), self._stopping)
+        if share is None:
             return
-        ahead = self.settings.prefetch + self.settings.lease_renew_every
-        parts = await self._parts.parts_at(floor_minute(self.clock.now() + ahead))
-        self.metrics.parts.set(parts)
-        if self._stopping.is_set():
-            return
-        await self._leases.heartbeat()
-        if self._stopping.is_set():
-            return
-        members = await self._leases.members()
-        if self._stopping.is_set():
-            return
-        target = math.ceil(parts / len(members))
-        working = sorted(part for part, (w, _) in self._workers.items() if not w.shift.stopping)
+        parts, target, working, states = share
         held = len(working)
-        # Every part's state is a read of the whole (small) table: only when there is a part
-        # to take, not on every tick of every pod of a fleet that holds its shares.
-        states = (
-            await self._leases.states() if held < target and not self._stopping.is_set() else []
-        )
         for part in range(parts):
             if held >= target or self._stopping.is_set():
                 break  # stopping: each take is an LWT the drain would wait for, to no end
@@ -330,6 +313,22 @@ class Dispatcher:
             # it is done; the next owner resumes from the checkpoint (the row decides, the
             # key dedupes a re-send).
             self._workers[part][0].stop()
+
+    async def _share(self) -> tuple[int, int, list[int], list[PartState]]:
+        """The parts in force, this dispatcher's share of them, the parts it works (not
+        winding down), and, when it holds fewer than its share, every part's state."""
+        # Size the share by the P in force by the time the next tick could act, so parts
+        # added by a grow are leased before their first minute, not after it.
+        ahead = self.settings.prefetch + self.settings.lease_renew_every
+        parts = await self._parts.parts_at(floor_minute(self.clock.now() + ahead))
+        self.metrics.parts.set(parts)
+        await self._leases.heartbeat()
+        target = math.ceil(parts / len(await self._leases.members()))
+        working = sorted(part for part, (w, _) in self._workers.items() if not w.shift.stopping)
+        # Every part's state is a read of the whole (small) table: only when there is a part
+        # to take, not on every tick of every pod of a fleet that holds its shares.
+        states = await self._leases.states() if len(working) < target else []
+        return parts, target, working, states
 
     def _start_worker(self, lease: Lease) -> None:
         worker = PartWorker(

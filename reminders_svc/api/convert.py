@@ -136,11 +136,11 @@ def schedule_from_proto(message: pb.Schedule, now: datetime, field: str) -> Sche
     bounded(message.time_zone, zone_field, MAX_ZONE_CHARS)
     kind = message.WhichOneof("kind")
     with schedule_errors(message, field):
-        load_zone(message.time_zone)  # an unknown zone is the zone field's fault, first
+        zone = load_zone(message.time_zone)  # an unknown zone is the zone field's fault, first
         if kind == "once":
             return _one_off(message.once, message.time_zone, f"{field}.once")
         if kind == "repeat":
-            return _repeat(message.repeat, message.time_zone, now, field)
+            return _repeat(message.repeat, message.time_zone, start_from(now, zone), field)
     raise InvalidArgument(field, "one of once or repeat is required")
 
 
@@ -162,13 +162,12 @@ def _one_off(message: pb.OneOff, zone: str, field: str) -> OneOff:
     raise InvalidArgument(field, "one of local_time or instant is required")
 
 
-def _repeat(message: pb.Repeat, zone: str, now: datetime, field: str) -> Repeat:
+def _repeat(message: pb.Repeat, zone: str, now_start: datetime, field: str) -> Repeat:
+    """`now_start`: the start of a repeat without one (now, on a whole minute, so that a
+    COUNT's first ring is not already past)."""
     start_field = f"{field}.repeat.start_local_time"
     start = (
-        local_time(message.start_local_time, start_field)
-        if message.start_local_time
-        # Now, on a whole minute, so that a COUNT's first ring is not already past.
-        else start_from(now, load_zone(zone))
+        local_time(message.start_local_time, start_field) if message.start_local_time else now_start
     )
     rule = message.WhichOneof("rule")
     if rule == "expression":

@@ -11,6 +11,7 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from cassandra import OperationTimedOut, WriteFailure, WriteTimeout, WriteType
@@ -67,6 +68,13 @@ async def execute(
 
     response.add_callbacks(on_loop, on_loop, callback_args=(deliver,), errback_args=(fail,))
     return await done
+
+
+async def database_now(session: Session) -> datetime:
+    """The coordinator's clock, `toTimestamp(now())`: aware UTC, to the millisecond."""
+    row = (await execute(session, "SELECT toTimestamp(now()) AS now FROM system.local")).one()
+    now: datetime = row.now
+    return now.replace(tzinfo=UTC)
 
 
 async def pages(

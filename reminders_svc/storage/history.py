@@ -45,8 +45,6 @@ class DeliveryHistory:
             "DELETE FROM deliveries WHERE user_id = ? AND reminder_id = ? AND claim_due = ?"
             " IF EXISTS"
         )
-        # toTimestamp(now()) is in milliseconds: the purge adds one to be past it.
-        self._database_now = session.prepare("SELECT toTimestamp(now()) AS now FROM system.local")
         self._purge = session.prepare("DELETE FROM deliveries USING TIMESTAMP ? WHERE user_id = ?")
 
     async def record(
@@ -110,8 +108,9 @@ class DeliveryHistory:
         )
         # Stamped no earlier than the database's time: records are (`record`), and this
         # host's clock may run behind it; one written just before would outlive the purge.
-        database_now = (await aio.execute(self._session, self._database_now)).one().now
-        stamp = max(write_timestamp(database_now.replace(tzinfo=UTC)) + 1000, now_timestamp())
+        # The database's time is in milliseconds: one more is past it.
+        database_now = await aio.database_now(self._session)
+        stamp = max(write_timestamp(database_now) + 1000, now_timestamp())
         await aio.execute(self._session, self._purge, (stamp, user_id))
         return count
 
