@@ -146,15 +146,16 @@ class RemindersApp:
         a read (no write); None if there is none.
 
         For a create whose schedule fails validation now but did not when an identical
-        request made it (its time, or its repeat's end, has passed since). A reused
-        request_id with another payload is refused.
+        request made it (its time, or its repeat's end, has passed since). A record of
+        another payload is no answer either: the request is refused for its own fields,
+        which are wrong whatever an earlier request made, not for reusing the request_id.
         """
         if not 1 <= len(request_id) <= 128:
             return None
         earlier = await self._store.create_record(user_id, request_id)
-        if earlier is None:
+        if earlier is None or earlier.payload_hash != hashlib.sha256(payload).digest():
             return None
-        return await self._made_by(user_id, request_id, earlier, hashlib.sha256(payload).digest())
+        return await self._made(user_id, earlier)
 
     async def _made_by(
         self, user_id: str, request_id: str, record: CreateRecord, payload_hash: bytes
@@ -163,6 +164,10 @@ class RemindersApp:
         request_id with another payload is refused."""
         if record.payload_hash != payload_hash:
             raise _reused(request_id)
+        return await self._made(user_id, record)
+
+    async def _made(self, user_id: str, record: CreateRecord) -> Reminder | None:
+        """The reminder made under `record`, if its row exists (a SERIAL read)."""
         existing = await self._store.get_serial(user_id, record.reminder_id)
         return None if existing is None else existing.reminder
 

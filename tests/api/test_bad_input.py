@@ -280,6 +280,21 @@ CASES: list[tuple[str, Callable[[Api, str, str], Any], str]] = [
         ),
         "reminder.schedule.repeat.start_local_time",
     ),
+    # A request refused on its own fields whatever the system holds is refused for them,
+    # not for reusing a request_id (that answer depends on what an earlier request made).
+    (
+        "once in the past, request_id used for another reminder",
+        _create(pb.Reminder(text="t", schedule=one_off("2020-01-01T09:00:00")), EXISTING_REQUEST),
+        "reminder.schedule.once.local_time",
+    ),
+    (
+        "unknown zone, request_id used for another reminder",
+        _create(
+            pb.Reminder(text="t", schedule=one_off("2026-11-01T09:00:00", "Mars/Olympus")),
+            EXISTING_REQUEST,
+        ),
+        "reminder.schedule.time_zone",
+    ),
     ("missing request_id", _create(GOOD, request_id=""), "request_id"),
     ("request_id too long", _create(GOOD, request_id="r" * 129), "request_id"),
     (

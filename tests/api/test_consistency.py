@@ -625,11 +625,14 @@ def test_a_replay_of_a_repeat_without_a_start_answers_with_its_reminder_once_its
 
     assert again == first
     assert len(_rows(cassandra, user)) == 1
-    # Not a way around validation: another payload under that request_id is still refused.
+    # Not a way around validation: another payload under that request_id is refused for
+    # its schedule (wrong whatever the request_id found), and writes nothing.
     request.reminder.text = "call dad"
     with pytest.raises(grpc.RpcError) as refused:
         api.reminders.CreateReminder(request, metadata=md)
-    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "before the start" in (refused.value.details() or "")
+    assert len(_rows(cassandra, user)) == 1
 
 
 class _OriginalLandsWhileTheReplayLooks(ReminderStore):

@@ -94,7 +94,8 @@ class RemindersServiceServicer:
     def CreateReminder(self, request, context):
         """Creates a reminder. Idempotent per `request_id`: the same request again returns the
         same reminder as it is now (edited, done, or STATE_DELETED if deleted since); the
-        same `request_id` with a different payload is FAILED_PRECONDITION. A request_id is
+        same `request_id` with a different, valid payload is FAILED_PRECONDITION (an invalid
+        one is INVALID_ARGUMENT, as without the request_id). A request_id is
         remembered for 7 days (by default): after that the same request creates a new reminder.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

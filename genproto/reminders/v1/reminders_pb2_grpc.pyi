@@ -71,7 +71,8 @@ class RemindersServiceStub:
     CreateReminder: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.CreateReminderRequest, _reminders_pb2.Reminder]
     """Creates a reminder. Idempotent per `request_id`: the same request again returns the
     same reminder as it is now (edited, done, or STATE_DELETED if deleted since); the
-    same `request_id` with a different payload is FAILED_PRECONDITION. A request_id is
+    same `request_id` with a different, valid payload is FAILED_PRECONDITION (an invalid
+    one is INVALID_ARGUMENT, as without the request_id). A request_id is
     remembered for 7 days (by default): after that the same request creates a new reminder.
     """
     GetReminder: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.GetReminderRequest, _reminders_pb2.Reminder]
@@ -119,7 +120,8 @@ class RemindersServiceAsyncStub(RemindersServiceStub):
     CreateReminder: _aio.UnaryUnaryMultiCallable[_reminders_pb2.CreateReminderRequest, _reminders_pb2.Reminder]  # type: ignore[assignment]
     """Creates a reminder. Idempotent per `request_id`: the same request again returns the
     same reminder as it is now (edited, done, or STATE_DELETED if deleted since); the
-    same `request_id` with a different payload is FAILED_PRECONDITION. A request_id is
+    same `request_id` with a different, valid payload is FAILED_PRECONDITION (an invalid
+    one is INVALID_ARGUMENT, as without the request_id). A request_id is
     remembered for 7 days (by default): after that the same request creates a new reminder.
     """
     GetReminder: _aio.UnaryUnaryMultiCallable[_reminders_pb2.GetReminderRequest, _reminders_pb2.Reminder]  # type: ignore[assignment]
@@ -170,7 +172,8 @@ class RemindersServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_reminders_pb2.Reminder, _abc.Awaitable[_reminders_pb2.Reminder]]:
         """Creates a reminder. Idempotent per `request_id`: the same request again returns the
         same reminder as it is now (edited, done, or STATE_DELETED if deleted since); the
-        same `request_id` with a different payload is FAILED_PRECONDITION. A request_id is
+        same `request_id` with a different, valid payload is FAILED_PRECONDITION (an invalid
+        one is INVALID_ARGUMENT, as without the request_id). A request_id is
         remembered for 7 days (by default): after that the same request creates a new reminder.
         """
 
