@@ -196,6 +196,8 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
             self._limits.check_snooze(until, which)
         elif which == "snooze_until_time":
             until = convert.instant_of(request.snooze_until_time, which)
+            # Likewise an instant out of range now (the app checks again at its own now).
+            self._limits.check_snooze(until - self._clock(), which)
         else:
             # Naive: a local time in the reminder's zone, read as the app snoozes it.
             until = convert.local_time(request.snooze_until_local_time, which)

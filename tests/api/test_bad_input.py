@@ -335,6 +335,11 @@ CASES: list[tuple[str, Callable[[Api, str, str], Any], str]] = [
     ("snooze: 8 days", _snooze(duration=Duration(seconds=8 * 86400)), "duration"),
     ("snooze: to the past", _snooze(snooze_until_time=_past()), "snooze_until_time"),
     (
+        "snooze: to the past, of a reminder that does not exist",
+        lambda api, rid, user: _snooze(snooze_until_time=_past())(api, str(uuid.uuid4()), user),
+        "snooze_until_time",
+    ),
+    (
         "snooze: malformed local time",
         _snooze(snooze_until_local_time="later"),
         "snooze_until_local_time",
