@@ -15,13 +15,25 @@ KUSTOMIZE := .cache/go/kustomize-$(KUSTOMIZE_VERSION)/kustomize
 PROMTOOL_VERSION := v0.316.0
 PROMTOOL := .cache/go/promtool-$(PROMTOOL_VERSION)/promtool
 
-.PHONY: run test install node migrate lint typecheck check stop clean proto buf kustomize promtool
+.PHONY: run test install constraints node migrate lint typecheck check stop clean proto buf kustomize promtool
 
-$(STAMP): pyproject.toml
+# constraints.txt pins every package, the transitive ones too: a fresh machine installs
+# what CI ran, not whatever PyPI serves that day.
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
+
+# After a pin in pyproject.toml changes: resolve anew in a scratch venv and pin the result.
+constraints:
+	rm -rf .cache/constraints-venv
+	$(PYTHON) -m venv .cache/constraints-venv
+	.cache/constraints-venv/bin/pip install --quiet --upgrade pip
+	.cache/constraints-venv/bin/pip install --quiet -e '.[dev]'
+	{ sed -n '/^#/p' constraints.txt; .cache/constraints-venv/bin/pip freeze --exclude-editable; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf .cache/constraints-venv
 
 install: $(STAMP)
 

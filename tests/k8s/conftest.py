@@ -62,7 +62,8 @@ def image_venv(
     tmp_path_factory: pytest.TempPathFactory, dockerfile_stages: dict[str, Stage]
 ) -> Path:
     """A new virtual environment with the package installed from a build context that
-    holds only what the Dockerfile's build stage copies, as its RUN does (`pip install .`):
+    holds only what the Dockerfile's build stage copies, as its RUN does (`pip install -c
+    constraints.txt .`):
     a file the image would miss makes this install or the commands fail."""
     root = tmp_path_factory.mktemp("image")
     context = root / "src"
@@ -77,12 +78,12 @@ def image_venv(
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
     result = subprocess.run(
-        [*pip, "install", "--quiet", "."],
+        [*pip, "install", "--quiet", "-c", "constraints.txt", "."],
         cwd=context,
         capture_output=True,
         text=True,
         timeout=900,
         check=False,
     )
-    assert result.returncode == 0, f"pip install . (as the image does) failed:\n{result.stderr}"
+    assert result.returncode == 0, f"the image's pip install failed:\n{result.stderr}"
     return venv
