@@ -35,6 +35,9 @@ class Ring:
     text: str
     due: datetime
     expires: datetime
+    # The first attempt of this process's hand-off of the ring: the notifier waits out a
+    # push service asking for retries for its give-up bound from then, not from the due.
+    first_sent: datetime
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,7 @@ class NotifierClient:
                     data={"reminder_key": ring.key},
                     due_time=_stamp(ring.due),
                     expire_time=_stamp(ring.expires),
+                    first_send_time=_stamp(ring.first_sent),
                 )
                 for ring in rings
             ]

@@ -440,6 +440,7 @@ class Ringer:
         due = row.claim.due
         key = dispatch.idempotency_key(row)
         backoff = _Backoff(0.5, 30.0)
+        first_sent = self._clock.now()
         # Checked before every hand-off, as before every checkpoint: a dispatcher paused
         # past its lease hands nothing off for a part it lost, nor does one stopping.
         while shift.on():
@@ -451,6 +452,7 @@ class Ringer:
                 text=row.text,
                 due=due,
                 expires=self._clock.now() + self._settings.ring_expiry,
+                first_sent=first_sent,
             )
             answer = await self._batcher.send(ring)
             if answer.outcome is not Outcome.RETRYABLE:

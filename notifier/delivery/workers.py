@@ -207,7 +207,9 @@ class PushWorkers:
     def _retry(self, item: QueuedNotification, devices: tuple[Device, ...]) -> None:
         """Push again to `devices` after a backoff. Once the attempts are used up:
         - pushed to one of the user's devices at least: delivered (the ring reached them);
-        - else, within `give_up_after` of its due, handed back rather than given up, so a
+        - else, within `give_up_after` of its due or of its first hand-off (the later; a
+          ring handed off in a catch-up is long past its due), handed back rather than
+          given up, so a
           push service throttling or failing for a few seconds does not lose a ring: its
           caller is answered "retry" and sends it again later under the same key;
         - else given up: rejected, and its key settled so."""
@@ -228,8 +230,8 @@ class PushWorkers:
             self._end(item, Settlement.UNDELIVERABLE)
 
     def _within_hand_back(self, notification: Notification) -> bool:
-        due = notification.due_time
-        return due is not None and self._clock() - due < self._policy.give_up_after
+        since = notification.retry_since()
+        return since is not None and self._clock() - since < self._policy.give_up_after
 
     def _retry_for_storage(self, item: QueuedNotification) -> None:
         """Storage did not answer: an outage, not a failed push. Try again for as long as

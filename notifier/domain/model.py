@@ -58,9 +58,17 @@ class Notification:
     data: Mapping[str, str] = field(default_factory=dict)
     due_time: datetime | None = None
     expire_time: datetime | None = None
+    # When its sender first handed the key off; the due when unset.
+    first_send_time: datetime | None = None
 
     def expired_at(self, now: datetime) -> bool:
         return self.expire_time is not None and self.expire_time <= now
+
+    def retry_since(self) -> datetime | None:
+        """Since when a push service asking for retries has been waited out: the later of
+        the due and the first hand-off, so a ring handed off late gets the whole bound."""
+        known = [at for at in (self.due_time, self.first_send_time) if at is not None]
+        return max(known) if known else None
 
 
 @dataclass(frozen=True)
@@ -79,7 +87,8 @@ class Settlement(enum.Enum):
     NO_DEVICE = "no_device"
     EXPIRED = "expired"
     # No device took it: the push service asked for a retry at every attempt, and it was
-    # handed back (HandBack.PUSH_RETRIES_EXHAUSTED) until `give_up_after` past its due.
+    # handed back (HandBack.PUSH_RETRIES_EXHAUSTED) until `give_up_after` past its due or
+    # its first hand-off, whichever came later.
     UNDELIVERABLE = "undeliverable"
 
 

@@ -59,6 +59,7 @@ def notification(message: pb.Notification) -> Notification:
         data=dict(message.data),
         due_time=_instant(message, "due_time"),
         expire_time=_instant(message, "expire_time"),
+        first_send_time=_instant(message, "first_send_time"),
     )
 
 

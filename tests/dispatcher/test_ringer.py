@@ -75,12 +75,15 @@ class Notifier(npb_grpc.NotificationServiceServicer):
         self.refused = 0
         self.received = 0  # items, as soon as they arrive
         self.answer_after_s = 0.0  # a slow push: the answer (and the push) this much later
+        self.first_sent: dict[str, set[datetime]] = collections.defaultdict(set)  # by key
 
     async def SendBatch(  # noqa: N802 (the gRPC method's name)
         self, request: npb.SendBatchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> npb.SendBatchResponse:
         keys = [item.idempotency_key for item in request.notifications]
         self.received += len(keys)
+        for item in request.notifications:
+            self.first_sent[item.idempotency_key].add(item.first_send_time.ToDatetime(tzinfo=UTC))
         await asyncio.sleep(self.answer_after_s)
         if self.down:
             self.refused += len(keys)
@@ -610,7 +613,9 @@ def test_a_cancelled_hand_off_is_either_never_sent_or_seen_as_on_its_way(cut_fir
 
 def _ring(key: str) -> Ring:
     now = datetime.now(UTC)
-    return Ring(key=key, user_id="u", text="t", due=now, expires=now + timedelta(minutes=1))
+    return Ring(
+        key=key, user_id="u", text="t", due=now, expires=now + timedelta(minutes=1), first_sent=now
+    )
 
 
 def test_a_ring_cancelled_while_with_the_notifier_keeps_its_claim_so_a_delete_says_in_flight(
@@ -761,6 +766,29 @@ def test_a_ring_retrying_renews_its_claim_and_stops_once_the_user_deletes_it(
             row = await part.row(reminder)
             assert row.status is Status.DELETED
             assert row.claim is None
+
+    asyncio.run(scenario())
+
+
+def test_a_ring_retrying_tells_the_notifier_when_it_was_first_handed_off(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """Every attempt carries the first attempt's time, not its own and not the due: the
+    notifier waits out a push service asking for retries for its give-up bound from then,
+    so a ring handed off long past its due (a catch-up) is not given up at once."""
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace) as part:
+            due = _just_due() - timedelta(minutes=30)  # as a catch-up hands it off
+            _, [ring] = await _claimed_and_waiting_to_retry(part, "u-first", 1, due)
+            await _until(lambda: part.notifier.refused >= 3, 20)
+            part.notifier.down = False
+            async with asyncio.timeout(60):
+                assert await ring
+
+            [(key, [first_sent])] = [(k, list(v)) for k, v in part.notifier.first_sent.items()]
+            assert part.notifier.accepted == [key]
+            assert first_sent >= due + timedelta(minutes=29)
 
     asyncio.run(scenario())
 
@@ -1084,7 +1112,7 @@ def test_a_batch_whose_call_fails_unexpectedly_answers_each_ring_retryable() -> 
         batcher = HandoffBatcher(client, batch_size=2)
         due = _just_due()
         rings = [
-            Ring(f"r{n}:{due.isoformat()}", "u-closed", "text", due, due + timedelta(hours=1))
+            Ring(f"r{n}:{due.isoformat()}", "u-closed", "text", due, due + timedelta(hours=1), due)
             for n in range(3)
         ]
         async with asyncio.timeout(5):

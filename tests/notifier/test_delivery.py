@@ -321,7 +321,8 @@ def test_an_item_no_device_took_for_too_long_past_its_due_is_given_up(
     notifier_settings: NotifierSettings, user: str
 ) -> None:
     """Senders set a fresh expiry on each attempt: the bound on handing back counts from
-    the due, or a token the push service always throttles would come back for ever."""
+    the due (or the first hand-off, when later), or a token the push service always
+    throttles would come back for ever."""
     settings = dataclasses.replace(
         notifier_settings, push_max_attempts=2, push_give_up_after=timedelta(minutes=1)
     )
@@ -336,6 +337,32 @@ def test_an_item_no_device_took_for_too_long_past_its_due_is_given_up(
         "the push service refused every attempt",
     )
     assert again.outcome == REJECTED  # answered from the key's settlement
+
+
+def test_an_item_handed_off_late_gets_the_whole_bound_from_its_first_hand_off(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """A ring handed off in a catch-up, long past its due, whose pushes the push service
+    asks to retry (throttling the recovery's burst): counted from the due, the bound had
+    passed before the first push, and the one-off was given up after one round of
+    attempts and never rang. Counted from its first hand-off, it is handed back, and
+    pushed once the push service answers."""
+    settings = dataclasses.replace(
+        notifier_settings, push_max_attempts=2, push_give_up_after=timedelta(minutes=1)
+    )
+    push_service = PushServiceAskingToRetry()
+    message = item(user)
+    now = datetime.now(UTC)
+    message.due_time.FromDatetime(now - timedelta(hours=2))
+    message.first_send_time.FromDatetime(now)
+    with running_notifier(settings, push_service) as notifier:
+        [handed_back] = notifier.send_batch(message)
+        push_service.failing = False
+        [pushed] = notifier.send_batch(message)
+        delivered = notifier.delivered(key=message.idempotency_key)
+
+    assert (handed_back.outcome, pushed.outcome) == (RETRYABLE, ACCEPTED)
+    assert len(delivered) == 1
 
 
 def test_a_delivered_key_sent_again_past_its_expiry_is_a_duplicate_not_a_rejection(

@@ -168,7 +168,7 @@ def test_a_dispatcher_spreads_its_hand_offs_over_every_notifier_its_target_names
         target = f"ipv4:{first.target},{second.target}"
         now = datetime.now(UTC)
         rings = [
-            Ring(reminder_key(), user, f"ring {n}", now, now + timedelta(minutes=5))
+            Ring(reminder_key(), user, f"ring {n}", now, now + timedelta(minutes=5), now)
             for n in range(8)
         ]
 

@@ -88,7 +88,7 @@ def notifier_serving(base: NotifierSettings, env: Mapping[str, str]) -> Iterator
 def rings(user: str, count: int = 3) -> list[Ring]:
     now = datetime.now(UTC)
     return [
-        Ring(reminder_key(), user, f"ring {n}", now, now + timedelta(minutes=5))
+        Ring(reminder_key(), user, f"ring {n}", now, now + timedelta(minutes=5), now)
         for n in range(count)
     ]
 

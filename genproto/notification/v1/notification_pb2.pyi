@@ -89,6 +89,7 @@ class Notification(_message.Message):
     DATA_FIELD_NUMBER: _builtins.int
     DUE_TIME_FIELD_NUMBER: _builtins.int
     EXPIRE_TIME_FIELD_NUMBER: _builtins.int
+    FIRST_SEND_TIME_FIELD_NUMBER: _builtins.int
     idempotency_key: _builtins.str
     """Required: at most 256 bytes, printable characters only (keys are logged). Unique
     per alert, reused by every retry: for reminders "<reminder_id>/<due as RFC 3339>".
@@ -113,6 +114,15 @@ class Notification(_message.Message):
     def expire_time(self) -> _timestamp_pb2.Timestamp:
         """Not delivered after this instant (dropped as EXPIRED instead)."""
 
+    @_builtins.property
+    def first_send_time(self) -> _timestamp_pb2.Timestamp:
+        """When the sender first handed this key off (optional; the due time when unset). An
+        item whose every push attempt the push service asked to retry is answered RETRYABLE
+        until the notifier's give-up bound has passed since the later of this and the due,
+        then REJECTED: a ring handed off late (a catch-up after an outage) gets the whole
+        bound, not what is left of it since its due.
+        """
+
     def __init__(
         self,
         *,
@@ -124,10 +134,11 @@ class Notification(_message.Message):
         data: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         due_time: _timestamp_pb2.Timestamp | None = ...,
         expire_time: _timestamp_pb2.Timestamp | None = ...,
+        first_send_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["due_time", b"due_time", "expire_time", b"expire_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["due_time", b"due_time", "expire_time", b"expire_time", "first_send_time", b"first_send_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "data", b"data", "due_time", b"due_time", "expire_time", b"expire_time", "idempotency_key", b"idempotency_key", "priority", b"priority", "title", b"title", "user_id", b"user_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "data", b"data", "due_time", b"due_time", "expire_time", b"expire_time", "first_send_time", b"first_send_time", "idempotency_key", b"idempotency_key", "priority", b"priority", "title", b"title", "user_id", b"user_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -148,13 +159,17 @@ class SendResult(_message.Message):
         OUTCOME_UNSPECIFIED: SendResult._Outcome.ValueType  # 0
         """Never used."""
         OUTCOME_ACCEPTED: SendResult._Outcome.ValueType  # 1
-        """Recorded and queued for the user's devices."""
+        """Delivered: pushed (at least one of the user's devices took it), or the user has
+        no device to push to.
+        """
         OUTCOME_DUPLICATE: SendResult._Outcome.ValueType  # 2
         """This key was accepted before: nothing new is sent."""
         OUTCOME_REJECTED: SendResult._Outcome.ValueType  # 3
         """Refused for good (e.g. invalid, expired): do not retry."""
         OUTCOME_RETRYABLE: SendResult._Outcome.ValueType  # 4
-        """Not taken now (overload, storage unavailable): retry later with the same key."""
+        """Not delivered now (overload, storage unavailable, the push service asking to
+        retry, another attempt delivering this key): send again later with the same key.
+        """
 
     class Outcome(_Outcome, metaclass=_OutcomeEnumTypeWrapper):
         """What happened to an item."""
@@ -162,13 +177,17 @@ class SendResult(_message.Message):
     OUTCOME_UNSPECIFIED: SendResult.Outcome.ValueType  # 0
     """Never used."""
     OUTCOME_ACCEPTED: SendResult.Outcome.ValueType  # 1
-    """Recorded and queued for the user's devices."""
+    """Delivered: pushed (at least one of the user's devices took it), or the user has
+    no device to push to.
+    """
     OUTCOME_DUPLICATE: SendResult.Outcome.ValueType  # 2
     """This key was accepted before: nothing new is sent."""
     OUTCOME_REJECTED: SendResult.Outcome.ValueType  # 3
     """Refused for good (e.g. invalid, expired): do not retry."""
     OUTCOME_RETRYABLE: SendResult.Outcome.ValueType  # 4
-    """Not taken now (overload, storage unavailable): retry later with the same key."""
+    """Not delivered now (overload, storage unavailable, the push service asking to
+    retry, another attempt delivering this key): send again later with the same key.
+    """
 
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
     OUTCOME_FIELD_NUMBER: _builtins.int

@@ -77,14 +77,17 @@ class NotificationServiceServicer:
     """
 
     def Send(self, request, context):
-        """Sends one notification.
+        """Sends one notification. Answered once its push has ended (the push service's own
+        retries included: seconds, tens of seconds while it throttles), so a caller's
+        deadline must allow for that; an answer lost to the deadline is safe to send again
+        under the same key.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def SendBatch(self, request, context):
-        """Sends many; each item gets its own result, in the same order.
+        """Sends many; each item gets its own result, in the same order, answered as Send's.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -45,9 +45,13 @@ class NotificationServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> NotificationServiceAsyncStub: ...
     Send: _grpc.UnaryUnaryMultiCallable[_notification_pb2.SendRequest, _notification_pb2.SendResponse]
-    """Sends one notification."""
+    """Sends one notification. Answered once its push has ended (the push service's own
+    retries included: seconds, tens of seconds while it throttles), so a caller's
+    deadline must allow for that; an answer lost to the deadline is safe to send again
+    under the same key.
+    """
     SendBatch: _grpc.UnaryUnaryMultiCallable[_notification_pb2.SendBatchRequest, _notification_pb2.SendBatchResponse]
-    """Sends many; each item gets its own result, in the same order."""
+    """Sends many; each item gets its own result, in the same order, answered as Send's."""
     RegisterDevice: _grpc.UnaryUnaryMultiCallable[_notification_pb2.RegisterDeviceRequest, _notification_pb2.RegisterDeviceResponse]
     """Registers a device of a user (idempotent per device token)."""
     ListDevices: _grpc.UnaryUnaryMultiCallable[_notification_pb2.ListDevicesRequest, _notification_pb2.ListDevicesResponse]
@@ -76,9 +80,13 @@ class NotificationServiceAsyncStub(NotificationServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Send: _aio.UnaryUnaryMultiCallable[_notification_pb2.SendRequest, _notification_pb2.SendResponse]  # type: ignore[assignment]
-    """Sends one notification."""
+    """Sends one notification. Answered once its push has ended (the push service's own
+    retries included: seconds, tens of seconds while it throttles), so a caller's
+    deadline must allow for that; an answer lost to the deadline is safe to send again
+    under the same key.
+    """
     SendBatch: _aio.UnaryUnaryMultiCallable[_notification_pb2.SendBatchRequest, _notification_pb2.SendBatchResponse]  # type: ignore[assignment]
-    """Sends many; each item gets its own result, in the same order."""
+    """Sends many; each item gets its own result, in the same order, answered as Send's."""
     RegisterDevice: _aio.UnaryUnaryMultiCallable[_notification_pb2.RegisterDeviceRequest, _notification_pb2.RegisterDeviceResponse]  # type: ignore[assignment]
     """Registers a device of a user (idempotent per device token)."""
     ListDevices: _aio.UnaryUnaryMultiCallable[_notification_pb2.ListDevicesRequest, _notification_pb2.ListDevicesResponse]  # type: ignore[assignment]
@@ -110,7 +118,11 @@ class NotificationServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _notification_pb2.SendRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_notification_pb2.SendResponse, _abc.Awaitable[_notification_pb2.SendResponse]]:
-        """Sends one notification."""
+        """Sends one notification. Answered once its push has ended (the push service's own
+        retries included: seconds, tens of seconds while it throttles), so a caller's
+        deadline must allow for that; an answer lost to the deadline is safe to send again
+        under the same key.
+        """
 
     @_abc_1.abstractmethod
     def SendBatch(
@@ -118,7 +130,7 @@ class NotificationServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _notification_pb2.SendBatchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_notification_pb2.SendBatchResponse, _abc.Awaitable[_notification_pb2.SendBatchResponse]]:
-        """Sends many; each item gets its own result, in the same order."""
+        """Sends many; each item gets its own result, in the same order, answered as Send's."""
 
     @_abc_1.abstractmethod
     def RegisterDevice(
