@@ -211,6 +211,10 @@ class RemindersApp:
     ) -> Reminder:
         if text is not None:
             validate_text(text, self._limits)
+        if schedule is not None:
+            # Before the row is looked up: a time that has passed is that whatever the id
+            # or version (the step checks again at its own now).
+            first_ring(schedule, self._clock())
 
         def step(current: Reminder, now: datetime) -> Reminder:
             new_text = current.text if text is None else text

@@ -325,6 +325,26 @@ CASES: list[tuple[str, Callable[[Api, str, str], Any], str]] = [
         ),
         "reminder.schedule.time_zone",
     ),
+    # Refused for the time whatever the row: not NOT_FOUND, not ABORTED (the caller would
+    # re-read and send the same bad time again).
+    (
+        "update: time in the past",
+        _update(pb.Reminder(version=1, schedule=one_off("2020-01-01T09:00:00")), ["schedule"]),
+        "reminder.schedule.once.local_time",
+    ),
+    (
+        "update: time in the past, at a stale version",
+        _update(pb.Reminder(version=99, schedule=one_off("2020-01-01T09:00:00")), ["schedule"]),
+        "reminder.schedule.once.local_time",
+    ),
+    (
+        "update: time in the past, of a reminder that does not exist",
+        _update(
+            pb.Reminder(id=str(uuid.uuid4()), version=1, schedule=one_off("2020-01-01T09:00:00")),
+            ["schedule"],
+        ),
+        "reminder.schedule.once.local_time",
+    ),
     ("snooze: no time", _snooze(), "until"),
     ("snooze: 30 seconds", _snooze(duration=Duration(seconds=30)), "duration"),
     (
