@@ -361,8 +361,9 @@ class AdminServicer(pb_grpc.RemindersAdminServiceServicer):
         if purge.cancelled() or purge.exception() is not None:
             # Its caller may be gone: the audit trail says it did not finish.
             audit.warning(
-                "operator %r's deletion of all data of user %r failed (%s); run it again"
-                " (its fence on the user lifts 2 minutes after its last refresh)",
+                "operator %r's deletion of all data of user %r failed (%s); run it again:"
+                " the user's creates stay refused until a deletion finishes (a new run"
+                " takes this one's fence over 2 minutes after its last refresh)",
                 operator,
                 user_id,
                 "the server stopped" if purge.cancelled() else type(purge.exception()).__name__,

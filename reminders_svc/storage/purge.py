@@ -14,11 +14,20 @@ The fence is the user's static `active_count`, set to `PURGE_FENCE` by LWT toget
   over deletes nothing more, so no create made after the fence was lifted is purged;
 - the owner refreshes `purge_at` as it goes; a fence left unrefreshed for
   `STALE_AFTER` (by the database's clock) belongs to a purge that died, and the next
-  purge takes it over, so a user is never left fenced for good.
+  purge takes it over: a user is left fenced until a purge finishes, never for good;
+- the create records are deleted `USING TIMESTAMP` of the database's time read just
+  before a refresh that found the fence still held: a purge that stalled there and was
+  taken over meanwhile cannot delete the record of a create made after the takeover's
+  lift (at least `STALE_AFTER` later), which a replay would otherwise make twice;
+- storage trouble does not end a purge at once: every LWT of unknown outcome is settled
+  by a SERIAL read (invariant 4), and the run starts over under the same fence a few
+  times, with backoff (rows gone are skipped), before it gives up.
 """
 
 from __future__ import annotations
 
+import asyncio
+import random
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -29,6 +38,8 @@ from cassandra.cluster import Session
 from reminders_svc.domain.errors import Unavailable
 from reminders_svc.domain.reminder import may_be_in_flight
 from reminders_svc.storage import aio
+from reminders_svc.storage.errors import STORAGE_ERRORS, WriteOutcomeUnknown
+from reminders_svc.storage.history import write_timestamp
 from reminders_svc.storage.rows import utc
 from reminders_svc.storage.session import prepare_serial
 
@@ -40,6 +51,10 @@ _REFRESH_EVERY_ROWS = 100
 # A row's delete compares its status and claim as listed: a dispatcher's claim or finalize
 # landing in between makes it read the row again, a few times at most.
 _ATTEMPTS = 5
+# Runs under one fence when storage fails mid-purge, and the first backoff between them
+# (doubling): about a minute in all, inside the fence's STALE_AFTER.
+_RUNS = 5
+_FIRST_BACKOFF_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +64,15 @@ class PurgedUser:
     # Rows whose ring was with the notifier (sending, or a claim cleared by a user's
     # change that may still be handing off): those rings may still reach the devices.
     rings_in_flight: int
+
+
+@dataclass
+class _Tally:
+    """What the runs of one purge removed, added up across its runs."""
+
+    reminders: int = 0
+    requests: int = 0
+    rings_in_flight: int = 0
 
 
 @dataclass(frozen=True)
@@ -109,8 +133,22 @@ class UserPurge:
         point at nothing and dispatchers skip them.
         """
         purge_id = uuid.uuid4()
+        tally = _Tally()
+        for run in range(_RUNS):
+            try:
+                await self._run_once(user_id, purge_id, now, tally)
+                return PurgedUser(tally.reminders, tally.requests, tally.rings_in_flight)
+            except STORAGE_ERRORS:
+                if run == _RUNS - 1:
+                    raise
+            backoff = _FIRST_BACKOFF_S * 2**run
+            await asyncio.sleep(random.uniform(backoff / 2, backoff))
+        raise AssertionError("unreachable")
+
+    async def _run_once(
+        self, user_id: str, purge_id: uuid.UUID, now: datetime, tally: _Tally
+    ) -> None:
         await self._hold_fence(user_id, purge_id)
-        removed = in_flight = 0
         listing = (
             "SELECT reminder_id, status, claim_token, handoff_until FROM reminders"
             " WHERE user_id = %s"
@@ -121,18 +159,23 @@ class UserPurge:
                     continue
                 purged = await self._purge_row(user_id, purge_id, row, now)
                 if purged is not None:
-                    removed += 1
-                    in_flight += purged
-                    if removed % _REFRESH_EVERY_ROWS == 0:
-                        await self._still_held(self._refresh, (user_id, purge_id))
+                    tally.reminders += 1
+                    tally.rings_in_flight += purged
+                    if tally.reminders % _REFRESH_EVERY_ROWS == 0:
+                        await self._refresh_fence(user_id, purge_id)
         requests = await aio.count_all(
             self._session, "SELECT request_id FROM create_requests WHERE user_id = %s", (user_id,)
         )
+        # Stamped no later than this purge last held its fence (see the module's doc).
+        held_at = await aio.database_now(self._session)
+        await self._refresh_fence(user_id, purge_id)
         await aio.execute(
-            self._session, "DELETE FROM create_requests WHERE user_id = %s", (user_id,)
+            self._session,
+            "DELETE FROM create_requests USING TIMESTAMP %s WHERE user_id = %s",
+            (write_timestamp(held_at), user_id),
         )
-        await self._still_held(self._lift, (user_id, purge_id))
-        return PurgedUser(removed, requests, in_flight)
+        tally.requests += requests
+        await self._lift_fence(user_id, purge_id)
 
     async def _hold_fence(self, user_id: str, purge_id: uuid.UUID) -> None:
         """Fence the user for this purge, or take over the fence of a purge that died."""
@@ -142,6 +185,8 @@ class UserPurge:
 
         for _ in range(_ATTEMPTS):
             state = await self._state(user_id)
+            if state.purge_id == purge_id:
+                return  # this purge's own, held since an earlier run
             if state.count is None or state.count < PURGE_FENCE_FLOOR:
                 params: tuple[object, ...] = (PURGE_FENCE, purge_id, user_id, state.count)
                 attempt = aio.execute(self._session, self._fence, params)
@@ -163,8 +208,26 @@ class UserPurge:
         stale = row.purge_at is None or row.read_at - row.purge_at > STALE_AFTER
         return _FenceState(row.active_count, row.purge_id, stale)
 
-    async def _still_held(self, statement: Any, params: tuple[object, ...]) -> None:
-        if not (await aio.execute(self._session, statement, params)).one().applied:
+    async def _holder(self, user_id: str) -> uuid.UUID | None:
+        return (await self._state(user_id)).purge_id
+
+    async def _refresh_fence(self, user_id: str, purge_id: uuid.UUID) -> None:
+        async def held() -> bool:
+            return await self._holder(user_id) == purge_id
+
+        attempt = aio.execute(self._session, self._refresh, (user_id, purge_id))
+        if not await aio.applied_or_settled(self._session, attempt, held):
+            raise _under_way()  # taken over: that purge finishes the work
+
+    async def _lift_fence(self, user_id: str, purge_id: uuid.UUID) -> None:
+        async def lifted() -> bool:
+            if await self._holder(user_id) == purge_id:
+                # It did not land (the read fixed that): the run starts over and lifts.
+                raise WriteOutcomeUnknown("a purge's lift of its fence did not land")
+            return True  # lifted, or taken over after it (nothing of this purge's left)
+
+        attempt = aio.execute(self._session, self._lift, (user_id, purge_id))
+        if not await aio.applied_or_settled(self._session, attempt, lifted):
             raise _under_way()  # taken over: that purge finishes the work
 
     async def _purge_row(
@@ -181,11 +244,23 @@ class UserPurge:
                 row.claim_token is not None, utc(row.handoff_until), now, self._still_pushed_for
             )
             as_read = (*key, row.status, row.claim_token, purge_id)
-            deleted = (await aio.execute(self._session, self._delete_as_read, as_read)).one()
-            if deleted.applied:
+            if await aio.or_settled(
+                self._session,
+                self._delete_row(as_read, purge_id),
+                lambda: self._gone(key),
+            ):
                 return in_flight
-            if deleted.purge_id != purge_id:
-                raise _under_way()
             # A claim or finalize landed since: read the row again (through Paxos).
             row = (await aio.execute(self._session, self._row, key)).one()
         raise Unavailable.contention("this user's reminders")
+
+    async def _delete_row(self, as_read: tuple[object, ...], purge_id: uuid.UUID) -> bool:
+        deleted = (await aio.execute(self._session, self._delete_as_read, as_read)).one()
+        if not deleted.applied and deleted.purge_id != purge_id:
+            raise _under_way()
+        return bool(deleted.applied)
+
+    async def _gone(self, key: tuple[object, ...]) -> bool:
+        """Whether a row whose delete's outcome is unknown is gone (read through Paxos)."""
+        row = (await aio.execute(self._session, self._row, key)).one()
+        return row is None or row.status is None

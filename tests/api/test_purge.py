@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 import pytest
+from cassandra import OperationTimedOut, WriteTimeout, WriteType
 from cassandra.cluster import Session
 
 from genproto.reminders.v1 import reminders_pb2 as pb
@@ -268,7 +269,8 @@ def test_a_purge_the_shutdown_grace_cuts_short_is_named_in_the_audit_trail(
     assert audit == [
         f"operator 'ops' deletes all data of user {user!r}",
         f"operator 'ops''s deletion of all data of user {user!r} failed (the server stopped);"
-        " run it again (its fence on the user lifts 2 minutes after its last refresh)",
+        " run it again: the user's creates stay refused until a deletion finishes (a new run"
+        " takes this one's fence over 2 minutes after its last refresh)",
     ]
     assert live_rows(cassandra, user) == 1  # its first row not deleted
 
@@ -392,5 +394,112 @@ def test_the_fence_of_a_purge_that_died_is_taken_over_by_the_next(
 
     assert answer.reminders_deleted == 1
     assert fence_owner(cassandra, user) is None
+    create(api, user, weekly_monday_nine())
+    assert (live_rows(cassandra, user), active_count(cassandra, user)) == (1, 1)
+
+
+class PurgeStalling(UserPurge):
+    """The real purge, stalling once until released: after its last row ("row"), or
+    after the refresh that precedes its delete of the create records ("refresh")."""
+
+    def __init__(self, session: Session, at: str) -> None:
+        super().__init__(session, HANDOFF_WINDOW)
+        self.at = at
+        self.stalled = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def _stall(self, where: str) -> None:
+        if where == self.at and not self.stalled.is_set():
+            self.stalled.set()
+            await self.release.wait()
+
+    async def _purge_row(
+        self, user_id: str, purge_id: uuid.UUID, listed: Any, now: datetime
+    ) -> bool | None:
+        purged = await super()._purge_row(user_id, purge_id, listed, now)
+        await self._stall("row")
+        return purged
+
+    async def _refresh_fence(self, user_id: str, purge_id: uuid.UUID) -> None:
+        await super()._refresh_fence(user_id, purge_id)
+        await self._stall("refresh")
+
+
+@pytest.mark.parametrize("stalled_at", ["row", "refresh"])
+def test_a_purge_that_stalled_and_was_taken_over_leaves_later_create_records_alone(
+    api: Api, user: str, cassandra: CassandraConnection, stalled_at: str
+) -> None:
+    """A purge stalls (a paused pod) past STALE_AFTER; an operator's retry takes its fence
+    over, finishes and lifts it; the user creates a reminder. The stalled purge, waking,
+    deleted every create record of the user, that one's too: the client's retry of its
+    create (its answer lost) then made a second reminder."""
+    create(api, user, weekly_monday_nine())
+    request = pb.CreateReminderRequest(
+        reminder=pb.Reminder(text="after", schedule=weekly_monday_nine()), request_id="after"
+    )
+
+    def create_after() -> pb.Reminder:
+        return api.reminders.CreateReminder(request, metadata=api.as_user(user))
+
+    async def scenario() -> pb.Reminder:
+        stalling = PurgeStalling(cassandra.session, stalled_at)
+        first = asyncio.create_task(stalling.run(user, SEED_NOW))
+        await asyncio.wait_for(stalling.stalled.wait(), 30)
+        # Unrefreshed for STALE_AFTER, as the database sees it: the retry takes it over.
+        cassandra.session.execute(
+            "UPDATE reminders SET purge_at = '2026-01-01T00:00:00Z' WHERE user_id = %s", (user,)
+        )
+        await UserPurge(cassandra.session, HANDOFF_WINDOW).run(user, SEED_NOW)
+        made = await asyncio.to_thread(create_after)
+        stalling.release.set()
+        with pytest.raises(Unavailable) as refused:
+            await first
+        assert refused.value.reason == "PURGE_UNDER_WAY"
+        return made
+
+    made = asyncio.run(scenario())
+
+    assert create_after().id == made.id  # the replay finds its record: no second reminder
+    assert (live_rows(cassandra, user), active_count(cassandra, user)) == (1, 1)
+
+
+class PurgeMeetingStorageTrouble(UserPurge):
+    """The real purge, whose first row delete lands but is answered with a write timeout
+    (outcome unknown), and whose first fence refresh fails (the driver timed out)."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(session, HANDOFF_WINDOW)
+        self.timeouts = 0
+        self.failed_refreshes = 0
+
+    async def _delete_row(self, as_read: tuple[object, ...], purge_id: uuid.UUID) -> bool:
+        applied = await super()._delete_row(as_read, purge_id)
+        if not self.timeouts:
+            self.timeouts += 1
+            raise WriteTimeout("injected", write_type=WriteType.CAS)
+        return applied
+
+    async def _refresh_fence(self, user_id: str, purge_id: uuid.UUID) -> None:
+        if not self.failed_refreshes:
+            self.failed_refreshes += 1
+            raise OperationTimedOut("injected")
+        await super()._refresh_fence(user_id, purge_id)
+
+
+def test_a_purge_meeting_storage_trouble_finishes_and_lifts_its_fence(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    """One timeout ended a purge with its fence up: every create of the user was refused
+    until an operator ran it again (the fence does not lift by itself)."""
+    for _ in range(3):
+        create(api, user, weekly_monday_nine())
+    purger = PurgeMeetingStorageTrouble(cassandra.session)
+
+    purged = asyncio.run(purger.run(user, SEED_NOW))
+
+    assert (purger.timeouts, purger.failed_refreshes) == (1, 1)
+    assert (purged.reminders, purged.requests) == (3, 3)
+    assert fence_owner(cassandra, user) is None
+    assert rows_per_table(cassandra, user)["create_requests"] == 0
     create(api, user, weekly_monday_nine())
     assert (live_rows(cassandra, user), active_count(cassandra, user)) == (1, 1)
