@@ -34,6 +34,11 @@ from reminders_svc.storage.errors import STORAGE_ERRORS
 
 log = logging.getLogger(__name__)
 
+# A settlement (or release) write that failed is sent again this many times in all,
+# after 0.25 s, then 0.5 s: a blip of storage must not leave a pushed key unsettled.
+_SETTLE_ATTEMPTS = 3
+_SETTLE_BACKOFF_S = 0.25
+
 # Storage cannot take the key now; the caller retries with the same key.
 _RETRYABLE_ERRORS: tuple[type[Exception], ...] = (*STORAGE_ERRORS, KeyNotRecorded)
 
@@ -207,11 +212,17 @@ class Intake:
     async def _settle(self, key: str, hold: KeyHold, end: Settlement | HandBack) -> None:
         if end is HandBack.KEY_TAKEN_OVER:
             return  # the key is another attempt's now: neither settled nor released here
-        try:
-            if isinstance(end, HandBack):
-                await self._keys.release(key, hold.accept_id)
-            else:
-                await self._keys.settle(key, end)
-        except STORAGE_ERRORS as error:
-            # Unsettled, the key is taken over once stale: at worst a second push of it.
-            log.warning("settling %s failed: %s", key, type(error).__name__)
+        for attempt in range(_SETTLE_ATTEMPTS):
+            try:
+                if isinstance(end, HandBack):
+                    await self._keys.release(key, hold.accept_id)
+                else:
+                    await self._keys.settle(key, end)
+                return
+            except STORAGE_ERRORS as error:
+                # Both writes are safe to send again (a release applies to its own hold
+                # only). Still unsettled at the end, the key is answered from memory here
+                # and taken over elsewhere once stale: at worst a second push of it.
+                log.warning("settling %s failed: %s", key, type(error).__name__)
+            if attempt + 1 < _SETTLE_ATTEMPTS:
+                await asyncio.sleep(_SETTLE_BACKOFF_S * 2**attempt)

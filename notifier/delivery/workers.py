@@ -147,10 +147,15 @@ class PushWorkers:
             self._end(item, Settlement.PUSHED)
 
     def _expired(self, item: QueuedNotification) -> bool:
-        """Ends the item as expired if its expiry has passed (never pushed late)."""
+        """Ends the item as expired if its expiry has passed (never pushed late); as pushed
+        if an earlier attempt reached one of the user's devices (the ring went out: its
+        sender must not record a refusal)."""
         notification = item.notification
         if not notification.expired_at(self._clock()):
             return False
+        if item.reached:
+            self._end(item, Settlement.PUSHED)
+            return True
         self._metrics.expired_in_queue.labels(notification.priority.value).inc()
         self._end(item, Settlement.EXPIRED)
         return True
@@ -251,9 +256,13 @@ class PushWorkers:
 
     def _end(self, item: QueuedNotification, end: Settlement | HandBack) -> None:
         """End the item's delivery, once; a HandBack hands it back undelivered (its caller
-        is answered "retry"), whether it was queued or mid-push."""
+        is answered "retry"), whether it was queued or mid-push. An item that reached one
+        of the user's devices is delivered, not handed back on stopping or an error: its
+        key released, the sender's retry would push it to every device again."""
         if item.ended.done():
             return
+        if item.reached and end in (HandBack.STOPPING, HandBack.ERROR):
+            end = Settlement.PUSHED
         item.ended.set_result(end)
         if isinstance(end, HandBack):
             self._metrics.handed_back.labels(end.value).inc()

@@ -28,6 +28,7 @@ row at once if the write did land (elsewhere it waits out `takeover_after`).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import time
 import uuid
@@ -41,6 +42,7 @@ from cassandra.query import PreparedStatement
 
 from notifier.domain.model import Notification, Settlement
 from reminders_svc.storage.aio import execute, or_settled
+from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.rows import utc
 from reminders_svc.storage.session import prepare_serial
 
@@ -162,6 +164,10 @@ class KeyStore:
         # key -> the accept_ids of its attempts that failed here: a write that may have
         # landed unseen carries one of them.
         self._unsettled: OrderedDict[str, frozenset[uuid.UUID]] = OrderedDict()
+        # key -> how its delivery here ended, when writing that failed: a retry reaching
+        # this replica is answered from it (and the write tried again), not told "another
+        # attempt is delivering" and then, once the hold is stale, pushed a second time.
+        self._settled_unwritten: OrderedDict[str, Settlement] = OrderedDict()
 
     async def record(
         self, notification: Notification, accept_id: uuid.UUID | None = None
@@ -175,6 +181,10 @@ class KeyStore:
         lost), not another's.
         """
         key = notification.idempotency_key
+        if (ended := self._settled_unwritten.get(key)) is not None:
+            with contextlib.suppress(*STORAGE_ERRORS):  # still unwritten: from memory
+                await self.settle(key, ended)
+            return KeyClaim(KeyState.SETTLED, None, ended)
         # Taken, not shared: of concurrent attempts at a key only one may claim its row.
         earlier = self._unsettled.pop(key, frozenset())
         accept_id = accept_id or next(iter(earlier), None) or uuid.uuid4()
@@ -189,7 +199,18 @@ class KeyStore:
             raise
 
     async def settle(self, key: str, settlement: Settlement) -> None:
-        """Mark the key's delivery ended: later attempts are answered from `settlement`."""
+        """Mark the key's delivery ended: later attempts are answered from `settlement`
+        (from memory, on this replica, while writing it fails)."""
+        try:
+            await self._write_settlement(key, settlement)
+        except BaseException:
+            self._settled_unwritten[key] = settlement
+            if len(self._settled_unwritten) > MAX_UNSETTLED_KEYS:
+                self._settled_unwritten.popitem(last=False)
+            raise
+        self._settled_unwritten.pop(key, None)
+
+    async def _write_settlement(self, key: str, settlement: Settlement) -> None:
         await execute(self._session, self._settle, (self._ttl_s, settlement.value, key))
 
     async def release(self, key: str, accept_id: uuid.UUID) -> None:
@@ -214,6 +235,8 @@ class KeyStore:
 
     async def settlement(self, key: str) -> Settlement | None:
         """How the key's delivery ended, if it was recorded and has ended."""
+        if (ended := self._settled_unwritten.get(key)) is not None:
+            return ended
         row = (await execute(self._session, self._read, (key,))).one()
         return _KeyRow.of(row).settled_as if row is not None else None
 

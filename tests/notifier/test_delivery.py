@@ -317,6 +317,60 @@ def test_an_item_that_reached_one_device_is_delivered_though_another_keeps_askin
     assert [p.device_token for p in pushed] == [phone]
 
 
+def _register_phone_and_throttled_tablet(notifier: Client, user: str) -> tuple[str, str]:
+    phone, tablet = f"apns-{user}", f"fcm-{user}"
+    for token, platform in ((phone, pb.Device.PLATFORM_APNS), (tablet, pb.Device.PLATFORM_FCM)):
+        device = pb.Device(device_token=token, platform=platform)
+        notifier.stub.RegisterDevice(pb.RegisterDeviceRequest(user_id=user, device=device))
+    return phone, tablet
+
+
+def test_an_item_that_reached_one_device_and_expired_before_its_retry_is_delivered(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """The phone took it, the tablet asked to retry, and the expiry passed before the
+    retry: it was settled "expired" and answered rejected, so its sender recorded a
+    refusal for a ring that reached the phone."""
+    settings = dataclasses.replace(
+        notifier_settings, push_max_attempts=3, push_retry_backoff=timedelta(seconds=2)
+    )
+    message = item(user, expire_in=timedelta(seconds=1))
+    with running_notifier(settings, PushServiceThrottlingOneDevice(f"fcm-{user}")) as notifier:
+        phone, _ = _register_phone_and_throttled_tablet(notifier, user)
+        [answer] = notifier.send_batch(message)
+        pushed = notifier.delivered(key=message.idempotency_key)
+
+    assert answer.outcome == ACCEPTED
+    assert [p.device_token for p in pushed] == [phone]
+
+
+def test_a_notifier_stopping_with_an_item_that_reached_one_device_settles_it_pushed(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """Stopped while the item waits to retry the tablet, the phone already pushed: it was
+    handed back and its key released, so the sender's retry on another replica pushed
+    the phone a second time."""
+    settings = dataclasses.replace(
+        notifier_settings,
+        push_max_attempts=3,
+        push_retry_backoff=timedelta(seconds=60),
+        shutdown_grace=timedelta(seconds=1),
+    )
+    message = item(user, expire_in=timedelta(minutes=5))
+    throttling = PushServiceThrottlingOneDevice(f"fcm-{user}")
+    with ThreadPoolExecutor(1) as caller, running_notifier(settings, throttling) as first:
+        phone, _ = _register_phone_and_throttled_tablet(first, user)
+        caller.submit(first.send_batch, message)  # its answer cut off by the stop
+        assert [p.device_token for p in first.wait_delivered(1, user)] == [phone]
+        time.sleep(0.5)  # both pushes answered: it waits a minute to retry the tablet
+
+    with running_notifier(notifier_settings) as second:
+        [again] = second.send_batch(message)
+        assert second.delivered(key=message.idempotency_key) == []
+
+    assert again.outcome == DUPLICATE
+
+
 def test_an_item_no_device_took_for_too_long_past_its_due_is_given_up(
     notifier_settings: NotifierSettings, user: str
 ) -> None:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, timedelta
 from typing import Any, TypeVar
 
+import pytest
+from cassandra import OperationTimedOut
 from cassandra.cluster import Session
 
 from notifier.domain.model import Notification, Priority, Settlement
@@ -116,6 +118,41 @@ def test_a_settled_key_answers_its_settlement_to_every_later_attempt(
         KeyClaim(KeyState.SETTLED, holder, Settlement.PUSHED),
         KeyClaim(KeyState.SETTLED, holder, Settlement.EXPIRED),
     ]
+
+
+class KeyStoreFailingOneSettle(KeyStore):
+    """The real store, whose first settlement write times out (storage went away)."""
+
+    failed = False
+
+    async def _write_settlement(self, key: str, settlement: Settlement) -> None:
+        if not self.failed:
+            self.failed = True
+            raise OperationTimedOut("injected")
+        await super()._write_settlement(key, settlement)
+
+
+def test_a_key_whose_settlement_failed_to_write_answers_it_and_writes_it_on_the_next_attempt(
+    notifier_settings: NotifierSettings,
+) -> None:
+    """Pushed, then the settle failed: a retry reaching this replica was told "another
+    attempt is delivering", and once the hold was stale took the key over and pushed it
+    again. It is answered the settlement, which this attempt writes."""
+    item = notification()
+    key = item.idempotency_key
+
+    async def steps(keys: Keys) -> tuple[list[KeyClaim], Settlement | None]:
+        await keys.store.record(item)
+        with pytest.raises(OperationTimedOut):
+            await keys.store.settle(key, Settlement.PUSHED)
+        await keys.age_hold(key, TAKEOVER_AFTER * 2)  # stale: would be taken over
+        claims = [await keys.store.record(item), await keys.store.record(item)]
+        return claims, await keys.store.settlement(key)
+
+    claims, settled = with_keys(notifier_settings, steps, KeyStoreFailingOneSettle)
+    # Answered from memory, then from the row it wrote.
+    assert [(c.state, c.settled_as) for c in claims] == [(KeyState.SETTLED, Settlement.PUSHED)] * 2
+    assert settled is Settlement.PUSHED
 
 
 def test_an_unsettled_key_is_taken_over_once_held_past_the_bound(
