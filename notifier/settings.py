@@ -77,6 +77,8 @@ class NotifierSettings:
     max_pending: int = 10_000
     push_max_attempts: int = 5
     push_retry_backoff: timedelta = timedelta(seconds=1)
+    # One push to one device: past this it is abandoned and counted a retry.
+    push_timeout: timedelta = timedelta(seconds=10)
     # A notification no device took (the push service asked for a retry every time) is
     # handed back to its sender for this long after its due, then given up (rejected).
     push_give_up_after: timedelta = timedelta(hours=1)
@@ -119,6 +121,7 @@ class NotifierSettings:
             max_pending=count("MAX_PENDING", cls.max_pending),
             push_max_attempts=count("PUSH_MAX_ATTEMPTS", cls.push_max_attempts),
             push_retry_backoff=seconds("PUSH_RETRY_BACKOFF_S", cls.push_retry_backoff, low=0),
+            push_timeout=seconds("PUSH_TIMEOUT_S", cls.push_timeout, low=0.1),
             push_give_up_after=seconds("PUSH_GIVE_UP_AFTER_S", cls.push_give_up_after, low=0),
             recording_capacity=count("RECORDING_CAPACITY", cls.recording_capacity),
             shutdown_grace=seconds("SHUTDOWN_GRACE_S", cls.shutdown_grace, low=0),

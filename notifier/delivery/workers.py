@@ -46,6 +46,9 @@ class DeliveryPolicy:
     # past it, it is given up (rejected). Senders set a fresh expiry on each attempt, so
     # that alone would hand it back for ever.
     give_up_after: timedelta = timedelta(hours=1)
+    # One push to one device: an adapter that does not answer (a dead HTTP/2 stream)
+    # is abandoned past this and the push counted a retry.
+    push_timeout: timedelta = timedelta(seconds=10)
 
 
 class PushWorkers:
@@ -192,7 +195,17 @@ class PushWorkers:
 
     async def _push(self, notification: Notification, device: Device) -> PushResult:
         try:
-            result = await self._adapter.push(push_message(notification, device))
+            result = await asyncio.wait_for(
+                self._adapter.push(push_message(notification, device)),
+                self._policy.push_timeout.total_seconds(),
+            )
+        except TimeoutError:
+            log.warning(
+                "push adapter %s did not answer within %s; retrying",
+                self._adapter.name,
+                self._policy.push_timeout,
+            )
+            result = PushResult.RETRY
         except Exception:
             log.exception("push adapter %s failed; retrying", self._adapter.name)
             result = PushResult.RETRY

@@ -1,9 +1,14 @@
 """The push-adapter interface, shaped to fit APNs and FCM.
 
 APNs: device token, `apns-collapse-id` (<= 64 bytes), `apns-priority` 10 / 5,
-`apns-expiration`; FCM: registration token, `collapse_key`, android priority high /
-normal, `ttl`. A push answers ok, retry (throttled, 5xx, timeout) or device gone (APNs
-410 Unregistered, FCM UNREGISTERED): the token is dropped from the registry.
+`apns-expiration`; FCM: registration token, `collapse_key` and `android.notification.tag`
+(both the collapse id: `collapse_key` only collapses messages queued for an offline
+device, the tag replaces a notification already shown), the `apns-collapse-id` header for
+iOS through FCM, android priority high / normal, `ttl`. A push answers ok, retry
+(throttled, 5xx, timeout) or device gone (APNs 410 Unregistered, FCM UNREGISTERED): the
+token is dropped from the registry. A push that does not answer within the notifier's
+`REMINDERS_NOTIFIER_PUSH_TIMEOUT_S` is abandoned and counted a retry, so an adapter hung
+on a dead connection cannot hold a push worker for ever.
 """
 
 from __future__ import annotations

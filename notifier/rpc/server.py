@@ -125,6 +125,7 @@ class NotifierServer:
             workers=settings.push_workers,
             max_attempts=settings.push_max_attempts,
             retry_backoff=settings.push_retry_backoff,
+            push_timeout=settings.push_timeout,
             auto_device=settings.auto_device,
             crash_before_push=settings.faults.crash_before_push,
             give_up_after=settings.push_give_up_after,

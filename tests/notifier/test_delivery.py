@@ -4,6 +4,7 @@ never losing a ring, urgent ahead of bulk, devices, the drop_reply fault."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -369,6 +370,46 @@ def test_a_notifier_stopping_with_an_item_that_reached_one_device_settles_it_pus
         assert second.delivered(key=message.idempotency_key) == []
 
     assert again.outcome == DUPLICATE
+
+
+class PushServiceHangingOnOneDevice(RecordingPushAdapter):
+    """Never answers a push to one device token (a dead HTTP/2 stream); pushes the rest."""
+
+    def __init__(self, hung: str) -> None:
+        super().__init__(capacity=100)
+        self.hung = hung
+
+    async def push(self, message: PushMessage) -> PushResult:
+        if message.device_token == self.hung:
+            await asyncio.Event().wait()
+        return await super().push(message)
+
+
+def test_a_push_that_never_answers_is_abandoned_and_others_go_out(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """An adapter hung on one device held its push worker for ever: with every worker
+    so held, urgent items of other users stopped too."""
+    settings = dataclasses.replace(
+        notifier_settings,
+        push_workers=1,
+        push_max_attempts=2,
+        push_retry_backoff=timedelta(seconds=0.1),
+        push_timeout=timedelta(seconds=0.5),
+    )
+    hung, other = f"apns-{user}", f"{user}-other"
+    stuck, fine = item(user), item(other)
+    with running_notifier(settings, PushServiceHangingOnOneDevice(hung)) as notifier:
+        device = pb.Device(device_token=hung, platform=pb.Device.PLATFORM_APNS)
+        notifier.stub.RegisterDevice(pb.RegisterDeviceRequest(user_id=user, device=device))
+        with ThreadPoolExecutor(1) as caller:
+            held = caller.submit(notifier.send_batch, stuck)
+            time.sleep(0.2)  # its push under way on the only worker
+            [answer] = notifier.send_batch(fine)
+            [handed_back] = held.result(timeout=30)
+
+    assert answer.outcome == ACCEPTED
+    assert handed_back.outcome == RETRYABLE  # never pushed: its sender sends it again
 
 
 def test_an_item_no_device_took_for_too_long_past_its_due_is_given_up(
