@@ -162,16 +162,19 @@ class Intake:
     async def _expired(self, notification: Notification) -> ItemResult:
         """Too late to push; but a retry of a key an earlier attempt delivered is answered
         as its repeat, not "rejected" (the sender would record a ring that happened as
-        refused)."""
+        refused), and one another attempt is still delivering is answered "retry" (that
+        attempt may yet push it)."""
         key = notification.idempotency_key
         try:
             async with self._slots[notification.priority]:  # a SERIAL read: bounded too
-                settled = await self._keys.settlement(key)
+                found = await self._keys.look(key)
         except STORAGE_ERRORS as error:
             return _unavailable(key, "reading", error)
-        if settled is None:
+        if found is None:
             return ItemResult(key, Outcome.REJECTED, "expired")
-        return delivery_result(key, settled, first=False)
+        if found.settled_as is None:  # HELD_ELSEWHERE
+            return ItemResult(key, Outcome.RETRYABLE, HELD_ELSEWHERE_REASON)
+        return delivery_result(key, found.settled_as, first=False)
 
     async def drained(self) -> None:
         """Every delivery taken in has been answered (the workers must be stopping or

@@ -235,10 +235,17 @@ class KeyStore:
 
     async def settlement(self, key: str) -> Settlement | None:
         """How the key's delivery ended, if it was recorded and has ended."""
+        found = await self.look(key)
+        return None if found is None else found.settled_as
+
+    async def look(self, key: str) -> KeyClaim | None:
+        """The key as an attempt would find it, writing nothing: SETTLED, HELD_ELSEWHERE
+        (a live holder may still push it), or None (never recorded, released, or held
+        past the takeover bound)."""
         if (ended := self._settled_unwritten.get(key)) is not None:
-            return ended
+            return KeyClaim(KeyState.SETTLED, None, ended)
         row = (await execute(self._session, self._read, (key,))).one()
-        return _KeyRow.of(row).settled_as if row is not None else None
+        return None if row is None else self._judge(_KeyRow.of(row), frozenset())
 
     async def _record(
         self, notification: Notification, accept_id: uuid.UUID, ours: frozenset[uuid.UUID]

@@ -292,3 +292,20 @@ def test_urgent_items_are_recorded_and_pushed_while_bulk_key_writes_hold_every_b
 
     assert answer.outcome is Outcome.ACCEPTED
     assert bulk_held == slots  # every bulk slot held, the rest of the bulk waiting for one
+
+
+def test_an_expired_copy_of_a_key_another_attempt_still_holds_is_answered_retry(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """Its holder (another replica, the item in its queue) may still push it: answered
+    "rejected", the sender finalized the ring as refused and then it went out."""
+    message = item(user)
+    with running_notifier(notifier_settings) as notifier:
+        leave_unsettled_key(notifier_settings, message.idempotency_key, user)
+        late = item(user, message.idempotency_key, expire_in=-timedelta(seconds=1))
+        [answer] = notifier.send_batch(late)
+
+    assert (answer.outcome, answer.reason) == (
+        RETRYABLE,
+        "another attempt is delivering this key",
+    )
