@@ -191,6 +191,30 @@ def test_disruption_budgets_and_autoscaler_select_their_pods(
     assert "replicas" not in one(objects, "Deployment", "reminders-dispatcher")["spec"]
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_long_running_pods_spread_over_zones_and_nodes(
+    overlays: dict[str, list[Obj]], overlay: str
+) -> None:
+    """Without it the scheduler may put every API pod on one node: a node or zone lost
+    takes the whole API down (a PodDisruptionBudget covers only voluntary evictions)."""
+    for name in _long_running(overlay):
+        template = one(overlays[overlay], "Deployment", name)["spec"]["template"]
+        spread = {
+            rule["topologyKey"]: rule for rule in template["spec"]["topologySpreadConstraints"]
+        }
+        assert set(spread) == {"topology.kubernetes.io/zone", "kubernetes.io/hostname"}, name
+        for rule in spread.values():
+            assert (
+                rule["labelSelector"]["matchLabels"].items()
+                <= template["metadata"]["labels"].items()
+            ), f"{overlay} {name}: the rule counts other pods than its own"
+            component = template["metadata"]["labels"]["app.kubernetes.io/component"]
+            selected = rule["labelSelector"]["matchLabels"].get("app.kubernetes.io/component")
+            assert selected == component, f"{overlay} {name}: spread among other pods too"
+            # A hard rule would leave pods Pending on a cluster of one zone.
+            assert rule["whenUnsatisfiable"] == "ScheduleAnyway", f"{overlay} {name}"
+
+
 # DESIGN.md's busiest minute, and what one of its entries costs a dispatcher while it waits
 # for its due (measured with tracemalloc: ~0.6 KB with its heap slot and seen-key).
 BUSIEST_MINUTE_RINGS = 3_000_000
