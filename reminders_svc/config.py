@@ -67,6 +67,33 @@ class Secret:
     __str__ = __repr__
 
 
+def secret_setting(values: Mapping[str, str], name: str) -> str | None:
+    """The secret `name`, set as that variable or as `<name>_FILE`, the path of a file
+    holding it (a mounted Kubernetes Secret: kept out of the environment, which `env` in
+    a `kubectl exec` and /proc/<pid>/environ show). Messages never hold the value."""
+    value = values.get(name) or None
+    path = values.get(name + "_FILE") or None
+    if path is None:
+        return value
+    if value is not None:
+        raise ConfigError(f"set one of {name} and {name}_FILE, not both")
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except OSError as error:
+        raise ConfigError(f"{name}_FILE={path!r}: cannot be read ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{name}_FILE={path!r}: not UTF-8 text") from None
+    if not text:
+        raise ConfigError(f"{name}_FILE={path!r}: empty")
+    if text != text.strip():
+        # `echo secret > file` adds a newline: a different secret from the one meant.
+        raise ConfigError(
+            f"{name}_FILE={path!r}: starts or ends with whitespace (a newline? write it"
+            " with `printf %s` or `kubectl create secret --from-literal`)"
+        )
+    return text
+
+
 @dataclass(frozen=True)
 class Replication:
     """SimpleStrategy with one factor (a local node) or NetworkTopologyStrategy per DC."""
@@ -219,7 +246,7 @@ class CassandraSettings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> CassandraSettings:
         env = Env(os.environ if environ is None else environ, CASSANDRA_PREFIX)
         tls = TlsSettings.from_env(env)
-        password = env.raw("PASSWORD")
+        password = env.secret("PASSWORD")
         settings = cls(
             contact_points=tuple(
                 p.strip() for p in env.text("CONTACT_POINTS", "127.0.0.1").split(",") if p.strip()
@@ -381,6 +408,10 @@ class Env:
     def raw(self, name: str) -> str | None:
         value = self.values.get(self.prefix + name)
         return value if value not in (None, "") else None
+
+    def secret(self, name: str) -> str | None:
+        """The variable, or the contents of the file `<name>_FILE` names."""
+        return secret_setting(self.values, self.prefix + name)
 
     def text(self, name: str, default: str) -> str:
         return self.raw(name) or default

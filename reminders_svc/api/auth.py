@@ -34,7 +34,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 
-from reminders_svc.config import ConfigError, Env, PemFile, Secret
+from reminders_svc.config import ConfigError, Env, PemFile, Secret, secret_setting
 from reminders_svc.domain.errors import PermissionDenied, Unauthenticated
 from reminders_svc.domain.reminder import MAX_USER_ID_BYTES
 
@@ -134,7 +134,7 @@ def _is_dev(env: Mapping[str, str]) -> bool:
 def _token_key(
     env: Mapping[str, str], *, prefix: str, audience: str, dev_secret: str, max_lifetime_s: float
 ) -> TokenKey:
-    secret = env.get(prefix + "SECRET") or None
+    secret = secret_setting(env, prefix + "SECRET")
     key_file = env.get(prefix + "PUBLIC_KEY_FILE") or None
     issuer = env.get(prefix + "ISSUER") or None
     if secret is not None and key_file is not None:

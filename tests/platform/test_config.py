@@ -6,9 +6,11 @@ import socket
 import ssl
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from reminders_svc.api.auth import AuthSettings
 from reminders_svc.config import CassandraSettings, ConfigError, Replication
 from tests.pki import LOCALHOST, Pki, issue_pki
 
@@ -207,3 +209,47 @@ def test_cassandra_mutual_tls_from_a_bundle_and_a_combined_certificate_and_key(
     )
     assert settings.tls is not None
     assert "('commonName', 'client')" in _handshake(settings.tls.ssl_context(), pki)
+
+
+SECRET_VALUE = "s3cret-of-the-operator-0123456789-abcdef"
+
+
+@pytest.mark.parametrize(
+    ("variable", "read"),
+    [
+        (
+            "REMINDERS_CASSANDRA_PASSWORD",
+            lambda env: CassandraSettings.from_env(env).password,
+        ),
+        ("REMINDERS_JWT_SECRET", lambda env: AuthSettings.from_env(env).user.key),
+        ("REMINDERS_ADMIN_JWT_SECRET", lambda env: AuthSettings.from_env(env).admin.key),
+    ],
+)
+def test_a_secret_may_come_from_a_mounted_file_and_is_never_echoed(
+    tmp_path: Path, variable: str, read: Any
+) -> None:
+    """As a file (a mounted Secret) the value stays out of the environment that `env` in
+    a `kubectl exec` and /proc show; read, it is the same as set inline."""
+    # The other token key, so the settings are complete either way.
+    base = {
+        "REMINDERS_JWT_SECRET": "u" * 40,
+        "REMINDERS_ADMIN_JWT_SECRET": "a" * 40,
+    }
+    base.pop(variable, None)
+    stored = tmp_path / "secret"
+    stored.write_text(SECRET_VALUE)
+    inline = read({**base, variable: SECRET_VALUE})
+    from_file = read({**base, f"{variable}_FILE": str(stored)})
+    assert from_file.value == inline.value == SECRET_VALUE
+
+    stored.write_text(SECRET_VALUE + "\n")  # echo > file
+    missing = tmp_path / "absent"
+    for env, problem in (
+        ({variable: SECRET_VALUE, f"{variable}_FILE": str(stored)}, "not both"),
+        ({f"{variable}_FILE": str(stored)}, "newline"),
+        ({f"{variable}_FILE": str(missing)}, "cannot be read"),
+    ):
+        with pytest.raises(ConfigError) as refused:
+            read({**base, **env})
+        assert problem in str(refused.value)
+        assert SECRET_VALUE not in str(refused.value)
