@@ -177,19 +177,21 @@ class RemindersApp:
             for attempt in range(_MAX_ATTEMPTS):
                 await _backoff(attempt)
                 count = await self._store.active_count(user_id, serial=attempt > 0)
-                refused: QuotaExceeded | None = None
+                refused: QuotaExceeded | UserDataBeingDeleted | None = None
                 try:
                     limit = self._limits.max_active_per_user
                     if await self._store.create(proposed, count, limit):
                         return proposed
-                except QuotaExceeded as error:
+                except (QuotaExceeded, UserDataBeingDeleted) as error:
                     refused = error
                 # The count moved, or the cap is reached: a concurrent replay of this
                 # request may have made the row (taking the last slot).
                 existing = await self._store.get_serial(user_id, proposed.reminder_id)
                 if existing is not None:
                     return existing.reminder
-                if refused is not None:
+                if refused is not None and attempt > 0:
+                    # Refused on a count read through Paxos: a plain read's may lag a
+                    # delete (or a lifted purge fence), and refuses nothing by itself.
                     raise refused
         raise Unavailable.contention("this user's reminders")
 

@@ -953,3 +953,32 @@ def test_a_create_whose_count_read_lags_another_data_centre_is_made_from_paxos(
     made = asyncio.run(scenario())
     assert made.text == "call dad"
     assert len(_rows(cassandra, user)) == 2
+
+
+class _LaggingCountReplica(ReminderStore):
+    """A plain read of the user's count answers one more than it is (a replica that has
+    not seen a delete yet); a read through Paxos answers the truth."""
+
+    async def active_count(self, user_id: str, *, serial: bool = False) -> int | None:
+        count = await super().active_count(user_id, serial=serial)
+        return count if serial or count is None else count + 1
+
+
+def test_a_create_is_not_refused_at_the_cap_on_a_lagging_replicas_count(
+    cassandra: CassandraConnection, user: str
+) -> None:
+    """The cap refused at once on a plain read of the count: a user one below it, whose
+    last delete a replica had not seen yet, was told RESOURCE_EXHAUSTED for nothing."""
+    app = RemindersApp(
+        _LaggingCountReplica(cassandra.session, Retention()),
+        Limits(max_active_per_user=2),
+        FakeClock(SEED_NOW),
+    )
+    asyncio.run(_create(app, user, "first"))
+
+    second = asyncio.run(_create(app, user, "second"))
+
+    assert second.reminder_id in _active_rows(cassandra, user)
+    assert len(_active_rows(cassandra, user)) == 2
+    with pytest.raises(QuotaExceeded):  # at the cap now, read through Paxos too
+        asyncio.run(_create(app, user, "third"))
