@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import logging
 import math
 import os
 import re
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from reminders_svc.schedule.zones import OVERRIDE_DIR_ENV, overridden_zones, override_problem
+
+log = logging.getLogger(__name__)
 
 ConsistencyName = Literal["ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"]
 SerialConsistencyName = Literal["SERIAL", "LOCAL_SERIAL"]
@@ -322,6 +325,14 @@ def require_protected(environ: Mapping[str, str], link: str, host: str, protecte
     if protected or environ.get("REMINDERS_ENV", "") == "dev" or is_local(host):
         return
     if Env(environ).flag(MESH_VARIABLE, False):
+        # Said at every start: if the mesh is gone (or was never there), this is how an
+        # operator learns that the link is plaintext on the network.
+        log.warning(
+            "%s is plaintext to %r, relying on a service mesh to encrypt it (%s=true)",
+            link.split(" ", 1)[0],
+            host,
+            MESH_VARIABLE,
+        )
         return
     raise ConfigError(
         f"{link} is plaintext to {host!r} outside REMINDERS_ENV=dev: set its TLS variables"

@@ -3,6 +3,7 @@ stops it at startup, naming the variable; what two processes share they read ali
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 
@@ -136,13 +137,22 @@ PLAINTEXT_ON_LOOPBACK = {
         ("notifier", "REMINDERS_NOTIFIER_HOST"),
     ],
 )
-def test_plaintext_off_the_host_needs_development_or_a_mesh(process: str, variable: str) -> None:
+def test_plaintext_off_the_host_needs_development_or_a_mesh(
+    process: str, variable: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """Texts and tokens in plaintext across the network: refused outside development unless
-    a mesh protects the link; on the loopback interface, as `make run` serves, accepted."""
+    a mesh protects the link (said in the log at every start, in case the mesh is not
+    there); on the loopback interface, as `make run` serves, accepted."""
     exposed = PLAINTEXT_OFF_HOST[process]
     with pytest.raises(ConfigError, match=f"^{variable} .* is plaintext to"):
         READERS[process](exposed)
-    READERS[process]({**exposed, "REMINDERS_PLAINTEXT_IN_MESH": "true"})
+    with caplog.at_level(logging.WARNING, logger="reminders_svc.config"):
+        READERS[process]({**exposed, "REMINDERS_PLAINTEXT_IN_MESH": "true"})
+    assert any(
+        r.getMessage().startswith(f"{variable} is plaintext to")
+        and "service mesh" in r.getMessage()
+        for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]
     READERS[process]({**exposed, "REMINDERS_ENV": "dev"})
     READERS[process](PLAINTEXT_ON_LOOPBACK[process])
 
