@@ -312,7 +312,12 @@ class PartWorker:
             if self.shift.on():
                 opened = False
                 # Open minutes lie below live_from (the backlog's) or from it on (live ones).
-                open_backlog = sum(1 for m in open_jobs if m < live_from)
+                # Only unfinished ones count: after a jump, finished live minutes below the
+                # new live_from wait for the backlog's checkpoint, and counting them would
+                # keep the backlog from ever opening the minutes they wait for.
+                open_backlog = sum(
+                    1 for m, t in open_jobs.items() if m < live_from and not t.done()
+                )
                 if next_backlog is not None and open_backlog < _MAX_OPEN_MINUTES:
                     minute = backlog.take()
                     open_jobs[minute] = asyncio.create_task(MinuteJob(self, minute).run())
