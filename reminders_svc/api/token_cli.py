@@ -33,11 +33,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     env = os.environ
     prefix = "REMINDERS_ADMIN_JWT_" if args.admin else "REMINDERS_JWT_"
-    if not env.get(f"{prefix}SECRET") and env.get("REMINDERS_ENV") != "dev":
+    signing = env.get(f"{prefix}SECRET") or env.get(f"{prefix}SECRET_FILE")
+    if not signing and env.get("REMINDERS_ENV") != "dev":
         # Said here, not by the key's loader: a server may verify with a public key file,
         # but nothing here can sign with one.
         print(
-            f"reminders token: it signs with {prefix}SECRET, or with the development secret "
+            f"reminders token: it signs with {prefix}SECRET (or {prefix}SECRET_FILE), or with"
+            " the development secret "
             "when REMINDERS_ENV=dev: set one",
             file=sys.stderr,
         )
