@@ -403,6 +403,6 @@ def test_the_token_command_mints_what_the_server_accepts_and_only_in_dev_or_conf
     assert refused.returncode == 1
     assert refused.stdout == ""
     assert refused.stderr == (
-        "reminders token: it signs with REMINDERS_JWT_SECRET, or with the development secret "
-        "when REMINDERS_ENV=dev: set one\n"
+        "reminders token: it signs with REMINDERS_JWT_SECRET (or REMINDERS_JWT_SECRET_FILE),"
+        " or with the development secret when REMINDERS_ENV=dev: set one\n"
     )
