@@ -183,15 +183,17 @@ class RemindersApp:
                     if await self._store.create(proposed, count, limit):
                         return proposed
                 except (QuotaExceeded, UserDataBeingDeleted) as error:
+                    if attempt == 0:
+                        # A plain read's count may lag a delete (or a lifted purge fence):
+                        # only one read through Paxos refuses.
+                        continue
                     refused = error
                 # The count moved, or the cap is reached: a concurrent replay of this
                 # request may have made the row (taking the last slot).
                 existing = await self._store.get_serial(user_id, proposed.reminder_id)
                 if existing is not None:
                     return existing.reminder
-                if refused is not None and attempt > 0:
-                    # Refused on a count read through Paxos: a plain read's may lag a
-                    # delete (or a lifted purge fence), and refuses nothing by itself.
+                if refused is not None:
                     raise refused
         raise Unavailable.contention("this user's reminders")
 

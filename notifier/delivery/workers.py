@@ -156,11 +156,9 @@ class PushWorkers:
         notification = item.notification
         if not notification.expired_at(self._clock()):
             return False
-        if item.reached:
-            self._end(item, Settlement.PUSHED)
-            return True
-        self._metrics.expired_in_queue.labels(notification.priority.value).inc()
-        self._end(item, Settlement.EXPIRED)
+        if not item.reached:
+            self._metrics.expired_in_queue.labels(notification.priority.value).inc()
+        self._end(item, Settlement.EXPIRED)  # pushed, if it reached a device (`_end`)
         return True
 
     async def _still_held(self, item: QueuedNotification) -> QueuedNotification | None:
@@ -270,11 +268,12 @@ class PushWorkers:
     def _end(self, item: QueuedNotification, end: Settlement | HandBack) -> None:
         """End the item's delivery, once; a HandBack hands it back undelivered (its caller
         is answered "retry"), whether it was queued or mid-push. An item that reached one
-        of the user's devices is delivered, not handed back on stopping or an error: its
-        key released, the sender's retry would push it to every device again."""
+        of the user's devices is delivered, however its delivery ends (expired, stopping,
+        an error: handed back, its key released, the sender's retry would push it to
+        every device again), unless another attempt took its key over."""
         if item.ended.done():
             return
-        if item.reached and end in (HandBack.STOPPING, HandBack.ERROR):
+        if item.reached and end is not HandBack.KEY_TAKEN_OVER:
             end = Settlement.PUSHED
         item.ended.set_result(end)
         if isinstance(end, HandBack):

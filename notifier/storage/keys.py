@@ -233,11 +233,6 @@ class KeyStore:
         applied = (await execute(self._session, self._refresh, params)).one().applied
         return KeyHold(hold.accept_id, since) if applied else None
 
-    async def settlement(self, key: str) -> Settlement | None:
-        """How the key's delivery ended, if it was recorded and has ended."""
-        found = await self.look(key)
-        return None if found is None else found.settled_as
-
     async def look(self, key: str) -> KeyClaim | None:
         """The key as an attempt would find it, writing nothing: SETTLED, HELD_ELSEWHERE
         (a live holder may still push it), or None (never recorded, released, or held

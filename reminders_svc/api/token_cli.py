@@ -12,7 +12,7 @@ import sys
 
 from reminders_svc.api.auth import admin_key_from_env, mint_token, user_key_from_env
 from reminders_svc.api.client_cli import positive_seconds, user_id
-from reminders_svc.config import ConfigError
+from reminders_svc.config import ConfigError, secret_setting
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,18 +33,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     env = os.environ
     prefix = "REMINDERS_ADMIN_JWT_" if args.admin else "REMINDERS_JWT_"
-    signing = env.get(f"{prefix}SECRET") or env.get(f"{prefix}SECRET_FILE")
-    if not signing and env.get("REMINDERS_ENV") != "dev":
-        # Said here, not by the key's loader: a server may verify with a public key file,
-        # but nothing here can sign with one.
-        print(
-            f"reminders token: it signs with {prefix}SECRET (or {prefix}SECRET_FILE), or with"
-            " the development secret "
-            "when REMINDERS_ENV=dev: set one",
-            file=sys.stderr,
-        )
-        return 1
     try:
+        if secret_setting(env, f"{prefix}SECRET") is None and env.get("REMINDERS_ENV") != "dev":
+            # Said here, not by the key's loader: a server may verify with a public key
+            # file, but nothing here can sign with one.
+            print(
+                f"reminders token: it signs with {prefix}SECRET (or {prefix}SECRET_FILE), or"
+                " with the development secret when REMINDERS_ENV=dev: set one",
+                file=sys.stderr,
+            )
+            return 1
         key = admin_key_from_env(env) if args.admin else user_key_from_env(env)
         print(mint_token(key, args.user, args.ttl))
     except ConfigError as error:

@@ -134,20 +134,17 @@ class UserPurge:
         """
         purge_id = uuid.uuid4()
         tally = _Tally()
-        for run in range(_RUNS):
+        for run in range(_RUNS - 1):
             try:
-                await self._run_once(user_id, purge_id, now, tally)
-                return PurgedUser(tally.reminders, tally.requests, tally.rings_in_flight)
+                return await self._run_once(user_id, purge_id, now, tally)
             except STORAGE_ERRORS:
-                if run == _RUNS - 1:
-                    raise
-            backoff = _FIRST_BACKOFF_S * 2**run
-            await asyncio.sleep(random.uniform(backoff / 2, backoff))
-        raise AssertionError("unreachable")
+                backoff = _FIRST_BACKOFF_S * 2**run
+                await asyncio.sleep(random.uniform(backoff / 2, backoff))
+        return await self._run_once(user_id, purge_id, now, tally)  # its failure is final
 
     async def _run_once(
         self, user_id: str, purge_id: uuid.UUID, now: datetime, tally: _Tally
-    ) -> None:
+    ) -> PurgedUser:
         await self._hold_fence(user_id, purge_id)
         listing = (
             "SELECT reminder_id, status, claim_token, handoff_until FROM reminders"
@@ -176,13 +173,10 @@ class UserPurge:
         )
         tally.requests += requests
         await self._lift_fence(user_id, purge_id)
+        return PurgedUser(tally.reminders, tally.requests, tally.rings_in_flight)
 
     async def _hold_fence(self, user_id: str, purge_id: uuid.UUID) -> None:
         """Fence the user for this purge, or take over the fence of a purge that died."""
-
-        async def held() -> bool:
-            return (await self._state(user_id)).purge_id == purge_id
-
         for _ in range(_ATTEMPTS):
             state = await self._state(user_id)
             if state.purge_id == purge_id:
@@ -195,7 +189,9 @@ class UserPurge:
                 attempt = aio.execute(self._session, self._take_over, params)
             else:
                 raise _under_way()
-            if await aio.applied_or_settled(self._session, attempt, held):
+            if await aio.applied_or_settled(
+                self._session, attempt, lambda: self._holds(user_id, purge_id)
+            ):
                 return
         raise Unavailable.contention("this user's reminders")
 
@@ -208,20 +204,20 @@ class UserPurge:
         stale = row.purge_at is None or row.read_at - row.purge_at > STALE_AFTER
         return _FenceState(row.active_count, row.purge_id, stale)
 
-    async def _holder(self, user_id: str) -> uuid.UUID | None:
-        return (await self._state(user_id)).purge_id
+    async def _holds(self, user_id: str, purge_id: uuid.UUID) -> bool:
+        """Whether the fence is `purge_id`'s (read through Paxos)."""
+        return (await self._state(user_id)).purge_id == purge_id
 
     async def _refresh_fence(self, user_id: str, purge_id: uuid.UUID) -> None:
-        async def held() -> bool:
-            return await self._holder(user_id) == purge_id
-
         attempt = aio.execute(self._session, self._refresh, (user_id, purge_id))
-        if not await aio.applied_or_settled(self._session, attempt, held):
+        if not await aio.applied_or_settled(
+            self._session, attempt, lambda: self._holds(user_id, purge_id)
+        ):
             raise _under_way()  # taken over: that purge finishes the work
 
     async def _lift_fence(self, user_id: str, purge_id: uuid.UUID) -> None:
         async def lifted() -> bool:
-            if await self._holder(user_id) == purge_id:
+            if await self._holds(user_id, purge_id):
                 # It did not land (the read fixed that): the run starts over and lifts.
                 raise WriteOutcomeUnknown("a purge's lift of its fence did not land")
             return True  # lifted, or taken over after it (nothing of this purge's left)

@@ -293,8 +293,11 @@ class PushServiceThrottlingOneDevice(RecordingPushAdapter):
 
     async def push(self, message: PushMessage) -> PushResult:
         if message.device_token == self.throttled:
-            return PushResult.RETRY
+            return await self.push_to_throttled()
         return await super().push(message)
+
+    async def push_to_throttled(self) -> PushResult:
+        return PushResult.RETRY
 
 
 def test_an_item_that_reached_one_device_is_delivered_though_another_keeps_asking_to_retry(
@@ -303,13 +306,10 @@ def test_an_item_that_reached_one_device_is_delivered_though_another_keeps_askin
     """Handed back, it would be pushed again to every device, again and again, while the
     push service throttles one token: it reached the user, so it is delivered."""
     settings = dataclasses.replace(notifier_settings, push_max_attempts=2)
-    phone, tablet = f"apns-{user}", f"fcm-{user}"
-    push_service = PushServiceThrottlingOneDevice(throttled=tablet)
+    push_service = PushServiceThrottlingOneDevice(throttled=f"fcm-{user}")
     message = item(user)
     with running_notifier(settings, push_service) as notifier:
-        for token, platform in ((phone, pb.Device.PLATFORM_APNS), (tablet, pb.Device.PLATFORM_FCM)):
-            device = pb.Device(device_token=token, platform=platform)
-            notifier.stub.RegisterDevice(pb.RegisterDeviceRequest(user_id=user, device=device))
+        phone, _ = _register_phone_and_throttled_tablet(notifier, user)
         [answer] = notifier.send_batch(message)
         [again] = notifier.send_batch(message)
         pushed = notifier.delivered(key=message.idempotency_key)
@@ -372,17 +372,12 @@ def test_a_notifier_stopping_with_an_item_that_reached_one_device_settles_it_pus
     assert again.outcome == DUPLICATE
 
 
-class PushServiceHangingOnOneDevice(RecordingPushAdapter):
+class PushServiceHangingOnOneDevice(PushServiceThrottlingOneDevice):
     """Never answers a push to one device token (a dead HTTP/2 stream); pushes the rest."""
 
-    def __init__(self, hung: str) -> None:
-        super().__init__(capacity=100)
-        self.hung = hung
-
-    async def push(self, message: PushMessage) -> PushResult:
-        if message.device_token == self.hung:
-            await asyncio.Event().wait()
-        return await super().push(message)
+    async def push_to_throttled(self) -> PushResult:
+        await asyncio.Event().wait()
+        raise AssertionError("never answered")
 
 
 def test_a_push_that_never_answers_is_abandoned_and_others_go_out(

@@ -147,7 +147,8 @@ def test_a_key_whose_settlement_failed_to_write_answers_it_and_writes_it_on_the_
             await keys.store.settle(key, Settlement.PUSHED)
         await keys.age_hold(key, TAKEOVER_AFTER * 2)  # stale: would be taken over
         claims = [await keys.store.record(item), await keys.store.record(item)]
-        return claims, await keys.store.settlement(key)
+        found = await keys.store.look(key)
+        return claims, None if found is None else found.settled_as
 
     claims, settled = with_keys(notifier_settings, steps, KeyStoreFailingOneSettle)
     # Answered from memory, then from the row it wrote.
