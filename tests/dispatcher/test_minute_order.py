@@ -1,0 +1,151 @@
+"""The order a part's minutes are opened and checkpointed in (`PartWorker`), with each
+minute's own work (its reads and rings, `MinuteJob`) replaced by a minute the test finishes
+when it likes and a clock the test moves: what is asserted is the bookkeeping, which no
+Cassandra timing decides."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import pytest
+
+from dispatcher import minutes
+from dispatcher.buckets import BucketReader
+from dispatcher.clock import DbClock
+from dispatcher.leases import Lease, PartLeases
+from dispatcher.metrics import DispatcherMetrics
+from dispatcher.ratelimit import RateLimiter
+from dispatcher.ringer import Ringer
+from dispatcher.settings import DispatcherSettings
+
+MINUTE = timedelta(minutes=1)
+CHECKPOINT = datetime(2026, 12, 6, 11, 0, tzinfo=UTC)
+# With a grace of 3 minutes, the first live minute at 12:03 is 12:00 (its final read is at
+# 12:04): an hour of backlog behind, and four live minutes (12:00 .. 12:03) open at once.
+GRACE = timedelta(minutes=3)
+TAKEN_AT = datetime(2026, 12, 6, 12, 3, tzinfo=UTC)
+LIVE = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+
+
+class MovedClock:
+    def __init__(self, now: datetime) -> None:
+        self.at = now
+
+    def now(self) -> datetime:
+        return self.at
+
+
+class RecordedLeases:
+    def __init__(self) -> None:
+        self.checkpoints: list[datetime] = []
+
+    async def checkpoint(self, lease: Lease, minute: datetime) -> bool:
+        self.checkpoints.append(minute)
+        lease.checkpoint = minute
+        return lease.held()
+
+
+class HeldMinutes:
+    """Stands in for `MinuteJob`: a minute in `held` runs until the test releases it; any
+    other finishes at once."""
+
+    def __init__(self) -> None:
+        self.held: dict[datetime, asyncio.Event] = {}
+        self.opened: list[datetime] = []
+
+    def hold(self, *minutes_held: datetime) -> None:
+        for minute in minutes_held:
+            self.held[minute] = asyncio.Event()
+
+    def release(self, *minutes_released: datetime) -> None:
+        for minute in minutes_released:
+            self.held.pop(minute).set()
+
+    def __call__(self, worker: object, minute: datetime) -> Any:
+        self.opened.append(minute)
+        release = self.held.get(minute)
+
+        class Job:
+            async def run(self) -> bool:
+                if release is not None:
+                    await release.wait()
+                return True
+
+        return Job()
+
+
+@pytest.fixture
+def held_minutes(monkeypatch: pytest.MonkeyPatch) -> HeldMinutes:
+    held = HeldMinutes()
+    monkeypatch.setattr(minutes, "MinuteJob", held)
+    return held
+
+
+async def _until(condition: Any, within_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+def test_a_backlog_drains_after_the_live_minutes_jumped_past_finished_ones(
+    held_minutes: HeldMinutes,
+) -> None:
+    """A part taken an hour behind; a notifier outage holds its four live minutes open long
+    enough for their final reads to pass, so the live cursor jumps ahead and those four
+    join the backlog. Once they finish they wait, finished, for the older backlog minutes'
+    checkpoints: they must not count against the backlog's open minutes, or the backlog
+    never opens the minutes they wait for and the part's checkpoint stops for good."""
+
+    async def scenario() -> None:
+        clock = MovedClock(TAKEN_AT)
+        leases = RecordedLeases()
+        settings = DispatcherSettings(dispatcher_id="d1", grace=GRACE)
+        lease = Lease(part=0, epoch=1, checkpoint=CHECKPOINT, valid_until=time.monotonic() + 600)
+        backlog_head = [CHECKPOINT + MINUTE * n for n in range(1, 5)]  # 11:01 .. 11:04
+        live_held = [LIVE + MINUTE * n for n in range(4)]  # 12:00 .. 12:03
+        held_minutes.hold(*backlog_head, *live_held)
+        worker = minutes.PartWorker(
+            lease,
+            cast(PartLeases, leases),
+            cast(BucketReader, None),
+            cast(Ringer, None),
+            cast(DbClock, clock),
+            settings,
+            DispatcherMetrics(),
+            RateLimiter(settings.catch_up_minutes_per_s),
+        )
+        working = asyncio.create_task(worker.run())
+        try:
+            # Four backlog minutes and four live ones open, none finished.
+            assert await _until(lambda: len(held_minutes.opened) == 8)
+            assert sorted(held_minutes.opened) == [*backlog_head, *live_held]
+
+            # At 12:13 the held live minutes are past their final reads: the live cursor
+            # jumps to 12:10, and 12:00 .. 12:09 are behind it.
+            clock.at = TAKEN_AT + timedelta(minutes=10)
+            assert await _until(lambda: LIVE + 10 * MINUTE in held_minutes.opened)
+            held_minutes.release(*live_held)  # the notifier is back
+            await asyncio.sleep(0.2)
+            assert leases.checkpoints == []  # 11:01 is not finished: nothing is checkpointed
+            held_minutes.release(*backlog_head)
+
+            # The rest of the backlog (11:05 .. 11:59, and 12:04 .. 12:09 that joined it)
+            # opens and finishes, and the checkpoint reaches the live minutes opened since
+            # (12:10 .. 12:14: each opens 65 s before it ends, the prefetch ahead).
+            last_live_open = LIVE + 14 * MINUTE
+            reached = await _until(lambda: last_live_open in leases.checkpoints)
+            assert reached, f"checkpoint stuck at {max(leases.checkpoints, default=CHECKPOINT)}"
+            expected = [CHECKPOINT + MINUTE * n for n in range(1, 75)]  # 11:01 .. 12:14
+            assert leases.checkpoints == expected  # every minute, in order, once
+        finally:
+            worker.stop()
+            working.cancel()
+            await asyncio.gather(working, return_exceptions=True)
+
+    asyncio.run(scenario())
