@@ -293,13 +293,16 @@ class Ringer:
                     return False
                 if not self._clock.ready():
                     continue  # a probe while this waited for its slot: wait out of it
+                # A skip is final only on a read sent after the writes it must see landed:
+                # judged by when the read went out, not by when a slow replica answered.
+                read_at = self._clock.now()
                 stored = await read(entry.user_id, entry.reminder_id)
                 now = self._clock.now()
                 decision = dispatch.decide(
                     stored.reminder if stored else None, now, horizon, entry.written
                 )
                 if isinstance(decision, dispatch.Skip):
-                    again = self._recheck_at(stored, decision, now, horizon, entry.written)
+                    again = self._recheck_at(stored, decision, read_at, horizon, entry.written)
                     if again is not None:
                         self._metrics.skips_deferred.inc()
                         return again
@@ -324,7 +327,7 @@ class Ringer:
         self,
         stored: StoredReminder | None,
         skip: dispatch.Skip,
-        now: datetime,
+        read_at: datetime,
         horizon: datetime,
         entry_written: datetime | None,
     ) -> datetime | None:
@@ -339,8 +342,8 @@ class Ringer:
         tombstone = stored is not None and skip.reason is dispatch.SkipReason.DELETED
         # The write that made the entry lands within G of it (the write deadline plus the
         # skew): past that, the row shows it, and an older entry's skip is final at once.
-        landed = entry_written is not None and now >= entry_written + self._settings.grace
-        return None if tombstone or landed or now >= final_read_at else final_read_at
+        landed = entry_written is not None and read_at >= entry_written + self._settings.grace
+        return None if tombstone or landed or read_at >= final_read_at else final_read_at
 
     async def _claim(
         self, stored: StoredReminder, decision: dispatch.Decision, now: datetime, shift: Shift

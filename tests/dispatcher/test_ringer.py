@@ -106,6 +106,7 @@ class RacedStore(ReminderStore):
         self.before_claim: list[UserChange] = []
         self.before_finalize: list[UserChange] = []
         self.after_finalize: list[Callable[[], None]] = []  # run once a finalize landed
+        self.after_read: list[Callable[[], None]] = []  # run once a plain row read answered
         # A claim's reply held this long after it landed; `claim_landed` is set meanwhile.
         self.claim_reply_delay_s = 0.0
         self.claim_landed = asyncio.Event()
@@ -127,6 +128,12 @@ class RacedStore(ReminderStore):
             while self.after_finalize:
                 self.after_finalize.pop(0)()
         return applied
+
+    async def get(self, user_id: str, reminder_id: uuid.UUID) -> StoredReminder | None:
+        stored = await super().get(user_id, reminder_id)
+        while self.after_read:
+            self.after_read.pop(0)()
+        return stored
 
     async def set_claim_expiry(
         self, user_id: str, reminder_id: uuid.UUID, token: uuid.UUID, expires: datetime
@@ -565,6 +572,39 @@ def test_a_skip_is_deferred_only_while_the_entrys_own_write_may_still_be_landing
     ended, deferrals, skips = asyncio.run(scenario())
     assert isinstance(ended, datetime) is deferred
     assert (deferrals, skips) == ((1, 0) if deferred else (0, 1))
+
+
+def test_a_skip_read_before_the_final_read_is_not_final_however_late_the_read_answers(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """A paused row whose entry was just written (its resume may be landing), read before
+    the minute's final read but answered after it (a slow replica): the row the read saw
+    may predate the write, so the skip is decided again, not made final by the time the
+    answer came."""
+
+    async def scenario() -> tuple[bool | datetime, float, float]:
+        grace = timedelta(seconds=10)
+        async with leased_part(own_keyspace, grace=grace) as part:
+            reminder = await part.due_reminder("u-slow-read", _just_due())
+            assert reminder.due is not None
+            stored = await part.store.get_serial(reminder.user_id, reminder.reminder_id)
+            assert stored is not None
+            now = datetime.now(UTC)
+            assert await part.store.replace(stored, pause(stored.reminder, now), now)
+            entry = Entry(reminder.user_id, reminder.reminder_id, reminder.due, uuid.uuid1())
+            horizon = floor_minute(reminder.due) + timedelta(minutes=1)
+
+            def answered_past_the_final_read() -> None:
+                part.clock.stalled = horizon + grace + timedelta(seconds=1) - part.clock.now()
+
+            part.store.after_read.append(answered_past_the_final_read)
+            ended = await part.ringer.ring(entry, horizon, part.shift)
+            skips = part.count("reminders_dispatch_skips_total", reason="paused")
+            return ended, part.count("reminders_dispatch_skips_deferred_total"), skips
+
+    ended, deferrals, skips = asyncio.run(scenario())
+    assert isinstance(ended, datetime)
+    assert (deferrals, skips) == (1, 0)
 
 
 class _RecordingClient:
