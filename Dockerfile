@@ -11,7 +11,7 @@ FROM python:3.11.14-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md constraints.txt ./
+COPY pyproject.toml README.md constraints.txt build-constraints.txt ./
 COPY cql/ cql/
 COPY genproto/ genproto/
 COPY reminders_svc/ reminders_svc/
@@ -19,7 +19,8 @@ COPY dispatcher/ dispatcher/
 COPY notifier/ notifier/
 COPY devnode/ devnode/
 RUN python -m venv /opt/reminders \
-    && /opt/reminders/bin/pip install -c constraints.txt . \
+    && /opt/reminders/bin/pip install -c constraints.txt --upgrade pip \
+    && /opt/reminders/bin/pip install -c constraints.txt --build-constraint build-constraints.txt . \
     && /opt/reminders/bin/python -m compileall -q /opt/reminders
 
 FROM python:3.11.14-slim-bookworm AS runtime

@@ -19,21 +19,28 @@ PROMTOOL := .cache/go/promtool-$(PROMTOOL_VERSION)/promtool
 
 # constraints.txt pins every package, the transitive ones too: a fresh machine installs
 # what CI ran, not whatever PyPI serves that day.
-$(STAMP): pyproject.toml constraints.txt
+# build-constraints.txt does the same for the build backend pip fetches to build this
+# project (pip's build isolation does not apply -c to it).
+$(STAMP): pyproject.toml constraints.txt build-constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install --quiet -c constraints.txt --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt --build-constraint build-constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 # After a pin in pyproject.toml changes: resolve anew in a scratch venv and pin the result.
 constraints:
-	rm -rf .cache/constraints-venv
+	rm -rf .cache/constraints-venv .cache/build-venv
 	$(PYTHON) -m venv .cache/constraints-venv
 	.cache/constraints-venv/bin/pip install --quiet --upgrade pip
 	.cache/constraints-venv/bin/pip install --quiet -e '.[dev]'
-	{ sed -n '/^#/p' constraints.txt; .cache/constraints-venv/bin/pip freeze --exclude-editable; } > constraints.txt.new
+	{ sed -n '/^#/p' constraints.txt; .cache/constraints-venv/bin/pip freeze --all --exclude-editable | grep '^pip=='; \
+	  .cache/constraints-venv/bin/pip freeze --exclude-editable; } > constraints.txt.new
+	$(PYTHON) -m venv .cache/build-venv
+	.cache/build-venv/bin/pip install --quiet $$($(PYTHON) -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))') editables
+	{ sed -n '/^#/p' build-constraints.txt; .cache/build-venv/bin/pip freeze; } > build-constraints.txt.new
 	mv constraints.txt.new constraints.txt
-	rm -rf .cache/constraints-venv
+	mv build-constraints.txt.new build-constraints.txt
+	rm -rf .cache/constraints-venv .cache/build-venv
 
 install: $(STAMP)
 

@@ -1,11 +1,14 @@
 """constraints.txt pins every package installed, so a fresh machine gets what CI ran: it
-must agree with pyproject.toml's pins and be what this environment has installed."""
+must agree with pyproject.toml's pins and be what this environment has installed.
+build-constraints.txt pins the build backend pip fetches to build the project."""
 
 from __future__ import annotations
 
 import re
 import tomllib
 from importlib import metadata
+
+from packaging.requirements import Requirement
 
 from tests.pins import REPO
 
@@ -24,11 +27,11 @@ def _pins(lines: list[str]) -> dict[str, str]:
     return pins
 
 
-def _constraints() -> dict[str, str]:
-    lines = (REPO / "constraints.txt").read_text().splitlines()
+def _constraints(file: str = "constraints.txt") -> dict[str, str]:
+    lines = (REPO / file).read_text().splitlines()
     entries = [line for line in lines if line.strip() and not line.startswith("#")]
     pins = _pins(entries)
-    assert len(pins) == len(entries), "constraints.txt: only name==version lines and comments"
+    assert len(pins) == len(entries), f"{file}: only name==version lines and comments"
     return pins
 
 
@@ -54,3 +57,12 @@ def test_this_environment_has_the_constrained_versions() -> None:
         if installed.get(name) != version
     }
     assert not differ, f"constraints.txt vs installed (run `make install`): {differ}"
+
+
+def test_the_build_backend_is_pinned_within_what_pyproject_requires() -> None:
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
+    pins = _constraints("build-constraints.txt")
+    for requirement in map(Requirement, requires):
+        pinned = pins.get(_name(requirement.name))
+        assert pinned is not None, f"build-constraints.txt lacks {requirement.name}"
+        assert requirement.specifier.contains(pinned), f"{requirement} vs pin {pinned}"
