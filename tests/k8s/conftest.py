@@ -57,13 +57,16 @@ def dockerfile_stages() -> dict[str, Stage]:
     return stages(DOCKERFILE)
 
 
+_BUILD_PINNED = ("--build-constraint", "build-constraints.txt")
+
+
 @pytest.fixture(scope="session")
 def image_venv(
     tmp_path_factory: pytest.TempPathFactory, dockerfile_stages: dict[str, Stage]
 ) -> Path:
     """A new virtual environment with the package installed from a build context that
-    holds only what the Dockerfile's build stage copies, as its RUN does (`pip install -c
-    constraints.txt .`):
+    holds only what the Dockerfile's build stage copies, as its RUN does (pip at its pin,
+    then `pip install -c constraints.txt --build-constraint build-constraints.txt .`):
     a file the image would miss makes this install or the commands fail."""
     root = tmp_path_factory.mktemp("image")
     context = root / "src"
@@ -77,8 +80,14 @@ def image_venv(
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+    subprocess.run(
+        [*pip, "install", "--quiet", "-c", "constraints.txt", "--upgrade", "pip"],
+        cwd=context,
+        timeout=300,
+        check=True,
+    )
     result = subprocess.run(
-        [*pip, "install", "--quiet", "-c", "constraints.txt", "."],
+        [*pip, "install", "--quiet", "-c", "constraints.txt", *_BUILD_PINNED, "."],
         cwd=context,
         capture_output=True,
         text=True,

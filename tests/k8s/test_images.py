@@ -44,7 +44,10 @@ def test_target_runs_as_numeric_non_root_user(
 def test_build_installs_the_package_with_pip(dockerfile_stages: dict[str, Stage]) -> None:
     runs = [arg for name, arg in dockerfile_stages["build"].instructions if name == "RUN"]
     # Pinned as make install pins it: the image runs the versions the tests ran.
-    assert any(re.search(r"\bpip install -c constraints\.txt \.(\s|$)", run) for run in runs), runs
+    pinned = r"\bpip install -c constraints\.txt --build-constraint build-constraints\.txt \.(\s|$)"
+    assert any(re.search(pinned, run) for run in runs), runs
+    # pip itself at the pinned version first: older ones lack --build-constraint.
+    assert any(re.search(r"\bpip install -c constraints\.txt --upgrade pip\b", run) for run in runs)
 
 
 def test_copied_sources_exist_and_are_not_ignored(dockerfile_stages: dict[str, Stage]) -> None:
