@@ -137,7 +137,22 @@ class PushWorkers:
         if self._policy.crash_before_push:
             log.warning("fault crash_before_push: killing this process")
             os.kill(os.getpid(), signal.SIGKILL)
-        results = await asyncio.gather(*(self._push(notification, d) for d in devices))
+        reached_now: list[Device] = []
+
+        async def push(device: Device) -> PushResult:
+            result = await self._push(notification, device)
+            if result is PushResult.OK:
+                reached_now.append(device)
+            return result
+
+        try:
+            results = await asyncio.gather(*(push(d) for d in devices))
+        except BaseException:
+            # Cut off mid-round (a stop past its grace, a bug) after a device took it:
+            # delivered, not handed back to be pushed to that device again.
+            if reached_now:
+                self._end(item, Settlement.PUSHED)
+            raise
         again = tuple(
             device
             for device, result in zip(devices, results, strict=True)

@@ -345,39 +345,46 @@ def test_an_item_that_reached_one_device_and_expired_before_its_retry_is_deliver
     assert [p.device_token for p in pushed] == [phone]
 
 
-def test_a_notifier_stopping_with_an_item_that_reached_one_device_settles_it_pushed(
-    notifier_settings: NotifierSettings, user: str
-) -> None:
-    """Stopped while the item waits to retry the tablet, the phone already pushed: it was
-    handed back and its key released, so the sender's retry on another replica pushed
-    the phone a second time."""
-    settings = dataclasses.replace(
-        notifier_settings,
-        push_max_attempts=3,
-        push_retry_backoff=timedelta(seconds=60),
-        shutdown_grace=timedelta(seconds=1),
-    )
-    message = item(user, expire_in=timedelta(minutes=5))
-    throttling = PushServiceThrottlingOneDevice(f"fcm-{user}")
-    with ThreadPoolExecutor(1) as caller, running_notifier(settings, throttling) as first:
-        phone, _ = _register_phone_and_throttled_tablet(first, user)
-        caller.submit(first.send_batch, message)  # its answer cut off by the stop
-        assert [p.device_token for p in first.wait_delivered(1, user)] == [phone]
-        time.sleep(0.5)  # both pushes answered: it waits a minute to retry the tablet
-
-    with running_notifier(notifier_settings) as second:
-        [again] = second.send_batch(message)
-        assert second.delivered(key=message.idempotency_key) == []
-
-    assert again.outcome == DUPLICATE
-
-
 class PushServiceHangingOnOneDevice(PushServiceThrottlingOneDevice):
     """Never answers a push to one device token (a dead HTTP/2 stream); pushes the rest."""
 
     async def push_to_throttled(self) -> PushResult:
         await asyncio.Event().wait()
         raise AssertionError("never answered")
+
+
+@pytest.mark.parametrize("tablet", ["asks-to-retry", "never-answers"])
+def test_a_notifier_stopping_with_an_item_that_reached_one_device_settles_it_pushed(
+    notifier_settings: NotifierSettings, user: str, tablet: str
+) -> None:
+    """Stopped with the phone already pushed, while the item waits to retry the tablet or
+    while the tablet's push is still under way: it was handed back and its key released,
+    so the sender's retry on another replica pushed the phone a second time."""
+    settings = dataclasses.replace(
+        notifier_settings,
+        push_max_attempts=3,
+        push_retry_backoff=timedelta(seconds=60),
+        push_timeout=timedelta(seconds=60),
+        shutdown_grace=timedelta(seconds=1),
+    )
+    message = item(user, expire_in=timedelta(minutes=5))
+    adapter = (
+        PushServiceThrottlingOneDevice
+        if tablet == "asks-to-retry"
+        else PushServiceHangingOnOneDevice
+    )
+    push_service = adapter(f"fcm-{user}")
+    with ThreadPoolExecutor(1) as caller, running_notifier(settings, push_service) as first:
+        phone, _ = _register_phone_and_throttled_tablet(first, user)
+        caller.submit(first.send_batch, message)  # its answer cut off by the stop
+        assert [p.device_token for p in first.wait_delivered(1, user)] == [phone]
+        time.sleep(0.5)  # the tablet's push answered "retry" (it waits a minute), or hangs
+
+    with running_notifier(notifier_settings) as second:
+        [again] = second.send_batch(message)
+        assert second.delivered(key=message.idempotency_key) == []
+
+    assert again.outcome == DUPLICATE
 
 
 def test_a_push_that_never_answers_is_abandoned_and_others_go_out(
