@@ -32,13 +32,13 @@ from datetime import datetime
 from typing import TypeVar
 
 from dispatcher.buckets import BucketReader, Entry
-from dispatcher.clock import DbClock
 from dispatcher.leases import Lease, PartLeases
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.ratelimit import RateLimiter
 from dispatcher.ringer import Ringer
 from dispatcher.settings import DispatcherSettings
 from dispatcher.shift import LOOK_EVERY_S, Shift
+from reminders_svc.storage.clock import DbClock
 from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.parts import MINUTE, floor_minute
 

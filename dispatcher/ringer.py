@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from dispatcher.buckets import Entry
-from dispatcher.clock import DbClock
 from dispatcher.handoff import Answer, NotifierClient, Outcome, Ring
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.ratelimit import RateLimiter
@@ -55,6 +54,7 @@ from reminders_svc.domain import dispatch
 from reminders_svc.domain.delivery import Answer as HistoryAnswer
 from reminders_svc.domain.delivery import Delivery
 from reminders_svc.domain.reminder import Reminder
+from reminders_svc.storage.clock import DbClock
 from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.parts import MINUTE, bucket_minute

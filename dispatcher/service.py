@@ -33,7 +33,6 @@ import grpc
 from grpc_health.v1 import health_pb2_grpc
 
 from dispatcher.buckets import BucketReader
-from dispatcher.clock import DbClock
 from dispatcher.handoff import NotifierClient
 from dispatcher.leases import Lease, PartLeases, PartState
 from dispatcher.metrics import DispatcherMetrics
@@ -47,6 +46,7 @@ from reminders_svc.config import CassandraSettings
 from reminders_svc.connections import SERVER_OPTIONS
 from reminders_svc.health import ProcessHealth
 from reminders_svc.runtime import MetricsEndpoint, on_stop_signals, stop_unless_waited_out
+from reminders_svc.storage.clock import HOOKED_AHEAD_S, DbClock, wall_clock_ahead
 from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.loop_reactor import (
@@ -414,10 +414,10 @@ def _host_clock(faults: frozenset[str]) -> Callable[[], float]:
     first SIGUSR1 on under `wall_clock_ahead_on_sigusr1` (a clock going bad while parts
     are held)."""
     if "wall_clock_ahead" in faults:
-        return lambda: time.time() + 30
+        return wall_clock_ahead()
     if "wall_clock_ahead_on_sigusr1" in faults:
         ahead_s = [0.0]
-        signal.signal(signal.SIGUSR1, lambda *_: ahead_s.__setitem__(0, 30.0))
+        signal.signal(signal.SIGUSR1, lambda *_: ahead_s.__setitem__(0, HOOKED_AHEAD_S))
         return lambda: time.time() + ahead_s[0]
     return time.time
 

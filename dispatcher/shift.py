@@ -12,8 +12,8 @@ import contextlib
 import time
 from datetime import datetime
 
-from dispatcher.clock import DbClock
 from dispatcher.leases import Lease
+from reminders_svc.storage.clock import DbClock
 
 # A lease lost sets no event: a wait on anything but the shift's own stop looks at the
 # shift at least this often.

@@ -1,8 +1,8 @@
 """The gRPC health services every process of the project serves, and what each means.
 
 - `""` (the server as a whole) and each RPC service's own name are **readiness**: SERVING
-  only while the process can do its work (Cassandra answers; for a dispatcher, its clock
-  is checked against the database's). Kubernetes' readinessProbe asks `""`.
+  only while the process can do its work (Cassandra answers; for a dispatcher and an API
+  server, their clock agrees with the database's). Kubernetes' readinessProbe asks `""`.
 - `LIVENESS_SERVICE` is the process itself: SERVING from its start until it stops, and
   answered by its event loop, so a wedged loop fails it. Kubernetes' livenessProbe asks
   it (`grpc: {port: ..., service: liveness}`): a process waiting out a database outage
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from cassandra.cluster import Session
 from grpc_health.v1 import health, health_pb2
@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 LIVENESS_SERVICE = "liveness"
 # The cheapest query that proves a coordinator answers.
 PROBE_QUERY = "SELECT release_version FROM system.local"
+
+# A storage probe of a process's own (its timeout in seconds): raises when Cassandra does
+# not answer; False when it answers but the process is not ready for another reason.
+StorageProbe = Callable[[float], Awaitable[bool]]
 
 
 class ProcessHealth:
@@ -44,9 +48,11 @@ class ProcessHealth:
         await self.set_ready(False)
         await self.servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
 
-    async def set_ready(self, ready: bool) -> None:
+    async def set_ready(self, ready: bool, gauged: bool | None = None) -> None:
+        """`gauged`: what the gauge shows, when not readiness itself (storage answering
+        while readiness also waits on the clock)."""
         if self._ready_gauge is not None:
-            self._ready_gauge.set(1 if ready else 0)
+            self._ready_gauge.set(1 if (ready if gauged is None else gauged) else 0)
         status = (
             health_pb2.HealthCheckResponse.SERVING
             if ready and not self._stopping
@@ -58,16 +64,23 @@ class ProcessHealth:
         for service in self._services:
             await self.servicer.set(service, status)
 
-    async def follow_storage(self, session: Session, interval_s: float) -> None:
-        """Ready while Cassandra answers a probe, every `interval_s` until cancelled."""
+    async def follow_storage(
+        self, session: Session, interval_s: float, probe: StorageProbe | None = None
+    ) -> None:
+        """Ready while Cassandra answers a probe (`probe`, when given, which may also say
+        not ready), every `interval_s` until cancelled. The gauge shows storage answering."""
         while True:
+            fine = True
             try:
-                await execute(session, PROBE_QUERY, timeout_s=interval_s)
+                if probe is None:
+                    await execute(session, PROBE_QUERY, timeout_s=interval_s)
+                else:
+                    fine = await probe(interval_s)
                 answers = True
             except Exception as error:  # any driver error means "not answering"
                 log.warning("Cassandra health probe failed: %s", type(error).__name__)
                 answers = False
-            await self.set_ready(answers)
+            await self.set_ready(answers and fine, gauged=answers)
             await asyncio.sleep(interval_s)
 
     async def shut_down(self) -> None:

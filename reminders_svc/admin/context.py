@@ -11,9 +11,9 @@ from datetime import datetime, timedelta
 from cassandra.cluster import Session
 
 from dispatcher.buckets import BucketReader
-from dispatcher.clock import DbClock
 from dispatcher.leases import PartLeases
 from reminders_svc.config import CassandraSettings, Retention
+from reminders_svc.storage.clock import DbClock
 from reminders_svc.storage.migrations import require_current_schema
 from reminders_svc.storage.parts import PartCounts
 from reminders_svc.storage.reminders_store import ReminderStore

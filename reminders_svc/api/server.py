@@ -18,6 +18,7 @@ from typing import Any, Protocol, cast
 
 import grpc
 import grpc.aio
+from cassandra.cluster import Session
 from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -30,7 +31,7 @@ from reminders_svc.api.undecodable import Observe, TolerantRequests
 from reminders_svc.config import CassandraSettings
 from reminders_svc.connections import SERVER_OPTIONS
 from reminders_svc.domain.errors import Unavailable
-from reminders_svc.health import ProcessHealth
+from reminders_svc.health import ProcessHealth, StorageProbe
 from reminders_svc.runtime import (
     CannotServe,
     MetricsEndpoint,
@@ -38,6 +39,7 @@ from reminders_svc.runtime import (
     run_until_signal,
     stop_unless_waited_out,
 )
+from reminders_svc.storage.clock import DbClock, wall_clock_ahead
 from reminders_svc.storage.loop_reactor import (
     built_patiently,
     close_on_loop,
@@ -108,6 +110,17 @@ class ApiMetrics:
         self.storage_up = Gauge(
             "reminders_api_storage_up",
             "1 while Cassandra answers the health probe, else 0.",
+            registry=registry,
+        )
+        self.clock_offset = Gauge(
+            "reminders_api_clock_offset_seconds",
+            "Measured offset of the database clock minus this API server's.",
+            registry=registry,
+        )
+        self.clock_ready = Gauge(
+            "reminders_api_clock_ready",
+            "0 while this host's clock is known off the database's by more than the"
+            " dispatchers' skew allowance (the server is then not ready), else 1.",
             registry=registry,
         )
 
@@ -308,7 +321,38 @@ class ApiServer:
             )
         self._services.install(servicers)
         self._servicers = servicers
-        await self._health.follow_storage(connection.session, interval)
+        await self._health.follow_storage(
+            connection.session, interval, self._clock_probe(connection.session)
+        )
+
+    def _clock_probe(self, session: Session) -> StorageProbe:
+        """The storage probe measures this host's clock against the database's: off by more
+        than the skew allowance, a bucket entry this server writes may land in a minute
+        the dispatchers have closed, and its reminder never ring (DESIGN.md invariant 3)."""
+        hooked = "wall_clock_ahead" in self._settings.faults
+        clock = DbClock(
+            session, self._settings.max_clock_offset, wall_clock_ahead() if hooked else time.time
+        )
+        was_off = False
+
+        async def clock_agrees(timeout_s: float) -> bool:
+            nonlocal was_off
+            await clock.measure(timeout_s)
+            self._metrics.clock_offset.set(clock.offset_s)
+            off = clock.known_off()
+            self._metrics.clock_ready.set(0 if off else 1)
+            if off and not was_off:
+                log.error(
+                    "not ready: the database's clock is %+.1f s off this host's (bound %g s)",
+                    clock.offset_s,
+                    self._settings.max_clock_offset.total_seconds(),
+                )
+            elif was_off and not off:
+                log.info("this host's clock agrees with the database's again")
+            was_off = off
+            return not off
+
+        return clock_agrees
 
 
 async def serve(

@@ -24,6 +24,8 @@ from reminders_svc.tls import API_PREFIX, ServerTls
 # The dispatchers' and the notifier's defaults: the ring expiry, and the clock-skew
 # allowance of a notifier's clock.
 HANDOFF_WINDOW = RING_EXPIRY + MinuteTiming.skew
+# The test hooks REMINDERS_API_FAULTS may name: the host clock seen 30 s ahead.
+API_FAULTS = frozenset({"wall_clock_ahead"})
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,11 @@ class ApiSettings:
     health_probe_interval: timedelta = timedelta(seconds=3)
     # How long after a cleared claim's expiry its ring may still be pushed.
     still_pushed_for: timedelta = HANDOFF_WINDOW
+    # The dispatchers' clock-skew allowance for writers (REMINDERS_DISPATCH_SKEW_S): a host
+    # clock known off the database's by more is not ready (DESIGN.md invariant 3).
+    max_clock_offset: timedelta = MinuteTiming.skew
+    # Test hooks named in REMINDERS_API_FAULTS (API_FAULTS); none in production.
+    faults: frozenset[str] = frozenset()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ApiSettings:
@@ -92,7 +99,8 @@ class ApiSettings:
         _check_write_deadline(write_deadline, values)
         # Read as the dispatchers read them (one ConfigMap): a notifier on a clock up to
         # the skew behind pushes until the ring's expiry by its clock.
-        still_pushed_for = ring_expiry_from_env(values) + MinuteTiming.from_env(values).skew
+        skew = MinuteTiming.from_env(values).skew
+        still_pushed_for = ring_expiry_from_env(values) + skew
         check_tz_override(values)  # the zones every due is computed in
         settings = cls(
             host=env.text("REMINDERS_API_HOST", "127.0.0.1"),
@@ -120,7 +128,12 @@ class ApiSettings:
                 high=600,
             ),
             still_pushed_for=still_pushed_for,
+            max_clock_offset=skew,
+            faults=frozenset(filter(None, env.text("REMINDERS_API_FAULTS", "").split(","))),
         )
+        unknown = sorted(settings.faults - API_FAULTS)
+        if unknown:  # a misspelt hook would quietly test nothing
+            raise ConfigError(f"REMINDERS_API_FAULTS: unknown fault {unknown[0]!r}")
         require_protected(
             values,
             "REMINDERS_API_HOST (the API's port: tokens and reminder texts)",

@@ -70,9 +70,10 @@ async def execute(
     return await done
 
 
-async def database_now(session: Session) -> datetime:
+async def database_now(session: Session, timeout_s: float | None = None) -> datetime:
     """The coordinator's clock, `toTimestamp(now())`: aware UTC, to the millisecond."""
-    row = (await execute(session, "SELECT toTimestamp(now()) AS now FROM system.local")).one()
+    query = "SELECT toTimestamp(now()) AS now FROM system.local"
+    row = (await execute(session, query, timeout_s=timeout_s)).one()
     now: datetime = row.now
     return now.replace(tzinfo=UTC)
 

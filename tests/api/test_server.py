@@ -160,6 +160,34 @@ def test_reflection_off(migrated_settings: CassandraSettings) -> None:
         assert api.terminate() == 0
 
 
+def test_an_api_whose_host_clock_is_off_the_databases_is_not_ready(
+    migrated_settings: CassandraSettings,
+) -> None:
+    """A host clock 30 s ahead (the test hook) dates entries and dues that the dispatchers,
+    on the database's clock, may read as in a minute already closed: the server says not
+    ready (storage still answering), and the gauges say why; a clock that agrees serves."""
+    clock_ready: tuple[str, frozenset[tuple[str, str]]] = ("reminders_api_clock_ready", frozenset())
+    with serve_api(migrated_settings, REMINDERS_API_FAULTS="wall_clock_ahead") as off:
+        off.wait_for_health(NOT_SERVING)
+        time.sleep(1.5)  # several probes: it stays so
+        assert off.health() == NOT_SERVING
+        samples = metric_samples_once(off.metrics_port, lambda s: s.get(clock_ready) == 0)
+        assert samples[clock_ready] == 0
+        assert samples[("reminders_api_storage_up", frozenset())] == 1
+        assert samples[("reminders_api_clock_offset_seconds", frozenset())] == pytest.approx(
+            -30, abs=2
+        )
+        assert off.terminate() == 0
+        assert "off this host's" in off.output()
+
+    with serve_api(migrated_settings) as agreeing:
+        agreeing.wait_for_health(SERVING)
+        samples = metric_samples(agreeing.metrics_port)
+        assert samples[clock_ready] == 1
+        assert abs(samples[("reminders_api_clock_offset_seconds", frozenset())]) < 2
+        assert agreeing.terminate() == 0
+
+
 def test_not_serving_while_cassandra_is_unreachable(migrated_settings: CassandraSettings) -> None:
     closed = dataclasses.replace(migrated_settings, port=free_port())
     made_up = f"/{REMINDERS_SERVICE}/MadeUpMethodChosenByTheCaller"

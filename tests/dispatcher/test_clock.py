@@ -11,8 +11,8 @@ from typing import Any, cast
 import pytest
 from cassandra.cluster import ResponseFuture, Session
 
-from dispatcher.clock import DbClock
 from reminders_svc.config import CassandraSettings
+from reminders_svc.storage.clock import DbClock
 from reminders_svc.storage.loop_reactor import connected_on_loop
 
 

@@ -14,12 +14,12 @@ import pytest
 
 from dispatcher import minutes
 from dispatcher.buckets import BucketReader
-from dispatcher.clock import DbClock
 from dispatcher.leases import Lease, PartLeases
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.ratelimit import RateLimiter
 from dispatcher.ringer import Ringer
 from dispatcher.settings import DispatcherSettings
+from reminders_svc.storage.clock import DbClock
 
 MINUTE = timedelta(minutes=1)
 CHECKPOINT = datetime(2026, 12, 6, 11, 0, tzinfo=UTC)

@@ -24,7 +24,6 @@ from cassandra.cluster import Session
 from cassandra.util import uuid_from_time
 
 from dispatcher.buckets import BucketReader, Entry
-from dispatcher.clock import DbClock
 from dispatcher.handoff import Answer, NotifierClient, Outcome, Ring
 from dispatcher.leases import PartLeases
 from dispatcher.metrics import DispatcherMetrics
@@ -52,6 +51,7 @@ from reminders_svc.domain.reminder import (
 )
 from reminders_svc.schedule import one_off_instant
 from reminders_svc.storage import aio
+from reminders_svc.storage.clock import DbClock
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.parts import DEFAULT_PARTS, MINUTE, floor_minute, part_of
 from reminders_svc.storage.purge import UserPurge

@@ -65,6 +65,7 @@ READERS: dict[str, Reader] = {
         ("api", "REMINDERS_HISTORY_RETENTION_DAYS", "0", "expected 1 to 3650 days"),
         ("api", "REMINDERS_BUCKET_RETENTION_DAYS", "inf", "expected a number"),
         ("api", "REMINDERS_API_HEALTH_PROBE_INTERVAL_S", "0", "expected 0.1 to 600 s"),
+        ("api", "REMINDERS_API_FAULTS", "wall_clock_behind", "unknown fault"),
         ("cassandra", "REMINDERS_CASSANDRA_REQUEST_TIMEOUT", "nan", "expected a number"),
         ("cassandra", "REMINDERS_CASSANDRA_PORT", "0", "expected 1 to 65535"),
     ],

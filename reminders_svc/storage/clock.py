@@ -1,11 +1,17 @@
-"""The dispatcher's clock, checked against the database's (DESIGN.md invariant 8).
+"""A process's clock checked against the database's (DESIGN.md invariants 3 and 8).
 
-Never early: a ring is handed off only when its due has passed by this clock, which is
-Cassandra's `toTimestamp(now())` as last measured, carried forward by the monotonic
-clock. Not by the wall clock: a step of it (NTP, a VM resumed) between two measurements
-would move this clock ahead of the database's and ring early. The wall clock's offset to
-the database is still measured: beyond the bound (or with no successful measurement
-recently) the dispatcher is not ready and hands nothing off until the clocks agree.
+The dispatcher's: never early, a ring is handed off only when its due has passed by this
+clock, which is Cassandra's `toTimestamp(now())` as last measured, carried forward by the
+monotonic clock. Not by the wall clock: a step of it (NTP, a VM resumed) between two
+measurements would move this clock ahead of the database's and ring early. The wall
+clock's offset to the database is still measured: beyond the bound (or with no successful
+measurement recently) the dispatcher is not ready and hands nothing off until the clocks
+agree.
+
+The API's: its host clock dates each write (the driver's timestamps) and every due it
+computes; off the database's by more than the dispatchers' skew allowance, a bucket entry
+can land in a minute they have already closed (invariant 3). It measures the offset with
+its storage probe and is not ready while the clock is known off by more than that.
 """
 
 from __future__ import annotations
@@ -19,6 +25,15 @@ from datetime import UTC, datetime, timedelta
 from cassandra.cluster import Session
 
 from reminders_svc.storage import aio
+
+# How far ahead the test hook `wall_clock_ahead` puts a process's host clock: beyond any
+# bound of the clock checks.
+HOOKED_AHEAD_S = 30.0
+
+
+def wall_clock_ahead(ahead_s: float = HOOKED_AHEAD_S) -> Callable[[], float]:
+    """The host's wall clock `ahead_s` ahead (the test hook `wall_clock_ahead`)."""
+    return lambda: time.time() + ahead_s
 
 
 class DbClock:
@@ -39,10 +54,10 @@ class DbClock:
         self._base_s = wall()
         self._base_mono = time.monotonic()
 
-    async def measure(self) -> float:
+    async def measure(self, timeout_s: float | None = None) -> float:
         """Measure the offset (database minus local), with half the round trip as error."""
         before, before_mono = self._wall(), time.monotonic()
-        database = (await aio.database_now(self._session)).timestamp()
+        database = (await aio.database_now(self._session, timeout_s)).timestamp()
         after, after_mono = self._wall(), time.monotonic()
         # Cassandra's timestamp has millisecond precision; add that to the error.
         self.uncertainty_s = (after_mono - before_mono) / 2 + 0.001
