@@ -345,7 +345,11 @@ class ReminderStore:
         a claim renewed after the read that judged it expired is not taken over.
         """
         old = before.reminder
-        if after.due is not None and after.due != old.due:
+        # A new due needs its entry; so does a row made pending again at its own due (an
+        # edit while sending that computes the same next ring): the entry for that due was
+        # consumed by the claim, and its minute may be checkpointed already.
+        pending_again = after.status is Status.PENDING and old.status is not Status.PENDING
+        if after.due is not None and (after.due != old.due or pending_again):
             await self.write_bucket_entry(after, now)
         deleting = _active(after) == 0
         ttl = int(self._retention.tombstone.total_seconds()) if deleting else 0

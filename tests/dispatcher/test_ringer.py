@@ -49,7 +49,7 @@ from reminders_svc.domain.reminder import (
     pause,
     snooze,
 )
-from reminders_svc.schedule import one_off_instant
+from reminders_svc.schedule import Repeat, one_off_instant, validate_new
 from reminders_svc.storage import aio
 from reminders_svc.storage.clock import DbClock
 from reminders_svc.storage.history import DeliveryHistory
@@ -542,6 +542,47 @@ def test_a_row_whose_write_lands_after_its_entry_was_read_rings_at_the_final_rea
             assert (await part.row(reminder)).status is Status.DONE
 
     asyncio.run(scenario())
+
+
+def test_an_edit_landing_while_sending_that_keeps_the_due_leaves_the_series_ringing(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """An hourly repeat claimed at its due D; while it is with the notifier the user edits
+    its text, on an API host whose clock is a little behind, so its next ring computes to
+    D again. The row went back to pending at D with no entry left to read (the one for D
+    was consumed, its minute checkpointed) and the series never rang again. The edit
+    writes the entry again: D is handed off again (the same key, so the notifier answers
+    duplicate) and the series goes on to D + 1 h."""
+    user = "u-edit-same-due"
+    due = floor_minute(datetime.now(UTC) - timedelta(seconds=90))
+    hourly = Repeat("FREQ=HOURLY", "UTC", due.replace(tzinfo=None))
+
+    def edit_on_a_lagging_api(row: Reminder, now: datetime) -> Reminder:
+        assert row.due is not None
+        return edit_schedule(row, "edited", hourly, validate_new(hourly, row.due), row.due)
+
+    async def scenario() -> tuple[Reminder, list[str]]:
+        async with leased_part(
+            own_keyspace, part_of(user, DEFAULT_PARTS), lease=_LONG_WORK
+        ) as part:
+            reminder = new_reminder(user, "ring", hourly, due, due)
+            assert await part.store.create(reminder, None, 1000)
+            part.store.before_finalize.append(edit_on_a_lagging_api)
+            worker = await worker_from(part, own_keyspace.session, due)
+            working = asyncio.create_task(worker.run())
+            try:
+                async with asyncio.timeout(60):
+                    while (row := await part.row(reminder)).due != due + timedelta(hours=1):
+                        await asyncio.sleep(0.2)
+            finally:
+                worker.stop()
+                await working
+            return row, part.notifier.accepted
+
+    row, accepted = asyncio.run(scenario())
+    assert row.status is Status.PENDING
+    assert row.text == "edited"
+    assert len(set(accepted)) == 1  # D's key, handed off again after the edit
 
 
 @pytest.mark.parametrize(
