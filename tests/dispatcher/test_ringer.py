@@ -572,8 +572,10 @@ def test_an_edit_landing_while_sending_that_keeps_the_due_leaves_the_series_ring
             working = asyncio.create_task(worker.run())
             try:
                 async with asyncio.timeout(60):
-                    while (row := await part.row(reminder)).due != due + timedelta(hours=1):
+                    row = await part.row(reminder)
+                    while row.due != due + timedelta(hours=1):
                         await asyncio.sleep(0.2)
+                        row = await part.row(reminder)
             finally:
                 worker.stop()
                 await working
