@@ -120,6 +120,34 @@ def local_time(text: str, field: str) -> datetime:
         raise InvalidArgument(field, error.message) from None
 
 
+def create_payload(message: pb.Reminder) -> bytes:
+    """What a replay of a create must repeat, in one form however it is spelled: the text
+    and the schedule as asked, without output-only or unknown fields, wall times spelled
+    with seconds and instants in whole seconds, as answers spell them (a retry rebuilt
+    from an answer's once.local_time, or echoing its description, is the same request)."""
+    schedule = pb.Schedule()
+    schedule.CopyFrom(message.schedule)
+    schedule.DiscardUnknownFields()
+    schedule.ClearField("description")
+    if schedule.HasField("repeat"):
+        schedule.repeat.ClearField("canonical_rrule")
+        if schedule.repeat.start_local_time:
+            schedule.repeat.start_local_time = _spelled(schedule.repeat.start_local_time)
+    elif schedule.once.HasField("local_time"):
+        schedule.once.local_time = _spelled(schedule.once.local_time)
+    elif schedule.once.HasField("instant"):
+        schedule.once.instant.nanos = 0  # dropped, as the contract says
+    return pb.Reminder(text=message.text, schedule=schedule).SerializeToString(deterministic=True)
+
+
+def _spelled(text: str) -> str:
+    """A local wall time as answers spell it; unreadable text as sent (it is refused)."""
+    try:
+        return local_time(text, "").isoformat()
+    except InvalidArgument:
+        return text
+
+
 def state_filter(state: int) -> Status | None:
     if state == pb.Reminder.STATE_UNSPECIFIED:
         return None

@@ -99,9 +99,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
     ) -> pb.Reminder:
         user = self._user(context)
         # The payload that a replay must repeat: what the caller asked for, not when.
-        payload = pb.Reminder(
-            text=request.reminder.text, schedule=request.reminder.schedule
-        ).SerializeToString(deterministic=True)
+        payload = convert.create_payload(request.reminder)
         try:
             schedule = convert.schedule_from_proto(
                 request.reminder.schedule, self._clock(), "reminder.schedule"

@@ -21,6 +21,7 @@ from cassandra.connection import ConnectionShutdown
 from cassandra.query import BatchStatement
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.field_mask_pb2 import FieldMask
+from google.protobuf.timestamp_pb2 import Timestamp
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
@@ -98,6 +99,54 @@ def test_a_reused_request_id_with_another_payload_is_refused(
         api.reminders.CreateReminder(_request("req-1", "call dad"), metadata=md)
 
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert len(_rows(cassandra, user)) == 1
+
+
+def _respelled(schedule: pb.Schedule, how: str) -> pb.Schedule:
+    """The same schedule as a client rebuilding its retry from an answer may spell it."""
+    again = pb.Schedule()
+    again.CopyFrom(schedule)
+    if how == "seconds-added":
+        again.once.local_time += ":00"
+    elif how == "description-echoed":
+        again.description = "Once, on 10 January 2027 at 10:00"
+    elif how == "canonical-rrule-echoed":
+        again.repeat.canonical_rrule = "FREQ=WEEKLY;BYDAY=MO;BYHOUR=9;BYMINUTE=0"
+    elif how == "nanos-added":
+        again.once.instant.nanos = 500_000_000
+    return again
+
+
+@pytest.mark.parametrize(
+    ("schedule", "how"),
+    [
+        (one_off("2027-01-10T10:00"), "seconds-added"),
+        (one_off("2027-01-10T10:00:00"), "description-echoed"),
+        (weekly_monday_nine(), "canonical-rrule-echoed"),
+        (
+            pb.Schedule(time_zone="UTC", once=pb.OneOff(instant=Timestamp(seconds=1_800_000_000))),
+            "nanos-added",
+        ),
+    ],
+    ids=["seconds-added", "description-echoed", "canonical-rrule-echoed", "nanos-added"],
+)
+def test_a_replay_spelled_as_the_answer_spells_it_is_the_same_request(
+    api: Api, user: str, cassandra: CassandraConnection, schedule: pb.Schedule, how: str
+) -> None:
+    """A retry rebuilt from the answer (a wall time with its seconds, an output-only field
+    echoed, nanos a client's clock added) asks for the same thing: it gets the same
+    reminder, where it was refused as a reused request_id."""
+    md = api.as_user(user)
+    first = api.reminders.CreateReminder(
+        pb.CreateReminderRequest(reminder=pb.Reminder(text="t", schedule=schedule), request_id="r"),
+        metadata=md,
+    )
+    retried = pb.Reminder(text="t", schedule=_respelled(schedule, how))
+    again = api.reminders.CreateReminder(
+        pb.CreateReminderRequest(reminder=retried, request_id="r"), metadata=md
+    )
+
+    assert again == first
     assert len(_rows(cassandra, user)) == 1
 
 
