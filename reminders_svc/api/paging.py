@@ -4,6 +4,7 @@ services answer: the API's reminders and deliveries, the notifier's recorded pus
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +47,12 @@ class Pages(Generic[Cursor]):
         if self.token(cursor) != token:
             raise refused
         return cursor
+
+
+def owner_tag(user_id: str) -> str:
+    """A listing's owner as its `kind` names it, so that a token from another caller's
+    listing is refused (not the id itself: tokens end up in logs and URLs)."""
+    return hashlib.sha256(user_id.encode()).hexdigest()[:16]
 
 
 def page_size(requested: int, default: int, largest: int) -> int:

@@ -129,7 +129,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
     ) -> pb.ListRemindersResponse:
         user = self._user(context)
         status = convert.state_filter(request.state)
-        pages = paging.Pages(f"reminders:{status or ''}", uuid.UUID, str)
+        pages = paging.Pages(f"reminders:{status or ''}:{paging.owner_tag(user)}", uuid.UUID, str)
         after = pages.cursor(request.page_token)
         size = self._page_size(request.page_size)
         page, next_after = await self._app.list(user, after, size, status)

@@ -146,7 +146,7 @@ def test_unfiltered_pages_skip_deleted_rows_and_cover_every_live_one_once(
     assert max(len(page.reminders) for page in pages) == min(page_size, SCAN)
 
 
-def test_a_resuming_token_stays_tied_to_its_filter(
+def test_a_resuming_token_stays_tied_to_its_filter_and_its_caller(
     scanning: tuple[Api, ListQueries], crowded: tuple[str, list[str], list[str]]
 ) -> None:
     api, _ = scanning
@@ -164,3 +164,12 @@ def test_a_resuming_token_stays_tied_to_its_filter(
         )
 
     assert code_of(with_other_filter) == grpc.StatusCode.INVALID_ARGUMENT
+
+    def as_another_user() -> object:
+        request = pb.ListRemindersRequest(
+            page_size=1, state=pb.Reminder.STATE_PAUSED, page_token=first.next_page_token
+        )
+        return api.reminders.ListReminders(request, metadata=api.as_user(f"{user}-other"))
+
+    # The same filter, another caller: a token is its own listing's.
+    assert code_of(as_another_user) == grpc.StatusCode.INVALID_ARGUMENT
