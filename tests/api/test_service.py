@@ -391,6 +391,8 @@ def test_pause_stops_and_resume_continues_from_the_next_occurrence(api: Api, use
     # Read while paused, it shows what resuming would ring, not the Oct 26 it paused at.
     shown = api.reminders.GetReminder(pb.GetReminderRequest(id=created.id), metadata=md)
     assert shown.next_occurrence_time.ToDatetime(tzinfo=Z) == at("2026-11-16T14:00:00")
+    (listed,) = api.reminders.ListReminders(pb.ListRemindersRequest(), metadata=md).reminders
+    assert listed == shown  # a page with paused reminders is read off the event loop
     resumed = api.reminders.ResumeReminder(pb.ResumeReminderRequest(id=created.id), metadata=md)
     assert resumed.state == pb.Reminder.STATE_PENDING
     assert resumed.next_ring_time.ToDatetime(tzinfo=Z) == at("2026-11-16T14:00:00")
