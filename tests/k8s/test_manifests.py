@@ -14,7 +14,15 @@ import yaml
 
 from reminders_svc.config import Replication
 from reminders_svc.health import LIVENESS_SERVICE
-from tests.k8s.tools import OVERLAYS, REFERENCE_NOTIFIER_OVERLAYS, REPO, Crd, Obj, pruned_fields
+from tests.k8s.tools import (
+    K8S,
+    OVERLAYS,
+    REFERENCE_NOTIFIER_OVERLAYS,
+    REPO,
+    Crd,
+    Obj,
+    pruned_fields,
+)
 from tests.k8s.workloads import (
     container_env,
     containers_by_image,
@@ -398,3 +406,17 @@ def test_runbook_selects_jobs_by_labels_they_carry(overlays: dict[str, list[Obj]
     ]
     for key, value in selectors:
         assert any(labels.get(key) == value for labels in job_labels), f"no Job has {key}={value}"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_no_patch_file_deletes_several_objects(overlay: str) -> None:
+    """kustomize before 5.7 (the one in kubectl before 1.34, which the runbook supports)
+    panics on a patch file of several `$patch: delete` documents: one inline patch each."""
+    directory = K8S / "overlays" / overlay
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    for patch in kustomization.get("patches", []):
+        if "path" not in patch:
+            continue
+        documents = [d for d in yaml.safe_load_all((directory / patch["path"]).read_text()) if d]
+        deletes = [d for d in documents if d.get("$patch") == "delete"]
+        assert len(deletes) <= 1, f"{overlay}: {patch['path']} deletes {len(deletes)} objects"

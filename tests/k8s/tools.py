@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "k8s"
 OVERLAYS = ("dev", "prod")
 # The overlays that run the reference notifier (it pushes to no device): prod hands off to
-# the real Notification Service instead (k8s/overlays/prod/no-reference-notifier.yaml).
+# the real Notification Service instead (k8s/overlays/prod/kustomization.yaml).
 REFERENCE_NOTIFIER_OVERLAYS = ("dev",)
 # The operator whose CRD the prod overlay's K8ssandraCluster must satisfy.
 K8SSANDRA_OPERATOR = "github.com/k8ssandra/k8ssandra-operator"
