@@ -66,7 +66,8 @@ async def _tried_again(
 
 
 class MinuteJob:
-    """One minute of one part: its reads, and its rings started in due order.
+    """One minute of one part: its reads, and its rings started in due order (those read
+    late, a backlog's, in their own order beside them, at the catch-up pace).
 
     Entries read wait here as data (in a heap by due), not as a task each, until their due:
     a busy minute's hundreds of thousands of entries cost a few hundred bytes each, and
@@ -77,10 +78,14 @@ class MinuteJob:
         self.minute = minute
         self._worker = worker
         self._seen: set[tuple[object, object]] = set()
-        # A heap by due (or by when to look again): (due, arrival, entry, late when read).
-        self._waiting: list[tuple[datetime, int, Entry, bool]] = []
+        # Heaps by due (or by when to look again): (due, arrival, entry). Entries read
+        # late (a backlog's) wait apart: they go through the catch-up pace, which must
+        # not hold up the rings due now.
+        self._waiting: list[tuple[datetime, int, Entry]] = []
+        self._late: list[tuple[datetime, int, Entry]] = []
         self._arrivals = itertools.count()
         self._arrived = asyncio.Event()
+        self._late_arrived = asyncio.Event()
         self._reads_over = False
         self._running: set[asyncio.Task[bool | datetime]] = set()
         self._all_resolved = True
@@ -97,12 +102,15 @@ class MinuteJob:
             if key in self._seen:
                 continue
             self._seen.add(key)
-            late = read_at - entry.due > late_after
-            self._wait(entry.due, entry, late)
+            if read_at - entry.due > late_after:
+                heapq.heappush(self._late, (entry.due, next(self._arrivals), entry))
+                self._late_arrived.set()
+            else:
+                self._wait(entry.due, entry)
         self._arrived.set()
 
-    def _wait(self, start_at: datetime, entry: Entry, late: bool) -> None:
-        heapq.heappush(self._waiting, (start_at, next(self._arrivals), entry, late))
+    def _wait(self, start_at: datetime, entry: Entry) -> None:
+        heapq.heappush(self._waiting, (start_at, next(self._arrivals), entry))
 
     async def run(self) -> bool:
         """True when the minute is finished: read to its end and once more after the grace,
@@ -112,6 +120,7 @@ class MinuteJob:
             read_through = await self._read_through()
             self._reads_over = True
             self._arrived.set()
+            self._late_arrived.set()
             all_started = await starting
             # Every ring started is seen to its end, stopping or not: rings already with the
             # notifier finish, the others let their claims go.
@@ -131,22 +140,54 @@ class MinuteJob:
             await asyncio.gather(starting, *running, return_exceptions=True)
 
     async def _start_rings(self) -> bool:
-        """Start each entry's ring at its due, in due order, as the reads bring entries;
+        """Start each entry's ring, as the reads bring entries: those on time at their due,
+        in due order; those read late beside them, in due order, at the catch-up pace.
         True once the reads are over and every entry is started, False if the shift ended."""
+        late = asyncio.create_task(self._start_late())
+        try:
+            on_time = await self._start_on_time()
+            return on_time and await late
+        finally:
+            late.cancel()
+            await asyncio.gather(late, return_exceptions=True)
+
+    def _started(self, entry: Entry, ring: asyncio.Task[bool | datetime]) -> None:
+        self._running.add(ring)
+        ring.add_done_callback(functools.partial(self._ring_ended, entry))
+
+    async def _start_late(self) -> bool:
+        w = self._worker
+        while w.shift.on():
+            if self._late:
+                entry = self._late[0][2]  # left in the heap while it waits: not all started
+                ring = await w.ringer.start(entry, self.minute + MINUTE, w.shift, late=True)
+                if ring is None:
+                    return False
+                heapq.heappop(self._late)
+                self._started(entry, ring)
+                continue
+            if self._reads_over:
+                return True
+            self._late_arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(LOOK_EVERY_S):
+                    await self._late_arrived.wait()
+        return False
+
+    async def _start_on_time(self) -> bool:
         w = self._worker
         horizon = self.minute + MINUTE
         while w.shift.on():
             if self._waiting:
                 wait_s = (self._waiting[0][0] - w.clock.now()).total_seconds()
                 if wait_s <= 0:
-                    _, _, entry, late = heapq.heappop(self._waiting)
-                    ring = await w.ringer.start(entry, horizon, w.shift, late=late)
+                    _, _, entry = heapq.heappop(self._waiting)
+                    ring = await w.ringer.start(entry, horizon, w.shift, late=False)
                     if ring is None:
                         return False
-                    self._running.add(ring)
-                    ring.add_done_callback(functools.partial(self._ring_ended, entry))
+                    self._started(entry, ring)
                     continue
-            elif self._reads_over and not self._running:
+            elif self._reads_over and not self._running and not self._late:
                 return True  # (a ring under way may yet hand its entry back: see _ring_ended)
             else:
                 wait_s = LOOK_EVERY_S
@@ -166,7 +207,7 @@ class MinuteJob:
         elif (error := ring.exception()) is not None:
             self._failure = self._failure or error
         elif isinstance(again := ring.result(), datetime):
-            self._wait(again, entry, False)  # a skip to decide again (Ringer._recheck_at)
+            self._wait(again, entry)  # a skip to decide again (Ringer._recheck_at)
         elif not again:
             self._all_resolved = False
 

@@ -7,18 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import pytest
 
 from dispatcher import minutes
-from dispatcher.buckets import BucketReader
+from dispatcher.buckets import BucketReader, Entry
 from dispatcher.leases import Lease, PartLeases
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.ratelimit import RateLimiter
 from dispatcher.ringer import Ringer
 from dispatcher.settings import DispatcherSettings
+from dispatcher.shift import Shift
 from reminders_svc.storage.clock import DbClock
 
 MINUTE = timedelta(minutes=1)
@@ -147,5 +149,74 @@ def test_a_backlog_drains_after_the_live_minutes_jumped_past_finished_ones(
             worker.stop()
             working.cancel()
             await asyncio.gather(working, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+class PacedRinger:
+    """Stands in for `Ringer.start`: a late entry waits for the catch-up pace, held here
+    until the test lets it through; an entry on time starts at once."""
+
+    def __init__(self) -> None:
+        self.pace = asyncio.Event()
+        self.started: list[uuid.UUID] = []
+
+    async def start(
+        self, entry: Entry, horizon: datetime, shift: Shift, *, late: bool
+    ) -> asyncio.Task[bool | datetime] | None:
+        if late:
+            await self.pace.wait()
+        self.started.append(entry.reminder_id)
+
+        async def rung() -> bool | datetime:
+            return True
+
+        return asyncio.create_task(rung())
+
+
+class OneRead:
+    def __init__(self, entries: list[Entry]) -> None:
+        self.entries = entries
+
+    async def read(
+        self, minute: datetime, part: int, written_since: datetime | None = None
+    ) -> list[Entry]:
+        return [] if written_since is not None else self.entries
+
+
+def test_a_late_entry_waiting_for_the_catch_up_pace_holds_up_no_ring_due_now() -> None:
+    """A live minute holding an entry read long past its due (a snooze already passed
+    when its finalize wrote it, an entry rewritten after a stall) next to one due now:
+    the late one waits its turn in the pace all parts share, behind a backlog's, and the
+    ring due now must not wait behind it."""
+
+    async def scenario() -> None:
+        minute = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+        clock = MovedClock(minute + timedelta(seconds=10))
+        late = Entry("u-late", uuid.uuid4(), minute - timedelta(minutes=3), uuid.uuid1())
+        on_time = Entry("u-now", uuid.uuid4(), clock.now(), uuid.uuid1())
+        ringer = PacedRinger()
+        lease = Lease(part=0, epoch=1, checkpoint=None, valid_until=time.monotonic() + 600)
+        settings = DispatcherSettings(dispatcher_id="d1")
+        worker = minutes.PartWorker(
+            lease,
+            cast(PartLeases, RecordedLeases()),
+            cast(BucketReader, OneRead([late, on_time])),
+            cast(Ringer, ringer),
+            cast(DbClock, clock),
+            settings,
+            DispatcherMetrics(),
+            RateLimiter(settings.catch_up_minutes_per_s),
+        )
+        job = asyncio.create_task(minutes.MinuteJob(worker, minute).run())
+        try:
+            assert await _until(lambda: on_time.reminder_id in ringer.started, within_s=2)
+            assert ringer.started == [on_time.reminder_id]  # the late one still in line
+            ringer.pace.set()
+            assert await _until(lambda: late.reminder_id in ringer.started, within_s=2)
+        finally:
+            worker.stop()
+            job.cancel()
+            await asyncio.gather(job, return_exceptions=True)
 
     asyncio.run(scenario())
