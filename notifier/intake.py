@@ -18,6 +18,7 @@ from datetime import datetime
 
 from notifier.delivery.queue import DeliveryQueue, QueueClosed, QueuedNotification
 from notifier.domain.model import (
+    EXPIRED_REASON,
     HELD_ELSEWHERE_REASON,
     HandBack,
     ItemResult,
@@ -146,8 +147,16 @@ class Intake:
 
             running.add_done_callback(ended)
         result = await asyncio.shield(running)
-        if not first and result.outcome is Outcome.ACCEPTED:
-            result = ItemResult(key, Outcome.DUPLICATE)
+        if first:
+            return result
+        if result.outcome is Outcome.ACCEPTED:
+            return ItemResult(key, Outcome.DUPLICATE)
+        if result == ItemResult(key, Outcome.REJECTED, EXPIRED_REASON) and not (
+            notification.expired_at(self._clock())
+        ):
+            # The delivery it joined expired in the queue; this attempt has not: the key
+            # was released for it (HandBack.EXPIRED), so its retry is pushed.
+            return delivery_result(key, HandBack.EXPIRED, first=False)
         return result
 
     def _overloaded(self, notification: Notification) -> ItemResult:
@@ -171,7 +180,7 @@ class Intake:
         except STORAGE_ERRORS as error:
             return _unavailable(key, "reading", error)
         if found is None:
-            return ItemResult(key, Outcome.REJECTED, "expired")
+            return ItemResult(key, Outcome.REJECTED, EXPIRED_REASON)
         if found.settled_as is None:  # HELD_ELSEWHERE
             return ItemResult(key, Outcome.RETRYABLE, HELD_ELSEWHERE_REASON)
         return delivery_result(key, found.settled_as, first=False)

@@ -165,15 +165,16 @@ class PushWorkers:
             self._end(item, Settlement.PUSHED)
 
     def _expired(self, item: QueuedNotification) -> bool:
-        """Ends the item as expired if its expiry has passed (never pushed late); as pushed
-        if an earlier attempt reached one of the user's devices (the ring went out: its
-        sender must not record a refusal)."""
+        """Ends the item if its expiry has passed (never pushed late): handed back, its key
+        released, so the sender's next attempt (with an expiry of its own) pushes it; as
+        pushed if an earlier attempt reached one of the user's devices (the ring went out:
+        its sender must not record a refusal)."""
         notification = item.notification
         if not notification.expired_at(self._clock()):
             return False
         if not item.reached:
             self._metrics.expired_in_queue.labels(notification.priority.value).inc()
-        self._end(item, Settlement.EXPIRED)  # pushed, if it reached a device (`_end`)
+        self._end(item, HandBack.EXPIRED)  # pushed, if it reached a device (`_end`)
         return True
 
     async def _still_held(self, item: QueuedNotification) -> QueuedNotification | None:

@@ -85,6 +85,8 @@ class Settlement(enum.Enum):
     PUSHED = "pushed"
     # Accepted with nowhere to push it (the user has no device): nothing to retry.
     NO_DEVICE = "no_device"
+    # Written before 2026-12-06 when an item's expiry passed before a push (now a
+    # HandBack.EXPIRED, the key released); such rows are still answered "expired".
     EXPIRED = "expired"
     # No device took it: the push service asked for a retry at every attempt, and it was
     # handed back (HandBack.PUSH_RETRIES_EXHAUSTED) until `give_up_after` past its due or
@@ -106,10 +108,16 @@ class HandBack(enum.Enum):
     KEY_TAKEN_OVER = "key_taken_over"
     # Delivering it failed unexpectedly (a bug).
     ERROR = "error"
+    # Its expiry passed before any device took it (a long queue, a storage outage): the
+    # attempt that sent it is answered "expired", but the key is not settled so: the
+    # sender's next attempt, with an expiry of its own (a ring re-claimed after an
+    # outage), is pushed.
+    EXPIRED = "expired"
 
 
 # The answer while another attempt holds the key and may still deliver it.
 HELD_ELSEWHERE_REASON = "another attempt is delivering this key"
+EXPIRED_REASON = "expired"
 _HANDED_BACK_REASONS = {
     HandBack.STOPPING: "not delivered (notifier stopping); send again",
     HandBack.PUSH_RETRIES_EXHAUSTED: (
@@ -117,16 +125,19 @@ _HANDED_BACK_REASONS = {
     ),
     HandBack.KEY_TAKEN_OVER: HELD_ELSEWHERE_REASON,
     HandBack.ERROR: "not delivered (internal error); send again",
+    HandBack.EXPIRED: "expired in the queue before this attempt; send again",
 }
 
 
 def delivery_result(key: str, end: Settlement | HandBack, *, first: bool) -> ItemResult:
     """The answer for a key whose delivery ended as `end` (a HandBack: not delivered);
     `first` for the attempt that delivered it, else a repeat of the key."""
+    if end is HandBack.EXPIRED and first:
+        return ItemResult(key, Outcome.REJECTED, EXPIRED_REASON)  # its own expiry passed
     if isinstance(end, HandBack):
         return ItemResult(key, Outcome.RETRYABLE, _HANDED_BACK_REASONS[end])
     if end is Settlement.EXPIRED:
-        return ItemResult(key, Outcome.REJECTED, "expired")
+        return ItemResult(key, Outcome.REJECTED, EXPIRED_REASON)
     if end is Settlement.UNDELIVERABLE:
         return ItemResult(key, Outcome.REJECTED, "the push service refused every attempt")
     return ItemResult(key, Outcome.ACCEPTED if first else Outcome.DUPLICATE)

@@ -216,29 +216,36 @@ def test_past_max_pending_new_items_are_answered_retry_with_nothing_recorded(
             )
 
 
-def test_item_expiring_while_queued_is_rejected_counted_and_settled(
+def test_item_expiring_while_queued_is_rejected_and_its_next_attempt_pushed(
     notifier_settings: NotifierSettings, user: str
 ) -> None:
+    """Its expiry passes in the queue (or through a storage outage): the attempt that sent
+    it is answered "expired", never pushed late. It was settled "expired" for good, so the
+    sender's next attempt, with an expiry of its own (a ring re-claimed after an outage of
+    over an hour), was refused too and the one-off never rang. An attempt that joined the
+    expired delivery with a fresh expiry is told to send again, and that send is pushed."""
     with one_worker_held(notifier_settings, user) as held:
         # Room to be recorded and queued before it expires, on a slow machine too.
         late = item(user, expire_in=timedelta(seconds=4))
         answer = held.send_queued(late)
+        joined = held.send(item(user, late.idempotency_key, expire_in=timedelta(minutes=60)))
         expired = late.expire_time.ToDatetime(tzinfo=UTC) + timedelta(seconds=0.5)
         time.sleep(max(0.0, (expired - datetime.now(UTC)).total_seconds()))
         held.adapter.release()
         [result] = answer.result(timeout=10)
         assert (result.outcome, result.reason) == (REJECTED, "expired")
+        [joiner] = joined.result(timeout=10)
+        assert joiner.outcome == RETRYABLE
         dropped = ("notifier_expired_in_queue_total", frozenset({("priority", "urgent")}))
         assert held.notifier.metrics()[dropped] == 1
         held.notifier.wait_delivered(1, user)
         assert late.idempotency_key not in {
             p.idempotency_key for p in held.notifier.delivered(user)
         }
-        # Settled as expired: a re-send (with a fresh expiry) is answered the same.
-        again = item(user, late.idempotency_key)
-        assert [(r.outcome, r.reason) for r in held.notifier.send_batch(again)] == [
-            (REJECTED, "expired")
-        ]
+
+        again = item(user, late.idempotency_key, expire_in=timedelta(minutes=60))
+        assert [r.outcome for r in held.notifier.send_batch(again)] == [ACCEPTED]
+        assert len(held.notifier.delivered(key=late.idempotency_key)) == 1
 
 
 class PushServiceAskingToRetry(RecordingPushAdapter):

@@ -112,7 +112,10 @@ class Notification(_message.Message):
 
     @_builtins.property
     def expire_time(self) -> _timestamp_pb2.Timestamp:
-        """Not delivered after this instant (dropped as EXPIRED instead)."""
+        """Not delivered after this instant: this attempt is answered REJECTED "expired"
+        instead. The expiry is the attempt's own: a later attempt at the key with a later
+        expiry is still delivered (a ring re-sent after an outage rings late).
+        """
 
     @_builtins.property
     def first_send_time(self) -> _timestamp_pb2.Timestamp:
@@ -165,7 +168,9 @@ class SendResult(_message.Message):
         OUTCOME_DUPLICATE: SendResult._Outcome.ValueType  # 2
         """This key was accepted before: nothing new is sent."""
         OUTCOME_REJECTED: SendResult._Outcome.ValueType  # 3
-        """Refused for good (e.g. invalid, expired): do not retry."""
+        """Refused for good (e.g. invalid; expired: past this attempt's expire_time): do
+        not retry this attempt.
+        """
         OUTCOME_RETRYABLE: SendResult._Outcome.ValueType  # 4
         """Not delivered now (overload, storage unavailable, the push service asking to
         retry, another attempt delivering this key): send again later with the same key.
@@ -183,7 +188,9 @@ class SendResult(_message.Message):
     OUTCOME_DUPLICATE: SendResult.Outcome.ValueType  # 2
     """This key was accepted before: nothing new is sent."""
     OUTCOME_REJECTED: SendResult.Outcome.ValueType  # 3
-    """Refused for good (e.g. invalid, expired): do not retry."""
+    """Refused for good (e.g. invalid; expired: past this attempt's expire_time): do
+    not retry this attempt.
+    """
     OUTCOME_RETRYABLE: SendResult.Outcome.ValueType  # 4
     """Not delivered now (overload, storage unavailable, the push service asking to
     retry, another attempt delivering this key): send again later with the same key.
