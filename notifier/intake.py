@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 _SETTLE_ATTEMPTS = 3
 _SETTLE_BACKOFF_S = 0.25
 
+# The answer for an item whose delivery goes on past the caller's deadline.
+STILL_DELIVERING_REASON = "still being delivered; send again"
+
 # Storage cannot take the key now; the caller retries with the same key.
 _RETRYABLE_ERRORS: tuple[type[Exception], ...] = (*STORAGE_ERRORS, KeyNotRecorded)
 
@@ -53,6 +56,21 @@ def _unexpected(notification: Notification, error: BaseException) -> ItemResult:
         exc_info=(type(error), error, error.__traceback__),
     )
     return ItemResult(notification.idempotency_key, Outcome.RETRYABLE, "internal error")
+
+
+def _answered(notification: Notification, answer: asyncio.Future[ItemResult]) -> ItemResult:
+    """What to answer for an item now: its result, or "retry" while it is delivered."""
+    if not answer.done():
+        # Answered without it: what it ends as reaches the sender's retry instead.
+        answer.add_done_callback(_unheard)
+        return ItemResult(notification.idempotency_key, Outcome.RETRYABLE, STILL_DELIVERING_REASON)
+    error = answer.exception()
+    return answer.result() if error is None else _unexpected(notification, error)
+
+
+def _unheard(answer: asyncio.Future[ItemResult]) -> None:
+    if not answer.cancelled() and (error := answer.exception()) is not None:
+        log.error("an item answered while under way failed", exc_info=error)
 
 
 def _unavailable(key: str, doing: str, error: Exception) -> ItemResult:
@@ -93,18 +111,30 @@ class Intake:
         # key -> the delivery of that key running here, answered by its first attempt.
         self._running: dict[str, asyncio.Task[ItemResult]] = {}
 
-    async def accept_batch(self, notifications: Sequence[Notification]) -> list[ItemResult]:
-        """One result per item, in request order. An item that fails unexpectedly is
-        answered "retry" on its own: the rest of its batch is answered as usual."""
-        results = await asyncio.gather(
-            *(self.accept(n) for n in notifications), return_exceptions=True
-        )
-        return [
-            _unexpected(n, result) if isinstance(result, BaseException) else result
-            for n, result in zip(notifications, results, strict=True)
-        ]
+    async def accept_batch(
+        self, notifications: Sequence[Notification], answer_within_s: float | None = None
+    ) -> list[ItemResult]:
+        """One result per item, in request order, within `answer_within_s` (the caller's
+        deadline, less the reply's way back). An item still being delivered then (pushes
+        the push service throttles, retried with backoff) is answered "retry" on its own
+        and its delivery goes on (the sender's retry joins it, or reads its settled key):
+        one slow item must not hold its batch's answers past the caller's deadline, which
+        would have every item retried though pushed. An item that fails unexpectedly is
+        answered "retry" on its own too."""
+        answers = [asyncio.ensure_future(self.accept(n)) for n in notifications]
+        try:
+            await asyncio.wait(answers, timeout=answer_within_s)
+        except asyncio.CancelledError:
+            for answer in answers:
+                answer.cancel()  # the call is gone; the deliveries go on (their own tasks)
+            raise
+        results = [_answered(n, a) for n, a in zip(notifications, answers, strict=True)]
+        for result in results:
+            self.count(result)
+        return results
 
     async def accept(self, notification: Notification) -> ItemResult:
+        """The answer for one item (not counted: `accept_batch` counts what it answers)."""
         rejected = rejection(notification)
         running_here = notification.idempotency_key in self._running
         if rejected is not None:
@@ -119,7 +149,6 @@ class Intake:
             result = self._overloaded(notification)
         else:
             result = await self._delivery_of(notification)
-        self.count(result)
         return result
 
     def count(self, result: ItemResult) -> None:

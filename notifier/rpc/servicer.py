@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
+# A batch is answered this long before its caller's deadline, for the reply's way back.
+_REPLY_MARGIN_S = 0.5
 # The pushes of a ListDelivered page, at most: 500 of the largest fit in 4 MiB.
 MAX_DELIVERED_PAGE = 500
 
@@ -49,7 +51,7 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
 
     @translated
     async def Send(self, request: pb.SendRequest, context: Context) -> pb.SendResponse:
-        [result] = await self._answer([request.notification])
+        [result] = await self._answer([request.notification], context)
         return pb.SendResponse(result=convert.send_result(result))
 
     @translated
@@ -68,7 +70,7 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
                 self._refused(message, "fault injected") for message in request.notifications
             ]
         else:
-            results = await self._answer(request.notifications)
+            results = await self._answer(request.notifications, context)
         if self._replies_to_drop > 0:
             # Fault injection: everything above happened; only the answer is lost.
             self._replies_to_drop -= 1
@@ -76,7 +78,9 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "fault injected: reply dropped")
         return pb.SendBatchResponse(results=[convert.send_result(r) for r in results])
 
-    async def _answer(self, messages: Sequence[pb.Notification]) -> list[ItemResult]:
+    async def _answer(
+        self, messages: Sequence[pb.Notification], context: Context
+    ) -> list[ItemResult]:
         """One result per item, in request order; an item that cannot be read (a
         timestamp out of range) is rejected on its own, its batch answered as usual."""
         read: list[Notification | ItemResult] = []
@@ -86,7 +90,12 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
             except convert.InvalidTimestamp as error:
                 read.append(self._refused(message, str(error)))
         readable = [item for item in read if isinstance(item, Notification)]
-        accepted = iter(await self._intake.accept_batch(readable) if readable else [])
+        remaining_s = context.time_remaining()
+        # (A deadline too short for the margin: half of it, not none.)
+        within_s = (
+            None if remaining_s is None else max(remaining_s - _REPLY_MARGIN_S, remaining_s / 2)
+        )
+        accepted = iter(await self._intake.accept_batch(readable, within_s) if readable else [])
         return [next(accepted) if isinstance(item, Notification) else item for item in read]
 
     def _refused(self, message: pb.Notification, reason: str) -> ItemResult:

@@ -325,6 +325,35 @@ def test_an_item_that_reached_one_device_is_delivered_though_another_keeps_askin
     assert [p.device_token for p in pushed] == [phone]
 
 
+def test_a_batch_is_answered_within_its_deadline_though_one_item_is_still_being_retried(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """One item whose push the push service keeps throttling (retried with backoff for
+    longer than the caller waits) held its whole batch's answer past the caller's deadline:
+    every ring in it was retried though pushed. Each item is answered by the deadline; the
+    throttled one "retry", its delivery going on."""
+    settings = dataclasses.replace(
+        notifier_settings, push_max_attempts=4, push_retry_backoff=timedelta(seconds=3)
+    )
+    throttled_user, fine_user = user, f"{user}-fine"
+    push_service = PushServiceThrottlingOneDevice(throttled=f"fcm-{throttled_user}")
+    with running_notifier(settings, push_service) as notifier:
+        device = pb.Device(device_token=f"fcm-{throttled_user}", platform=pb.Device.PLATFORM_FCM)
+        notifier.stub.RegisterDevice(
+            pb.RegisterDeviceRequest(user_id=throttled_user, device=device)
+        )
+        throttled, fine = item(throttled_user), item(fine_user)
+        started = time.monotonic()
+        answers = notifier.send_batch(throttled, fine, timeout_s=3)
+        answered_in_s = time.monotonic() - started
+
+    assert [(a.idempotency_key, a.outcome) for a in answers] == [
+        (throttled.idempotency_key, RETRYABLE),
+        (fine.idempotency_key, ACCEPTED),
+    ]
+    assert answered_in_s < 3
+
+
 def _register_phone_and_throttled_tablet(notifier: Client, user: str) -> tuple[str, str]:
     phone, tablet = f"apns-{user}", f"fcm-{user}"
     for token, platform in ((phone, pb.Device.PLATFORM_APNS), (tablet, pb.Device.PLATFORM_FCM)):
