@@ -9,7 +9,12 @@ from typing import Any
 from cassandra.cluster import Session
 
 from notifier.domain.model import MAX_DEVICES_PER_USER, Device, Platform, devices_beyond_cap
+from reminders_svc.domain.errors import Unavailable
 from reminders_svc.storage.aio import execute, execute_all
+from reminders_svc.storage.session import prepare_serial
+
+# Registrations of one token for different users at once: each compares the owner read.
+_OWNER_ATTEMPTS = 5
 
 
 class DeviceStore:
@@ -30,6 +35,16 @@ class DeviceStore:
         self._delete = session.prepare(
             f"DELETE FROM {keyspace}.devices WHERE user_id = ? AND device_token = ? IF EXISTS"
         )
+        self._owner = prepare_serial(
+            session, f"SELECT user_id FROM {keyspace}.device_owners WHERE device_token = ?"
+        )
+        self._first_owner = session.prepare(
+            f"INSERT INTO {keyspace}.device_owners (device_token, user_id) VALUES (?, ?)"
+            " IF NOT EXISTS"
+        )
+        self._next_owner = session.prepare(
+            f"UPDATE {keyspace}.device_owners SET user_id = ? WHERE device_token = ? IF user_id = ?"
+        )
         # Only the registration that was listed: one refreshed since is in use, and stays.
         self._evict = session.prepare(
             f"DELETE FROM {keyspace}.devices WHERE user_id = ? AND device_token = ?"
@@ -47,6 +62,7 @@ class DeviceStore:
         assert device.platform is not None, "validated by device_problem()"
         platform = device.platform.value
         token = device.device_token
+        await self._own(user_id, token)
         row = (await execute(self._session, self._insert, (user_id, token, platform))).one()
         if not row.applied:
             await execute(self._session, self._refresh, (platform, user_id, token))
@@ -61,6 +77,26 @@ class DeviceStore:
         if registered is None:  # removed meanwhile (a concurrent eviction): register again
             return await self.register(user_id, device)
         return registered
+
+    async def _own(self, user_id: str, token: str) -> None:
+        """Make `user_id` the token's owner, and take the token from its previous owner's
+        devices (a phone signed in as another user). Run again by a retried registration
+        when storage did not answer: the Paxos read then says where it stands."""
+        for _ in range(_OWNER_ATTEMPTS):
+            row = (await execute(self._session, self._owner, (token,))).one()
+            previous = None if row is None else row.user_id
+            if previous == user_id:
+                return
+            if previous is None:
+                taken = await execute(self._session, self._first_owner, (token, user_id))
+            else:
+                params = (user_id, token, previous)
+                taken = await execute(self._session, self._next_owner, params)
+            if taken.one().applied:
+                if previous is not None:
+                    await self.remove(previous, token)
+                return
+        raise Unavailable.contention("this device token")
 
     async def list(self, user_id: str) -> tuple[Device, ...]:
         # Every page: a user registered before the cap may hold more than one.

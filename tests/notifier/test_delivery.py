@@ -555,6 +555,28 @@ def test_registered_devices_get_the_push(notifier: Client, user: str) -> None:
     assert {p.idempotency_key for p in pushed} == {key}
 
 
+def test_a_token_registered_by_another_user_leaves_the_first_users_devices(
+    notifier: Client, user: str
+) -> None:
+    """A phone signed out without unregistering (offline, the app killed), then signed in
+    as someone else, registers its token again: the first user's reminders, texts
+    included, went on being pushed to it. A token is one device, of one user at a time."""
+    first_user, second_user = user, f"{user}-next"
+    shared = pb.Device(device_token=f"apns-{user}-phone", platform=pb.Device.PLATFORM_APNS)
+    kept = pb.Device(device_token=f"fcm-{user}-tablet", platform=pb.Device.PLATFORM_FCM)
+    for owner, device in ((first_user, shared), (first_user, kept), (second_user, shared)):
+        notifier.stub.RegisterDevice(pb.RegisterDeviceRequest(user_id=owner, device=device))
+
+    def tokens(owner: str) -> set[str]:
+        request = pb.ListDevicesRequest(user_id=owner)
+        return {d.device_token for d in notifier.stub.ListDevices(request).devices}
+
+    assert tokens(first_user) == {kept.device_token}
+    assert tokens(second_user) == {shared.device_token}
+    notifier.send_batch(item(first_user))
+    assert [p.device_token for p in notifier.wait_delivered(1, first_user)] == [kept.device_token]
+
+
 def test_a_user_keeps_the_50_most_recently_registered_devices(notifier: Client, user: str) -> None:
     """Old tokens (rotated, reinstalled) go as new ones come: a push reaches at most 50."""
     tokens = [f"fcm-{n:02}-{user}" for n in range(MAX_DEVICES_PER_USER + 2)]
