@@ -40,7 +40,8 @@ class NotifierMetrics:
             "Notifications given up on, by reason: no_device (answered accepted with nowhere "
             "to push them), attempts_exhausted (no device took it, the push service asking "
             "for a retry every time, for longer than the give-up bound past its due; until "
-            "then such items are handed back: notifier_handed_back_total).",
+            "then such items are handed back: notifier_handed_back_total), refused (the "
+            "push service refused it for good and no device took it).",
             ("reason",),
             registry=registry,
         )

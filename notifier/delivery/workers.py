@@ -158,9 +158,16 @@ class PushWorkers:
             for device, result in zip(devices, results, strict=True)
             if result is PushResult.RETRY
         )
+        reached = item.reached or PushResult.OK in results
         if again:
-            reached = item.reached or PushResult.OK in results
             self._retry(dataclasses.replace(item, reached=reached), again)
+        elif not reached and PushResult.REFUSED in results:
+            # Refused for good where it was not gone: no retry can carry it.
+            self._metrics.undeliverable.labels("refused").inc()
+            log.warning(
+                "giving up on %s: the push service refused it", item.notification.idempotency_key
+            )
+            self._end(item, Settlement.UNDELIVERABLE)
         else:
             self._end(item, Settlement.PUSHED)
 

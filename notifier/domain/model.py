@@ -88,9 +88,9 @@ class Settlement(enum.Enum):
     # Written before 2026-12-06 when an item's expiry passed before a push (now a
     # HandBack.EXPIRED, the key released); such rows are still answered "expired".
     EXPIRED = "expired"
-    # No device took it: the push service asked for a retry at every attempt, and it was
-    # handed back (HandBack.PUSH_RETRIES_EXHAUSTED) until `give_up_after` past its due or
-    # its first hand-off, whichever came later.
+    # No device took it: the push service refused it for good, or asked for a retry at
+    # every attempt, and it was handed back (HandBack.PUSH_RETRIES_EXHAUSTED) until
+    # `give_up_after` past its due or its first hand-off, whichever came later.
     UNDELIVERABLE = "undeliverable"
 
 

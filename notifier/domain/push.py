@@ -5,10 +5,11 @@ APNs: device token, `apns-collapse-id` (<= 64 bytes), `apns-priority` 10 / 5,
 (both the collapse id: `collapse_key` only collapses messages queued for an offline
 device, the tag replaces a notification already shown), the `apns-collapse-id` header for
 iOS through FCM, android priority high / normal, `ttl`. A push answers ok, retry
-(throttled, 5xx, timeout) or device gone (APNs 410 Unregistered, FCM UNREGISTERED): the
-token is dropped from the registry. A push that does not answer within the notifier's
-`REMINDERS_NOTIFIER_PUSH_TIMEOUT_S` is abandoned and counted a retry, so an adapter hung
-on a dead connection cannot hold a push worker for ever.
+(throttled, 5xx, timeout), device gone (APNs 410 Unregistered, FCM UNREGISTERED: the
+token is dropped from the registry) or refused (a message the service will never take).
+A push that does not answer within the notifier's `REMINDERS_NOTIFIER_PUSH_TIMEOUT_S` is
+abandoned and counted a retry, so an adapter hung on a dead connection cannot hold a
+push worker for ever.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ class PushResult(enum.Enum):
     OK = "ok"
     RETRY = "retry"
     DEVICE_GONE = "device_gone"
+    # Refused for good, the device still there (APNs 400 such as PayloadTooLarge or
+    # BadCollapseId, 403 on a bad provider token; FCM INVALID_ARGUMENT, SENDER_ID_MISMATCH):
+    # retrying cannot help. No device took it: given up on (rejected) at once.
+    REFUSED = "refused"
 
 
 @dataclass(frozen=True)

@@ -450,6 +450,36 @@ def test_a_push_that_never_answers_is_abandoned_and_others_go_out(
     assert handed_back.outcome == RETRYABLE  # never pushed: its sender sends it again
 
 
+class PushServiceRefusing(RecordingPushAdapter):
+    """Refuses every push for good (an APNs 400, FCM INVALID_ARGUMENT)."""
+
+    def __init__(self) -> None:
+        super().__init__(capacity=100)
+        self.refused = 0
+
+    async def push(self, message: PushMessage) -> PushResult:
+        self.refused += 1
+        return PushResult.REFUSED
+
+
+def test_an_item_the_push_service_refuses_for_good_is_given_up_at_once(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """A message the push service will never take had to be answered "retry": retried
+    and handed back for an hour, holding its minute's checkpoint all along."""
+    push_service = PushServiceRefusing()
+    message = item(user)
+    with running_notifier(notifier_settings, push_service) as notifier:
+        [answer] = notifier.send_batch(message)
+        [again] = notifier.send_batch(message)
+        refused = ("notifier_undeliverable_total", frozenset({("reason", "refused")}))
+        assert notifier.metrics()[refused] == 1
+
+    assert answer.outcome == REJECTED
+    assert again.outcome == REJECTED  # answered from the key's settlement
+    assert push_service.refused == 1  # one push: not retried
+
+
 def test_an_item_no_device_took_for_too_long_past_its_due_is_given_up(
     notifier_settings: NotifierSettings, user: str
 ) -> None:
