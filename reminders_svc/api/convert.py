@@ -98,6 +98,11 @@ def bounded(text: str, field: str, longest: int) -> str:
     return text
 
 
+# In the tz database's list, but no place's zone: "Factory" is the placeholder of a
+# machine whose zone is unset (its abbreviation is "-00").
+NOT_PLACES = frozenset({"Factory"})
+
+
 def version_seen(version: int, field: str = "version") -> int | None:
     """The version the caller last saw, or None when unset (0)."""
     if version < 0:
@@ -106,10 +111,15 @@ def version_seen(version: int, field: str = "version") -> int | None:
 
 
 def reminder_id(text: str, field: str = "id") -> uuid.UUID:
+    """An id as answers spell it (8-4-4-4-12 hex digits); not the other spellings
+    `uuid.UUID` reads (braces, a urn: prefix, no dashes): one id, one name."""
     try:
-        return uuid.UUID(text)
+        parsed = uuid.UUID(text)
     except ValueError:
         raise InvalidArgument(field, "not a reminder id") from None
+    if str(parsed) != text.lower():
+        raise InvalidArgument(field, "not a reminder id (8-4-4-4-12 hex digits, as answered)")
+    return parsed
 
 
 def local_time(text: str, field: str) -> datetime:
@@ -162,6 +172,8 @@ def schedule_from_proto(message: pb.Schedule, now: datetime, field: str) -> Sche
     if not message.time_zone:
         raise InvalidArgument(zone_field, "required (an IANA zone such as Europe/Paris)")
     bounded(message.time_zone, zone_field, MAX_ZONE_CHARS)
+    if message.time_zone in NOT_PLACES:
+        raise InvalidArgument(zone_field, f"{message.time_zone!r} is no place's time zone")
     kind = message.WhichOneof("kind")
     with schedule_errors(message, field):
         zone = load_zone(message.time_zone)  # an unknown zone is the zone field's fault, first

@@ -151,6 +151,11 @@ CASES: list[tuple[str, Callable[[Api, str, str], Any], str]] = [
     ),
     ("no schedule", _create(pb.Reminder(text="t")), "reminder.schedule.time_zone"),
     (
+        "the placeholder zone Factory",
+        _create(pb.Reminder(text="t", schedule=one_off("2026-11-01T09:00:00", "Factory"))),
+        "reminder.schedule.time_zone",
+    ),
+    (
         "unknown zone",
         _create(pb.Reminder(text="t", schedule=one_off("2026-11-01T09:00:00", "Mars/Olympus"))),
         "reminder.schedule.time_zone",
@@ -408,6 +413,20 @@ CASES: list[tuple[str, Callable[[Api, str, str], Any], str]] = [
             pb.ListDeliveriesRequest(reminder_id="x"), metadata=api.as_user(user)
         ),
         "reminder_id",
+    ),
+    (
+        "get: an id spelled as no answer spells it",
+        lambda api, rid, user: api.reminders.GetReminder(
+            pb.GetReminderRequest(id=f"urn:uuid:{rid}"), metadata=api.as_user(user)
+        ),
+        "id",
+    ),
+    (
+        "delete: an id without its dashes",
+        lambda api, rid, user: api.reminders.DeleteReminder(
+            pb.DeleteReminderRequest(id=rid.replace("-", "")), metadata=api.as_user(user)
+        ),
+        "id",
     ),
     (
         "delete: bad id",
