@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 _SETTLE_ATTEMPTS = 3
 _SETTLE_BACKOFF_S = 0.25
 
+# The answer for a key another user's item was recorded under.
+OTHER_USER_REASON = "idempotency_key already used for another user"
 # The answer for an item whose delivery goes on past the caller's deadline.
 STILL_DELIVERING_REASON = "still being delivered; send again"
 
@@ -110,6 +112,7 @@ class Intake:
         self._clock = clock
         # key -> the delivery of that key running here, answered by its first attempt.
         self._running: dict[str, asyncio.Task[ItemResult]] = {}
+        self._running_for: dict[str, str] = {}  # key -> the user its delivery is for
 
     async def accept_batch(
         self, notifications: Sequence[Notification], answer_within_s: float | None = None
@@ -162,16 +165,20 @@ class Intake:
         key = notification.idempotency_key
         priority = notification.priority
         running = self._running.get(key)
+        if running is not None and self._running_for[key] != notification.user_id:
+            return ItemResult(key, Outcome.REJECTED, OTHER_USER_REASON)
         first = running is None
         if running is None:
             # Its own task: a caller that gives up (deadline, disconnect) does not cut a
             # delivery short, and the key is settled whoever is still waiting.
             running = asyncio.create_task(self._deliver(notification), name=f"deliver {key}")
             self._running[key] = running
+            self._running_for[key] = notification.user_id
             self._pending[priority] += 1
 
             def ended(_: asyncio.Task[ItemResult]) -> None:
                 self._running.pop(key, None)
+                self._running_for.pop(key, None)
                 self._pending[priority] -= 1
 
             running.add_done_callback(ended)
@@ -231,6 +238,8 @@ class Intake:
         if claim.state is KeyState.SETTLED:
             assert claim.settled_as is not None  # SETTLED: how it was
             return delivery_result(key, claim.settled_as, first=False)
+        if claim.state is KeyState.OTHER_USER:
+            return ItemResult(key, Outcome.REJECTED, OTHER_USER_REASON)
         if claim.state is KeyState.HELD_ELSEWHERE:
             return ItemResult(key, Outcome.RETRYABLE, HELD_ELSEWHERE_REASON)
         holder = claim.accept_id

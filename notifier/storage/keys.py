@@ -54,6 +54,9 @@ class KeyState(enum.Enum):
     SETTLED = "settled"
     # Another attempt holds it and may still deliver it: answer "retry later".
     HELD_ELSEWHERE = "held_elsewhere"
+    # Recorded for another user: a sender's bug (a key names one alert of one user),
+    # refused rather than answered as that user's duplicate with nothing pushed.
+    OTHER_USER = "other_user"
 
 
 @dataclass(frozen=True)
@@ -92,12 +95,17 @@ class _KeyRow:
     settled_as: Settlement | None
     # The database's time when the row was read (None: it came with an LWT's answer).
     read_at: datetime | None = None
+    # None with the holder's other cells gone (see above).
+    user_id: str | None = None
 
     @classmethod
     def of(cls, row: Any) -> _KeyRow:
         settled_as = Settlement(row.settled_as) if row.settled_as else None
         read_at = getattr(row, "read_at", None)
-        return cls(row.accept_id, utc(row.accepted_at), settled_as, utc(read_at))
+        return cls(row.accept_id, utc(row.accepted_at), settled_as, utc(read_at), row.user_id)
+
+    def of_other_user(self, user_id: str) -> bool:
+        return self.user_id is not None and self.user_id != user_id
 
     def abandoned(self, bound: timedelta) -> bool:
         """Unclaimed, or held for `bound` or longer by the database's clock (a row read
@@ -158,7 +166,7 @@ class KeyStore:
         # read finishes any in-flight Paxos round, so what it finds is final.
         self._read: PreparedStatement = prepare_serial(
             session,
-            f"SELECT accept_id, accepted_at, settled_as, toTimestamp(now()) AS read_at"
+            f"SELECT accept_id, accepted_at, settled_as, user_id, toTimestamp(now()) AS read_at"
             f" FROM {table} WHERE idempotency_key = ?",
         )
         # key -> the accept_ids of its attempts that failed here: a write that may have
@@ -250,6 +258,8 @@ class KeyStore:
         found = await self._lwt(self._insert, insert, key)
         if found is None:
             return KeyClaim(KeyState.RECORDED, accept_id, fresh=True)
+        if found.of_other_user(notification.user_id):
+            return KeyClaim(KeyState.OTHER_USER, found.accept_id)
         claim = self._judge(found, ours)
         if claim is not None and claim.state is KeyState.HELD_ELSEWHERE:
             # Read again with the database's time: the holder's age is judged by it.

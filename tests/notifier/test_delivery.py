@@ -66,6 +66,29 @@ def test_a_key_is_kept_for_its_ttl_past_any_catch_up_of_the_default_retention(
     assert notifier_settings.key_ttl > Retention().bucket
 
 
+def test_a_key_sent_for_another_user_is_refused_not_answered_as_a_duplicate(
+    notifier: Client, user: str
+) -> None:
+    """A sender's bug (one key for two users' alerts) was answered "duplicate" for the
+    second user, who was never pushed: the sender recorded a ring that did not happen."""
+    first = item(user)
+    other = item(f"{user}-other", first.idempotency_key)
+    in_one_batch = item(user, f"{first.idempotency_key}-b")
+    also_other = item(f"{user}-other", in_one_batch.idempotency_key)
+
+    answers = notifier.send_batch(first) + notifier.send_batch(other)
+    answers += notifier.send_batch(in_one_batch, also_other)  # the second joins the first
+
+    assert [(a.outcome, a.reason) for a in answers] == [
+        (ACCEPTED, ""),
+        (REJECTED, "idempotency_key already used for another user"),
+        (ACCEPTED, ""),
+        (REJECTED, "idempotency_key already used for another user"),
+    ]
+    time.sleep(0.3)
+    assert notifier.delivered(f"{user}-other") == []
+
+
 def test_single_send_answers_like_a_batch(notifier: Client, user: str) -> None:
     message = item(user)
     reply = notifier.stub.Send(pb.SendRequest(notification=message), timeout=10)
