@@ -180,7 +180,11 @@ class UserPurge:
         for _ in range(_ATTEMPTS):
             state = await self._state(user_id)
             if state.purge_id == purge_id:
-                return  # this purge's own, held since an earlier run
+                # This purge's own, held since an earlier run storage cut short: refreshed
+                # before going on, so the backoff's wait does not bring it nearer to being
+                # taken over mid-run.
+                await self._refresh_fence(user_id, purge_id)
+                return
             if state.count is None or state.count < PURGE_FENCE_FLOOR:
                 params: tuple[object, ...] = (PURGE_FENCE, purge_id, user_id, state.count)
                 attempt = aio.execute(self._session, self._fence, params)

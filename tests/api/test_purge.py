@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 import pytest
 from cassandra import OperationTimedOut, WriteTimeout, WriteType
+from cassandra import Unavailable as CassandraUnavailable
 from cassandra.cluster import Session
 
 from genproto.reminders.v1 import reminders_pb2 as pb
@@ -503,3 +504,40 @@ def test_a_purge_meeting_storage_trouble_finishes_and_lifts_its_fence(
     assert rows_per_table(cassandra, user)["create_requests"] == 0
     create(api, user, weekly_monday_nine())
     assert (live_rows(cassandra, user), active_count(cassandra, user)) == (1, 1)
+
+
+class PurgeRecordingItsSteps(UserPurge):
+    """The real purge, recording its row deletes and fence refreshes; its first delete is
+    refused for want of replicas (nothing sent: not an unknown outcome), ending its
+    first run."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(session, HANDOFF_WINDOW)
+        self.steps: list[str] = []
+
+    async def _delete_row(self, as_read: tuple[object, ...], purge_id: uuid.UUID) -> bool:
+        self.steps.append("delete")
+        if self.steps == ["delete"]:
+            raise CassandraUnavailable("injected", required_replicas=1, alive_replicas=0)
+        return await super()._delete_row(as_read, purge_id)
+
+    async def _refresh_fence(self, user_id: str, purge_id: uuid.UUID) -> None:
+        self.steps.append("refresh")
+        await super()._refresh_fence(user_id, purge_id)
+
+
+def test_a_purge_run_again_under_its_own_fence_refreshes_it_first(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    """A run cut short by storage is run again after a backoff; the fence it finds is its
+    own, last refreshed before that wait: refreshed again before any delete, so the wait
+    does not bring it nearer to another purge taking it over mid-run."""
+    for _ in range(3):
+        create(api, user, weekly_monday_nine())
+    purger = PurgeRecordingItsSteps(cassandra.session)
+
+    purged = asyncio.run(purger.run(user, SEED_NOW))
+
+    assert purger.steps[:2] == ["delete", "refresh"]
+    assert purged.reminders == 3
+    assert fence_owner(cassandra, user) is None
