@@ -65,6 +65,14 @@ async def _tried_again(
                 return None
 
 
+async def _woken(event: asyncio.Event, wait_s: float) -> None:
+    """Until `event` is set anew, or `wait_s` passes (a look at the shift, a due)."""
+    event.clear()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(wait_s):
+            await event.wait()
+
+
 class MinuteJob:
     """One minute of one part: its reads, and its rings started in due order (those read
     late, a backlog's, in their own order beside them, at the catch-up pace).
@@ -168,10 +176,7 @@ class MinuteJob:
                 continue
             if self._reads_over:
                 return True
-            self._late_arrived.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(LOOK_EVERY_S):
-                    await self._late_arrived.wait()
+            await _woken(self._late_arrived, LOOK_EVERY_S)
         return False
 
     async def _start_on_time(self) -> bool:
@@ -193,10 +198,7 @@ class MinuteJob:
                 wait_s = LOOK_EVERY_S
             # Until the next due, an entry read meanwhile (it may be due sooner), or a look
             # at the shift (a stop or a lost lease ends the minute).
-            self._arrived.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(wait_s, LOOK_EVERY_S)):
-                    await self._arrived.wait()
+            await _woken(self._arrived, min(wait_s, LOOK_EVERY_S))
         return False
 
     def _ring_ended(self, entry: Entry, ring: asyncio.Task[bool | datetime]) -> None:

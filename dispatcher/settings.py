@@ -159,11 +159,8 @@ class DispatcherSettings:
             ring_expiry=ring_expiry_from_env(values),
             shutdown_grace=seconds("SHUTDOWN_GRACE_S", cls.shutdown_grace, low=0),
             retention=Retention.from_env(values),
-            faults=frozenset(filter(None, env.text("FAULTS", "").split(","))),
+            faults=env.hooks("FAULTS", FAULTS),
         )
-        unknown = sorted(settings.faults - FAULTS)
-        if unknown:  # a misspelt hook would quietly test nothing
-            raise ConfigError(f"{prefix}FAULTS: unknown fault {unknown[0]!r}")
         if settings.lease_renew_every * 2 >= settings.lease:
             raise ConfigError(f"{prefix}LEASE_RENEW_S must be under half of {prefix}LEASE_S")
         check_tz_override(values)  # a finalize computes the next ring in its zone

@@ -81,6 +81,14 @@ def _unavailable(key: str, doing: str, error: Exception) -> ItemResult:
 
 
 @dataclass(frozen=True)
+class _Running:
+    """A key's delivery running in this process, and the user it is for."""
+
+    user_id: str
+    task: asyncio.Task[ItemResult]
+
+
+@dataclass(frozen=True)
 class IntakeLimits:
     """Bounds of one process, each per priority, so that a bulk sender never uses up
     what urgent items need."""
@@ -111,8 +119,7 @@ class Intake:
         self._pending = dict.fromkeys(Priority, 0)
         self._clock = clock
         # key -> the delivery of that key running here, answered by its first attempt.
-        self._running: dict[str, asyncio.Task[ItemResult]] = {}
-        self._running_for: dict[str, str] = {}  # key -> the user its delivery is for
+        self._running: dict[str, _Running] = {}
 
     async def accept_batch(
         self, notifications: Sequence[Notification], answer_within_s: float | None = None
@@ -165,24 +172,22 @@ class Intake:
         key = notification.idempotency_key
         priority = notification.priority
         running = self._running.get(key)
-        if running is not None and self._running_for[key] != notification.user_id:
+        if running is not None and running.user_id != notification.user_id:
             return ItemResult(key, Outcome.REJECTED, OTHER_USER_REASON)
         first = running is None
         if running is None:
             # Its own task: a caller that gives up (deadline, disconnect) does not cut a
             # delivery short, and the key is settled whoever is still waiting.
-            running = asyncio.create_task(self._deliver(notification), name=f"deliver {key}")
-            self._running[key] = running
-            self._running_for[key] = notification.user_id
+            task = asyncio.create_task(self._deliver(notification), name=f"deliver {key}")
+            running = self._running[key] = _Running(notification.user_id, task)
             self._pending[priority] += 1
 
             def ended(_: asyncio.Task[ItemResult]) -> None:
                 self._running.pop(key, None)
-                self._running_for.pop(key, None)
                 self._pending[priority] -= 1
 
-            running.add_done_callback(ended)
-        result = await asyncio.shield(running)
+            task.add_done_callback(ended)
+        result = await asyncio.shield(running.task)
         if first:
             return result
         if result.outcome is Outcome.ACCEPTED:
@@ -224,7 +229,7 @@ class Intake:
     async def drained(self) -> None:
         """Every delivery taken in has been answered (the workers must be stopping or
         running, so that each ends)."""
-        await asyncio.gather(*self._running.values(), return_exceptions=True)
+        await asyncio.gather(*(r.task for r in self._running.values()), return_exceptions=True)
 
     async def _deliver(self, notification: Notification) -> ItemResult:
         key = notification.idempotency_key

@@ -486,6 +486,15 @@ class Env:
     def identifier(self, name: str, default: str) -> str:
         return _identifier(self.raw(name) or default, self.prefix + name)
 
+    def hooks(self, name: str, known: frozenset[str]) -> frozenset[str]:
+        """A comma-separated set of test hooks, each one of `known`: a misspelt hook would
+        quietly test nothing."""
+        named = frozenset(filter(None, (self.raw(name) or "").split(",")))
+        unknown = sorted(named - known)
+        if unknown:
+            raise ConfigError(f"{self.prefix}{name}: unknown fault {unknown[0]!r}")
+        return named
+
 
 def _truthy(value: str | None, name: str) -> bool:
     lowered = (value or "").lower()

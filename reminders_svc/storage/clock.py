@@ -31,9 +31,9 @@ from reminders_svc.storage import aio
 HOOKED_AHEAD_S = 30.0
 
 
-def wall_clock_ahead(ahead_s: float = HOOKED_AHEAD_S) -> Callable[[], float]:
-    """The host's wall clock `ahead_s` ahead (the test hook `wall_clock_ahead`)."""
-    return lambda: time.time() + ahead_s
+def wall_clock_ahead() -> Callable[[], float]:
+    """The host's wall clock HOOKED_AHEAD_S ahead (the test hook `wall_clock_ahead`)."""
+    return lambda: time.time() + HOOKED_AHEAD_S
 
 
 class DbClock:
