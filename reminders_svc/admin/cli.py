@@ -248,6 +248,14 @@ def _replan_precheck(args: argparse.Namespace) -> None:
     load_zone(args.zone)
 
 
+def _waiting(rows: int, seconds: float) -> None:
+    print(
+        f"{rows} rows wait for a snooze ring in flight: looking again in {seconds:g} s",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 async def _replan(args: argparse.Namespace, admin: Admin) -> int:
     settings = replan.ScanSettings(
         rows_per_s=args.rows_per_s,
@@ -256,7 +264,7 @@ async def _replan(args: argparse.Namespace, admin: Admin) -> int:
         parallel=args.parallel,
     )
     report = await replan.replan_zone(
-        admin, args.zone, tzdata_version(), settings, dry_run=args.dry_run
+        admin, args.zone, tzdata_version(), settings, dry_run=args.dry_run, waiting=_waiting
     )
     if args.json:
         print_json({**report.as_dict(), "dry_run": args.dry_run})

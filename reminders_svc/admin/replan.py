@@ -11,7 +11,12 @@ reminder keeps the zone name it was created with. Each
 match is read whole and rewritten by `ReminderStore.replace`, the LWT compare-and-set on
 the row's whole state that every writer uses, the new due's bucket entry first; a row
 changed in between is read again and recomputed. Only pending and paused rows are
-replanned: a sending row's finalize computes its next occurrence with the new rules.
+replanned: a sending row's finalize computes its next occurrence with the new rules,
+unless the ring in flight is a snooze's, which leaves the series' occurrence as stored.
+Such a row is looked at again after the scan, for about half a minute, until its ring is
+finalized (a replan write under the ring would be undone by the finalize, which compares
+neither the occurrence nor the version, as no user change moved them); one still in
+flight then is reported `in_flight`, for a later run.
 
 Which occurrence is "the same" under new rules: the stored occurrence was computed with
 the old rules, which are gone. The schedule's ring nearest to the stored instant under
@@ -31,7 +36,7 @@ import dataclasses
 import itertools
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -52,7 +57,12 @@ _MAX_CANDIDATES = 64
 _MIN_TOKEN = -(2**63)
 _MAX_TOKEN = 2**63 - 1
 _REPLANNABLE = (Status.PENDING, Status.PAUSED)
+_SCANNED = frozenset(status.value for status in (*_REPLANNABLE, Status.SENDING))
 _ATTEMPTS = 3
+# Rows whose snooze ring is in flight are looked at again after these waits (~30 s in
+# all: a ring is finalized within seconds unless the notifier is down).
+_IN_FLIGHT_WAITS_S = (1.0, 2.0, 4.0, 8.0, 15.0)
+IN_FLIGHT = "in_flight"
 
 
 def replanned(reminder: Reminder, now: datetime) -> Reminder | None:
@@ -70,6 +80,19 @@ def replanned(reminder: Reminder, now: datetime) -> Reminder | None:
     due = None if paused else earliest(occurrence, reminder.snooze_until)
     status = reminder.status if paused or due is not None else Status.DONE
     return dataclasses.replace(reminder, occurrence=occurrence, due=due, status=status)
+
+
+def waits_for_its_ring(reminder: Reminder, now: datetime) -> bool:
+    """A snooze's ring in flight (sending, the series' occurrence still ahead) whose
+    occurrence the rules now loaded put elsewhere: its finalize keeps the stored one, so
+    the row is replanned once that ring is finalized."""
+    occurrence = reminder.occurrence
+    return (
+        reminder.status is Status.SENDING
+        and occurrence is not None
+        and occurrence > now
+        and same_occurrence(reminder, occurrence, now) != occurrence
+    )
 
 
 def same_occurrence(reminder: Reminder, stored: datetime, now: datetime) -> datetime | None:
@@ -142,8 +165,7 @@ class ZoneScan:
             for _ in rows:  # paced by rows read, so a full page costs what its rows cost
                 await self._rows.take()
             for row in rows:
-                replannable = row.status in {status.value for status in _REPLANNABLE}
-                if row.zone in self._names and replannable:
+                if row.zone in self._names and row.status in _SCANNED:
                     yield row.user_id, row.reminder_id
             if paging_state is None:
                 return
@@ -157,23 +179,47 @@ class ZoneScan:
 
 
 async def replan_zone(
-    admin: Admin, zone: str, rules: str, settings: ScanSettings, *, dry_run: bool
+    admin: Admin,
+    zone: str,
+    rules: str,
+    settings: ScanSettings,
+    *,
+    dry_run: bool,
+    waiting: Callable[[int, float], None] = lambda rows, seconds: None,
 ) -> ReplanReport:
+    """`waiting(rows, seconds)` is told before each wait for rings in flight."""
     names = same_rules(zone)
     report = ReplanReport(zone=zone, rules=rules, names=sorted(names))
     scan = ZoneScan(admin.session, names, settings)
     writes = RateLimiter(settings.writes_per_s)
     ranges = iter(token_ranges(settings.splits))
+    in_flight: list[tuple[str, uuid.UUID]] = []
+
+    async def replan_row(key: tuple[str, uuid.UUID]) -> None:
+        await writes.take()
+        outcome = await _replan_row(admin, *key, dry_run=dry_run)
+        if outcome == IN_FLIGHT and not dry_run:
+            in_flight.append(key)
+        else:
+            report.outcomes[outcome] += 1
 
     async def work() -> None:
         for token_range in ranges:  # shared iterator: each range is taken once
-            async for user_id, reminder_id in scan.matches(token_range):
-                await writes.take()
-                outcome = await _replan_row(admin, user_id, reminder_id, dry_run=dry_run)
-                report.outcomes[outcome] += 1
+            async for key in scan.matches(token_range):
+                await replan_row(key)
 
     await asyncio.gather(*(work() for _ in range(settings.parallel)))
     report.scanned = scan.scanned
+    for seconds in _IN_FLIGHT_WAITS_S:
+        if not in_flight:
+            break
+        waiting(len(in_flight), seconds)
+        await asyncio.sleep(seconds)
+        looked_at, in_flight[:] = list(in_flight), []
+        for key in looked_at:
+            await replan_row(key)
+    if in_flight:
+        report.outcomes[IN_FLIGHT] += len(in_flight)
     return report
 
 
@@ -183,6 +229,8 @@ async def _replan_row(admin: Admin, user_id: str, reminder_id: uuid.UUID, *, dry
         if stored is None:
             return "gone"
         now = admin.now()
+        if waits_for_its_ring(stored.reminder, now):
+            return IN_FLIGHT
         after = replanned(stored.reminder, now)
         if after is None:
             return "unchanged"

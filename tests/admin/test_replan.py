@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import uuid
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
@@ -20,9 +21,10 @@ from pathlib import Path
 import pytest
 
 from dispatcher.buckets import BucketReader
-from reminders_svc.admin.replan import replanned, token_ranges
+from reminders_svc.admin.replan import replanned, token_ranges, waits_for_its_ring
 from reminders_svc.config import ConfigError, check_tz_override
-from reminders_svc.domain.reminder import Reminder, Status, edit_text, pause, snooze
+from reminders_svc.domain import dispatch
+from reminders_svc.domain.reminder import Claim, Reminder, Status, edit_text, pause, snooze
 from reminders_svc.schedule import (
     Schedule,
     one_off_instant,
@@ -31,7 +33,7 @@ from reminders_svc.schedule import (
     parse_rrule,
     validate_new,
 )
-from reminders_svc.storage.parts import DEFAULT_PARTS, floor_minute, part_of
+from reminders_svc.storage.parts import DEFAULT_PARTS, MINUTE, floor_minute, part_of
 from reminders_svc.storage.reminders_store import StoredReminder
 from reminders_svc.storage.session import CassandraConnection
 from tests.admin.conftest import SECRET_TEXT, at_instant, cassandra_env, change, put, run, store_of
@@ -266,6 +268,59 @@ def test_replan_moves_the_reminders_stored_under_the_zones_links_too(
         assert after is not None
         assert before.occurrence is not None
         assert after.reminder.occurrence == before.occurrence + HOUR, before.schedule.zone
+
+
+def test_a_row_whose_snooze_rings_as_the_scan_passes_is_replanned_once_that_ring_ends(
+    own_keyspace: CassandraConnection, chicago_rules_for_new_york: Path
+) -> None:
+    """The finalize of a snooze's ring keeps the series' occurrence as stored (old rules):
+    the scan must come back to the row, or it rings an hour off for good (it was skipped
+    as "sending", reported nowhere, and a second run found it `moved`)."""
+    db, store = own_keyspace, store_of(own_keyspace)
+    now = datetime.now(UTC).replace(microsecond=0)
+    stored = create(db, "ny-snooze-ringing", daily_at_nine(ZONE), now)
+    before = stored.reminder
+    assert before.occurrence is not None
+    snoozed = run(change(store, stored, snooze(before, now - timedelta(seconds=1), now)))
+    ringing = run(
+        change(store, snoozed, dispatch.claimed(snoozed.reminder, uuid.uuid4(), now, 2 * MINUTE))
+    )
+    env = {
+        **os.environ,
+        **cassandra_env(db.settings),
+        "REMINDERS_TZ_OVERRIDE_DIR": str(chicago_rules_for_new_york),
+    }
+    command = [REMINDERS, "admin", "replan", "--zone", ZONE, "--splits", "4", "--json"]
+    with subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as replan:
+        assert replan.stderr is not None
+        said = replan.stderr.readline()  # blocks until it waits, or ends having said nothing
+        assert "1 rows wait for a snooze ring in flight" in said, said
+        # The dispatcher finalizes the snooze's ring: the series' occurrence stays.
+        finalized = dispatch.finalized(ringing.reminder, datetime.now(UTC))
+        assert finalized.occurrence == before.occurrence
+        run(change(store, ringing, finalized))
+        out, err = replan.communicate(timeout=120)
+    assert replan.returncode == 0, err
+    assert json.loads(out)["outcomes"] == {"moved": 1}
+    after = run(store.get(before.user_id, before.reminder_id))
+    assert after is not None
+    assert after.reminder.occurrence == before.occurrence + HOUR
+    assert (after.reminder.status, after.reminder.due) == (Status.PENDING, before.occurrence + HOUR)
+    assert entry_for(db, after.reminder)
+
+
+def test_a_dry_run_counts_a_row_whose_snooze_rings_as_in_flight() -> None:
+    now = datetime(2027, 1, 4, 12, 0, tzinfo=UTC)
+    row = at_instant("u", datetime(2027, 1, 5, 15, 0, tzinfo=UTC), now, daily_at_nine(ZONE))
+    claim = Claim(uuid.uuid4(), now, now + MINUTE)
+    ringing = dataclasses.replace(row, status=Status.SENDING, claim=claim, due=now)
+    assert waits_for_its_ring(ringing, now)  # old rules said 15:00Z; 09:00 is 14:00Z now
+    assert not waits_for_its_ring(as_of(ringing, datetime(2027, 1, 5, 14, 0, tzinfo=UTC)), now)
+    assert not waits_for_its_ring(dataclasses.replace(ringing, status=Status.PENDING), now)
+    # A regular ring in flight: its finalize computes the next occurrence with the new rules.
+    assert not waits_for_its_ring(as_of(ringing, now), now)
 
 
 def left_by_old_rules(db: CassandraConnection, user: str, now: datetime) -> StoredReminder:
