@@ -21,9 +21,10 @@ from dispatcher.settings import DispatcherSettings
 from reminders_svc.admin import inspect, parts, replan, replay
 from reminders_svc.admin.context import Admin, AdminError, open_admin
 from reminders_svc.admin.output import iso, print_counts, print_json, print_table
-from reminders_svc.config import CassandraSettings, ConfigError, check_tz_override
+from reminders_svc.config import CassandraSettings, ConfigError, Retention, check_tz_override
 from reminders_svc.schedule import ScheduleError, load_zone, tzdata_version
 from reminders_svc.storage.errors import STORAGE_ERRORS, StorageUnavailable
+from reminders_svc.storage.parts import floor_minute
 
 Command = Callable[[argparse.Namespace, Admin], Awaitable[int]]
 # A check of a command's input that needs no database: it runs before connecting, so a
@@ -113,7 +114,10 @@ def minute_arg(text: str) -> datetime:
         raise argparse.ArgumentTypeError(f"{text!r}: give the offset, e.g. Z for UTC")
     if value.second or value.microsecond:
         raise argparse.ArgumentTypeError(f"{text!r}: want a whole minute")
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00+01:00
+        raise argparse.ArgumentTypeError(f"{text!r}: out of range") from None
 
 
 def _positive(text: str) -> float:
@@ -208,6 +212,17 @@ async def _grow(args: argparse.Namespace, admin: Admin) -> int:
 async def _replay(args: argparse.Namespace, admin: Admin) -> int:
     if args.last < args.first:
         raise AdminError("--to is before --from")
+    # Refused, not read: a mistyped year would read P parts of millions of empty minutes.
+    now = floor_minute(admin.now())
+    retention = Retention.from_env().bucket
+    if args.first < now - retention:
+        raise AdminError(
+            f"--from {iso(args.first)}: minutes before {iso(now - retention)} hold no entries"
+            f" (they live {retention.days} days past their minute,"
+            " REMINDERS_BUCKET_RETENTION_DAYS)"
+        )
+    if args.last > now:
+        raise AdminError(f"--to {iso(args.last)}: minutes after {iso(now)} are not due yet")
     report = await replay.replay(
         admin, args.first, args.last, RateLimiter(args.ops_per_s), dry_run=args.dry_run
     )

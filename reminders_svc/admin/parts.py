@@ -235,4 +235,7 @@ def lead_seconds(text: str) -> timedelta:
     seconds = float(text)
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(text)
-    return timedelta(seconds=seconds)
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:  # 1e300
+        raise ValueError(text) from None

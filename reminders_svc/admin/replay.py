@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -36,9 +37,11 @@ class ReplayReport:
         return {"minutes": self.minutes, "entries": self.entries, "outcomes": dict(self.outcomes)}
 
 
-def minutes_between(first: datetime, last: datetime) -> list[datetime]:
-    count = int((last - first) / MINUTE) + 1
-    return [first + index * MINUTE for index in range(count)]
+def minutes_between(first: datetime, last: datetime) -> Iterator[datetime]:
+    minute = first
+    while minute <= last:
+        yield minute
+        minute += MINUTE
 
 
 async def replay(

@@ -31,6 +31,23 @@ def test_a_count_that_means_nothing_is_a_usage_error(
     assert "want a whole number, at least" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("parts", "grow", "--to", "128", "--effective-in", "1e300"),
+        ("inspect", "--minute", "0001-01-01T00:00+01:00"),
+        ("replay", "--from", "9999-12-31T23:59-01:00", "--to", "9999-12-31T23:59Z"),
+    ],
+)
+def test_a_value_out_of_range_is_a_usage_error_not_a_traceback(
+    admin: AdminRunner, argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as usage:
+        admin(*argv)
+    assert usage.value.code == 2
+    assert "argument --" in capsys.readouterr().err
+
+
 def test_an_unknown_zone_is_a_request_refused(admin: AdminRunner) -> None:
     refused = admin("replan", "--zone", "Mars/Olympus_Mons", "--dry-run")
     assert refused.code == 2

@@ -154,6 +154,34 @@ def test_replay_refuses_a_range_that_ends_before_it_starts(admin: AdminRunner) -
     assert "--to is before --from" in refused.err
 
 
+def test_replay_refuses_minutes_whose_entries_are_gone_or_not_yet_due(admin: AdminRunner) -> None:
+    """A mistyped year read P parts of every minute of ten years (5 M minutes, days of
+    reads), where entries live 7 days past their minute."""
+    now = datetime.now(UTC)
+    too_old = admin(
+        "replay", "--from", whole_minute(now - timedelta(days=8)), "--to", whole_minute(now)
+    )
+    assert too_old.code == 2
+    assert "hold no entries (they live 7 days past their minute" in too_old.err
+    ahead = admin(
+        "replay", "--from", whole_minute(now), "--to", whole_minute(now + timedelta(minutes=5))
+    )
+    assert ahead.code == 2
+    assert "are not due yet" in ahead.err
+    # A week back, to the current minute, is allowed (dry run: nothing written).
+    week = admin(
+        "replay",
+        "--from",
+        whole_minute(now - timedelta(days=7) + timedelta(minutes=2)),
+        "--to",
+        whole_minute(now - timedelta(days=7) + timedelta(minutes=2)),
+        "--dry-run",
+        "--json",
+    )
+    assert week.code == 0, week.err
+    assert week.json()["minutes"] == 1
+
+
 def test_replay_and_inspect_want_whole_utc_minutes(admin: AdminRunner) -> None:
     with pytest.raises(SystemExit):
         admin("inspect", "--minute", "2026-10-26T13:00:30Z")
