@@ -1,8 +1,10 @@
 """`reminders demo`: one reminder through the running stack, end to end.
 
 Creates a one-off reminder due about `--in` seconds from now for a demo user (through the
-API, signed with the development key), waits for it to ring, and prints the delivery:
-due, handed off, lateness. Exits 0 only if it rang exactly once and not early.
+API, signed and connected as the client commands are: the development key unless a
+REMINDERS_JWT_* key or REMINDERS_CLIENT_TOKEN_FILE is set), waits for it to ring, and
+prints the delivery: due, handed off, lateness. Exits 0 only if it rang exactly once and
+not early; 2 on bad settings.
 """
 
 from __future__ import annotations
@@ -26,15 +28,26 @@ from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
 from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
 from notifier.rpc.client import list_delivered
-from reminders_svc.api.auth import AuthSettings, mint_token
-from reminders_svc.api.client_cli import DEFAULT_TARGET
+from reminders_svc.api.client_cli import (
+    DEFAULT_TARGET,
+    UsageError,
+    api_channel,
+    bearer_for,
+    client_env,
+    positive_seconds,
+)
+from reminders_svc.config import ConfigError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("demo", help="ring one reminder through the running stack")
     parser.add_argument("--user", default="demo", help="the demo user (default: demo)")
     parser.add_argument(
-        "--in", dest="seconds", type=float, default=20.0, help="ring this many seconds from now"
+        "--in",
+        dest="seconds",
+        type=positive_seconds,
+        default=20.0,
+        help="ring this many seconds from now",
     )
     parser.add_argument(
         "--api",
@@ -47,7 +60,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f" dispatcher finds it, else {NOTIFIER_TARGET})",
     )
     parser.add_argument(
-        "--timeout", type=float, default=120.0, help="give up after this many seconds"
+        "--timeout",
+        type=positive_seconds,
+        default=120.0,
+        help="give up after this many seconds",
     )
     parser.set_defaults(handler=run)
 
@@ -87,20 +103,26 @@ def targets(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, 
 
 def run(args: argparse.Namespace) -> int:
     args.api, args.notifier = targets(args, os.environ)
+    env = client_env(os.environ)
     try:
-        return _demo(args)
+        token = bearer_for(args.user, env)
+        channel = api_channel(args.api, env)
+    except (ConfigError, UsageError) as error:
+        print(f"reminders demo: {error}", file=sys.stderr)
+        return 2
+    try:
+        return _demo(args, channel, token)
     except DemoError as error:
         print(f"reminders demo: {error}", file=sys.stderr)
         return 1
 
 
-def _demo(args: argparse.Namespace) -> int:
-    token = mint_token(AuthSettings.from_env({"REMINDERS_ENV": "dev"}).user, args.user, 600)
+def _demo(args: argparse.Namespace, api_to: grpc.Channel, token: str) -> int:
     metadata = (("authorization", f"Bearer {token}"),)
     due = (datetime.now(UTC) + timedelta(seconds=args.seconds)).replace(microsecond=0)
     instant = Timestamp()
     instant.FromDatetime(due)
-    with grpc.insecure_channel(args.api) as api, grpc.insecure_channel(args.notifier) as push:
+    with api_to as api, grpc.insecure_channel(args.notifier) as push:
         with _calling("API", args.api):
             created = pb_grpc.RemindersServiceStub(api).CreateReminder(
                 pb.CreateReminderRequest(

@@ -293,7 +293,13 @@ def _schedule_from_args(args: argparse.Namespace, base: pb.Schedule) -> pb.Sched
     return schedule if schedule.WhichOneof("kind") else None
 
 
-def _channel(target: str, env: Mapping[str, str]) -> grpc.Channel:
+def client_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The settings a client reads: `environ`, in development unless it says otherwise.
+    The client only signs; whether a development token is accepted is the server's call."""
+    return {"REMINDERS_ENV": "dev", **environ}
+
+
+def api_channel(target: str, env: Mapping[str, str]) -> grpc.Channel:
     # Read and checked like the servers' TLS settings: half a configuration or an unreadable
     # file is a ConfigError naming the variable (gRPC's core would abort the process).
     tls = ClientTls.from_env(env, CLI_CLIENT_PREFIX)
@@ -350,14 +356,12 @@ def bearer_for(user: str, env: Mapping[str, str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    env = dict(os.environ)
-    # The client only signs; whether a development token is accepted is the server's call.
-    env.setdefault("REMINDERS_ENV", "dev")
+    env = client_env(os.environ)
     command: Command = args.command_function
     target = args.target or env.get("REMINDERS_API_TARGET") or DEFAULT_TARGET
     try:
         token = bearer_for(args.user, env)
-        with _channel(target, env) as channel:
+        with api_channel(target, env) as channel:
             stub = pb_grpc.RemindersServiceStub(channel)
             metadata = (("authorization", f"Bearer {token}"),)
 
@@ -377,7 +381,9 @@ def run(args: argparse.Namespace) -> int:
         if error.code() == grpc.StatusCode.UNAVAILABLE and not failure["error"]["reason"]:
             # gRPC's own UNAVAILABLE (the API's carry a reason): nothing answered there.
             failure["error"]["hint"] = f"no API answered at {target}; `make run` starts one"
-        print(json.dumps(failure), file=sys.stderr)  # one line, as every refusal here
+        print(
+            json.dumps(failure, ensure_ascii=False), file=sys.stderr
+        )  # one line, as every refusal here
         return 1
     print(
         json.dumps(
@@ -388,6 +394,7 @@ def run(args: argparse.Namespace) -> int:
                 always_print_fields_with_no_presence=True,
             ),
             indent=2,
+            ensure_ascii=False,  # a reminder in any language reads as written
         )
     )
     return 0

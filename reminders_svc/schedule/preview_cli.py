@@ -13,7 +13,7 @@ from reminders_svc.schedule.errors import ScheduleError
 from reminders_svc.schedule.expand import occurrences, validate_new
 from reminders_svc.schedule.grammar import parse_repeat
 from reminders_svc.schedule.model import Schedule
-from reminders_svc.schedule.zones import load_zone, start_from, tzdata_version
+from reminders_svc.schedule.zones import check_year, load_zone, start_from, tzdata_version
 
 MAX_PREVIEW = 1000
 
@@ -52,6 +52,8 @@ def _from_instant(text: str | None) -> datetime:
         value = datetime.fromisoformat(text)
     except ValueError:
         raise ScheduleError("from", f"{text!r} is not an ISO 8601 instant") from None
+    # The year checked before the offset is applied (0001-01-01T00:00+05:00 has no UTC).
+    check_year(value, "from")
     # A bare date-time is read as UTC, as the option's name says.
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 

@@ -224,8 +224,13 @@ def test_end_to_end_against_serve_api(migrated_settings: CassandraSettings) -> N
         assert cli_json(api.target, "get", reminder_id, *user)["id"] == reminder_id
         listed = cli_json(api.target, "list", *user, "--state", "pending")
         assert [r["id"] for r in listed["reminders"]] == [reminder_id]  # type: ignore[attr-defined]
-        edited = cli_json(api.target, "edit", reminder_id, *user, "--version", "1", "--text", "x")
-        assert edited["text"] == "x"
+        edited = cli_json(
+            api.target, "edit", reminder_id, *user, "--version", "1", "--text", "café ☕"
+        )
+        assert edited["text"] == "café ☕"
+        # Printed as written, not as \u escapes: a person reads it.
+        got = run_cli("get", reminder_id, *user, "--target", api.target, timeout=60)
+        assert '"text": "café ☕"' in got.stdout
         snoozed = cli_json(api.target, "snooze", reminder_id, *user, "--for", "10m")
         assert "snooze_until_time" in snoozed
         assert cli_json(api.target, "pause", reminder_id, *user)["state"] == "STATE_PAUSED"

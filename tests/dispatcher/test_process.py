@@ -56,8 +56,11 @@ def test_the_demo_fails_when_its_reminder_does_not_ring(
     cassandra_settings: CassandraSettings,
 ) -> None:
     """No dispatcher: the reminder is made but never rings, and the demo says so and
-    exits 1 once its wait is over (a check that only passes is no check)."""
-    with closing(Stack(cassandra_settings)) as stack:
+    exits 1 once its wait is over (a check that only passes is no check). The stack
+    signs with a key of its own, which the demo uses as the client commands do (it
+    signed with the development key whatever was set: UNAUTHENTICATED)."""
+    own_key = {"REMINDERS_JWT_SECRET": "a-stack-key-of-its-own-" + uuid.uuid4().hex}
+    with closing(Stack(cassandra_settings, **own_key)) as stack:
         stack.start_api()
         stack.start_notifier()
         # Due 5 s ahead: the demo drops the due's fraction of a second, and a busy machine

@@ -232,6 +232,19 @@ def test_clients_with_no_configuration_reach_the_servers_make_run_starts() -> No
     assert demo.targets(given, moved) == ("h:3", "h:4")
 
 
+@pytest.mark.parametrize("argv", [("--in", "nan"), ("--in", "1e12"), ("--timeout", "-5")])
+def test_the_demo_refuses_seconds_that_mean_nothing(
+    argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A usage error, not a traceback (nan, 1e12) nor a run that fails at once (-5)."""
+    parser = argparse.ArgumentParser()
+    demo.register(parser.add_subparsers())
+    with pytest.raises(SystemExit) as usage:
+        parser.parse_args(["demo", *argv])
+    assert usage.value.code == 2
+    assert f"argument {argv[0]}: expected a number of seconds" in capsys.readouterr().err
+
+
 def test_the_stack_says_it_is_up_only_once_its_services_serve(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -52,6 +52,14 @@ def test_bad_input_exits_2_with_the_error(capsys: pytest.CaptureFixture[str]) ->
     )
 
 
+@pytest.mark.parametrize("start", ["9999-12-31T23:00", "0001-01-01T00:00+05:00"])
+def test_a_from_out_of_range_exits_2_not_a_traceback(
+    start: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert preview("--repeat", "every day 09:00", "--zone", "UTC", "--from", start) == 2
+    assert capsys.readouterr().err == "reminders preview: from: the year must be 1900 to 8999\n"
+
+
 def test_past_one_off_is_refused_against_from(capsys: pytest.CaptureFixture[str]) -> None:
     code = preview("--at", "2026-01-01T09:00:00", "--zone", "UTC", "--from", "2026-06-01T00:00")
     assert code == 2
