@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -74,7 +75,7 @@ def run_stack(settings: NodeSettings) -> int:
     try:
         pid, started = start(settings)
         print(f"cassandra {'started' if started else 'running'} (pid {pid})")
-        return _run_services(env)
+        return run_services(env)
     except NodeError as error:
         print(f"reminders stack: {error}", file=sys.stderr)
         return 1
@@ -86,8 +87,19 @@ def run_stack(settings: NodeSettings) -> int:
             stop_node(settings)
 
 
-def _run_services(env: dict[str, str]) -> int:
+def run_services(env: dict[str, str]) -> int:
     reminders = str(Path(sys.executable).with_name("reminders"))
+    targets = health_targets(env)
+    # Refused up front: the health checks would be answered by whatever holds the ports
+    # (another stack; the services of one killed with SIGKILL, which outlive it), and
+    # "stack up" would name a stack whose own services failed to listen.
+    if targets is not None and (busy := listening(targets)):
+        print(
+            f"reminders stack: something already listens on {', '.join(busy)}: another"
+            " `make run`, or the services of one that was killed? (`ss -ltnp` names it)",
+            file=sys.stderr,
+        )
+        return 1
     if subprocess.run([reminders, "migrate"], env=env, check=False).returncode != 0:
         return 1
     stop = threading.Event()
@@ -96,7 +108,6 @@ def _run_services(env: dict[str, str]) -> int:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda *_: stop.set())
     print("starting the API, the notifier and a dispatcher (Ctrl-C stops them)")
-    targets = health_targets(env)
     if targets is not None:
         api, notifier, _ = targets
         announce = threading.Thread(
@@ -125,6 +136,19 @@ def health_targets(env: Mapping[str, str]) -> tuple[str, str, str] | None:
         f"{notifier.host}:{notifier.port}",
         f"{dispatcher.host}:{dispatcher.port}",
     )
+
+
+def listening(targets: Sequence[str]) -> list[str]:
+    """Those of `targets` (host:port) where something accepts connections."""
+    found = []
+    for target in targets:
+        host, _, port = target.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=0.5):
+                found.append(target)
+        except OSError:
+            pass  # nothing there (or port 0: picked at start)
+    return found
 
 
 def announce_when_serving(targets: Sequence[str], message: str, stop: threading.Event) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -281,6 +282,27 @@ def test_the_stack_says_it_is_up_only_once_its_services_serve(
         server.stop(None)
 
 
+def test_the_stack_refuses_to_start_where_something_holds_its_ports(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A second `make run`, or the services a killed one left running: their health checks
+    answered for this stack, which said "stack up" as its own API failed to listen."""
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        api_port = held.getsockname()[1]
+        env = {
+            "REMINDERS_ENV": "dev",
+            "REMINDERS_API_PORT": str(api_port),
+            "REMINDERS_NOTIFIER_PORT": str(free_port()),
+            "REMINDERS_DISPATCH_PORT": str(free_port()),
+            # Never reached: refused before the schema is applied.
+            "REMINDERS_CASSANDRA_PORT": str(free_port()),
+        }
+        assert stack.run_services(env) == 1
+    said = capsys.readouterr()
+    assert f"something already listens on 127.0.0.1:{api_port}: another `make run`" in said.err
+    assert "stack up" not in said.out
+
+
 def test_the_stack_waits_for_its_services_where_the_environment_moved_them() -> None:
     dev = {"REMINDERS_ENV": "dev"}
     assert stack.health_targets(dev) == ("127.0.0.1:50051", "127.0.0.1:50061", "127.0.0.1:50071")
@@ -360,7 +382,7 @@ def test_the_stack_stops_the_node_it_started_and_only_that_one(
     monkeypatch.setattr(stack, "node_status", lambda settings: _status(running[0]))
     monkeypatch.setattr(stack, "start", start)
     monkeypatch.setattr(stack, "stop_node", stop_node)
-    monkeypatch.setattr(stack, "_run_services", run_services)
+    monkeypatch.setattr(stack, "run_services", run_services)
     settings = node.NodeSettings.from_env({})
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}
     try:
