@@ -206,16 +206,15 @@ def _repeat(message: pb.Repeat, zone: str, now_start: datetime, field: str) -> R
     """`now_start`: the start of a repeat without one (now, on a whole minute, so that a
     COUNT's first ring is not already past)."""
     start_field = f"{field}.repeat.start_local_time"
-    start = (
-        local_time(message.start_local_time, start_field) if message.start_local_time else now_start
-    )
+    given = bool(message.start_local_time)
+    start = local_time(message.start_local_time, start_field) if given else now_start
     rule = message.WhichOneof("rule")
     if rule == "expression":
         expression = bounded(message.expression, f"{field}.repeat.expression", MAX_EXPRESSION_CHARS)
-        return parse_repeat(expression, zone, start)
+        return parse_repeat(expression, zone, start, start_given=given)
     if rule == "rrule":
         rrule = bounded(message.rrule, f"{field}.repeat.rrule", MAX_RRULE_CHARS)
-        return parse_rrule(rrule, zone, start)
+        return parse_rrule(rrule, zone, start, start_given=given)
     raise InvalidArgument(f"{field}.repeat", "one of expression or rrule is required")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from datetime import UTC, datetime
 
@@ -42,13 +43,37 @@ def one_off_instant(instant: datetime, zone: str = "UTC") -> OneOff:
     return OneOff(zone=zone, local=None, instant=instant.astimezone(UTC).replace(microsecond=0))
 
 
-def parse_rrule(text: str, zone: str, start: datetime) -> Repeat:
-    """A repeat from RFC 5545 RRULE text, DTSTART = ``start`` (naive local) in ``zone``."""
-    return repeat_from_rule(parse_rule_text(text, load_zone(zone)), zone, start, "rrule")
+def parse_rrule(text: str, zone: str, start: datetime, *, start_given: bool = True) -> Repeat:
+    """A repeat from RFC 5545 RRULE text, DTSTART = ``start`` (naive local) in ``zone``
+    (see `repeat_from_rule` for a start not given)."""
+    rule = parse_rule_text(text, load_zone(zone))
+    return repeat_from_rule(rule, zone, start, "rrule", start_given=start_given)
 
 
-def repeat_from_rule(rule: Rule, zone: str, start: datetime, field: str) -> Repeat:
-    """The canonical Repeat for a parsed rule; ``field`` names the input it came from."""
+def repeat_from_rule(
+    rule: Rule, zone: str, start: datetime, field: str, *, start_given: bool = True
+) -> Repeat:
+    """The canonical Repeat for a parsed rule; ``field`` names the input it came from.
+
+    Without ``start_given`` (``start`` is now's), a rule with an INTERVAL above 1 starts
+    at its first match from now instead, so its periods count from the first one that
+    rings: "every 2 weeks on Monday", made on a Sunday, rings the next day, where counting
+    from now's week skipped it; "every 3 months on the 1st", made on December 8, rings on
+    January 1, not March 1. Calendars count from the first occurrence alike."""
+    repeat = _repeat_from(rule, zone, start, field)
+    if start_given or rule.interval == 1:
+        return repeat
+    every_period = _repeat_from(dataclasses.replace(rule, interval=1), zone, start, field)
+    first = first_ring(every_period)
+    if first is None:
+        return repeat
+    anchored = _repeat_from(rule, zone, to_local(first, load_zone(zone)).replace(fold=0), field)
+    # A first match whose wall time does not name it (moved by a clock change: in a gap,
+    # or a repeated hour's second pass) keeps the count from now.
+    return anchored if first_ring(anchored) == first else repeat
+
+
+def _repeat_from(rule: Rule, zone: str, start: datetime, field: str) -> Repeat:
     zone_info = load_zone(zone)
     # Reminders ring on whole minutes; a start within a minute begins at its end, so no
     # ring is before the start given (rounded down, 12:00:30 lost a 12:00 COUNT=1 ring).

@@ -269,8 +269,11 @@ def _end(parser: _Parser, rule_args: dict[str, object], zone: str) -> None:
         raise parser.fail("the end, or 'until YYYY-MM-DD' or 'for N times'")
 
 
-def parse_repeat(expression: str, zone: str, start: datetime) -> Repeat:
-    """A repeat from the natural grammar, beginning at ``start`` (naive local) in ``zone``."""
+def parse_repeat(
+    expression: str, zone: str, start: datetime, *, start_given: bool = True
+) -> Repeat:
+    """A repeat from the natural grammar, beginning at ``start`` (naive local) in ``zone``
+    (see `repeat_from_rule` for a start not given)."""
     load_zone(zone)
     parser = _Parser(expression)
     if parser.accept("every") is None:
@@ -278,4 +281,5 @@ def parse_repeat(expression: str, zone: str, start: datetime) -> Repeat:
     rule_args: dict[str, object] = {}
     _body(parser, rule_args)
     _end(parser, rule_args, zone)
-    return repeat_from_rule(Rule(**rule_args), zone, start, "repeat")  # type: ignore[arg-type]
+    rule = Rule(**rule_args)  # type: ignore[arg-type]
+    return repeat_from_rule(rule, zone, start, "repeat", start_given=start_given)

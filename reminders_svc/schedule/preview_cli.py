@@ -67,10 +67,11 @@ def _schedule(args: argparse.Namespace, now: datetime) -> Schedule:
     start = (
         start_from(now, zone) if args.start is None else parse_local_datetime(args.start, "start")
     )
+    given = args.start is not None
     if args.repeat is not None:
-        return parse_repeat(args.repeat, args.zone, start)
+        return parse_repeat(args.repeat, args.zone, start, start_given=given)
     if args.rrule is not None:
-        return parse_rrule(args.rrule, args.zone, start)
+        return parse_rrule(args.rrule, args.zone, start, start_given=given)
     raise ScheduleError("repeat", "give one of --repeat, --rrule or --at")
 
 

@@ -288,7 +288,9 @@ class Repeat(_message.Message):
     COUNT, UNTIL and INTERVAL count from it. Seconds round up to the next whole minute,
     so nothing rings before the start given. Default: now, as the next whole minute (in
     the second pass of a repeated hour, whose wall times first came an hour ago: the
-    repeated hour's end).
+    repeated hour's end); with an INTERVAL above 1, the rule's first match from then, so
+    the periods count from the first that rings ("every 2 weeks on Monday" sent on a
+    Sunday first rings the next day, not 8 days later).
     """
     canonical_rrule: _builtins.str
     """Output only. The canonical RRULE the schedule is stored as."""

@@ -1,0 +1,115 @@
+"""A repeat given no start: an INTERVAL above 1 counts its periods from the first one that
+rings, not from now's (which skipped the next matching day: "every 2 weeks on Monday",
+made on a Sunday, first rang 8 days later)."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given, reject
+from hypothesis import strategies as st
+
+from reminders_svc.schedule import ScheduleError, occurrences, parse_repeat, parse_rrule
+from reminders_svc.schedule.model import Repeat
+from reminders_svc.schedule.rule import parse_rule_text
+from reminders_svc.schedule.zones import load_zone, start_from, zone_names
+from tests.schedule.test_properties import SETTINGS, rules
+
+NEW_YORK = "America/New_York"
+
+
+def made_at(now: datetime, expression: str, zone: str = NEW_YORK) -> list[str]:
+    """The first three rings, local, of `expression` made at `now` with no start."""
+    zone_info = load_zone(zone)
+    repeat = parse_repeat(expression, zone, start_from(now, zone_info), start_given=False)
+    return [f"{ring.astimezone(zone_info):%a %m-%d %H:%M}" for ring in occurrences(repeat, now, 3)]
+
+
+@pytest.mark.parametrize(
+    ("now", "expression", "rings"),
+    [
+        # A Sunday: tomorrow, not 8 days on.
+        (
+            datetime(2026, 12, 13, 15, 0, tzinfo=UTC),
+            "every 2 weeks on Mon 09:00",
+            ["Mon 12-14 09:00", "Mon 12-28 09:00", "Mon 01-11 09:00"],
+        ),
+        # DESIGN.md's example, made on a Friday: the coming Tuesday, not 11 days on.
+        (
+            datetime(2026, 12, 11, 15, 0, tzinfo=UTC),
+            "every 2 weeks on Tue,Thu 18:00",
+            ["Tue 12-15 18:00", "Thu 12-17 18:00", "Tue 12-29 18:00"],
+        ),
+        # January 1, not March 1 (the series Jan/Apr/Jul/Oct, not Mar/Jun/Sep/Dec).
+        (
+            datetime(2026, 12, 8, 15, 0, tzinfo=UTC),
+            "every 3 months on the 1st 09:00",
+            ["Fri 01-01 09:00", "Thu 04-01 09:00", "Thu 07-01 09:00"],
+        ),
+        # Past today's 08:00: tomorrow, not the day after.
+        (
+            datetime(2026, 12, 8, 17, 0, tzinfo=UTC),
+            "every 2 days 08:00",
+            ["Wed 12-09 08:00", "Fri 12-11 08:00", "Sun 12-13 08:00"],
+        ),
+        # With an end counted from the first ring.
+        (
+            datetime(2026, 12, 13, 15, 0, tzinfo=UTC),
+            "every 2 weeks on Mon 09:00 for 2 times",
+            ["Mon 12-14 09:00", "Mon 12-28 09:00"],
+        ),
+        # INTERVAL=1: as before, from now.
+        (
+            datetime(2026, 12, 13, 15, 0, tzinfo=UTC),
+            "every week on Mon 09:00",
+            ["Mon 12-14 09:00", "Mon 12-21 09:00", "Mon 12-28 09:00"],
+        ),
+    ],
+)
+def test_the_first_ring_is_the_next_matching_one(
+    now: datetime, expression: str, rings: list[str]
+) -> None:
+    assert made_at(now, expression) == rings
+
+
+def test_a_start_given_still_counts_from_that_start() -> None:
+    """Sunday 2026-12-13's week is period 0: the Monday after it is period 1, skipped."""
+    repeat = parse_repeat("every 2 weeks on Mon 09:00", NEW_YORK, datetime(2026, 12, 13, 10, 0))
+    first = occurrences(repeat, datetime(2026, 12, 13, 15, 0, tzinfo=UTC), 1)
+    assert first == [datetime(2026, 12, 21, 14, 0, tzinfo=UTC)]
+
+
+def every_period(repeat: Repeat) -> Repeat:
+    rule = parse_rule_text(repeat.rrule, load_zone(repeat.zone))
+    return dataclasses.replace(repeat, rrule=dataclasses.replace(rule, interval=1).text())
+
+
+@SETTINGS
+@given(
+    rule_text=rules().filter(lambda text: "INTERVAL=" in text and "INTERVAL=1;" not in text),
+    now=st.datetimes(datetime(2000, 1, 1), datetime(2035, 12, 31)).map(
+        lambda naive: naive.replace(tzinfo=UTC)
+    ),
+    zone=st.sampled_from(sorted(zone_names())),
+)
+def test_any_rule_made_with_no_start_rings_first_where_every_period_would(
+    rule_text: str, now: datetime, zone: str
+) -> None:
+    """The first ring is the INTERVAL=1 rule's, and the series is the rule's from there
+    on; where that ring's wall time does not name it (a clock change), the count is
+    from now, as before."""
+    start = start_from(now, load_zone(zone))
+    try:
+        from_now = parse_rrule(rule_text, zone, start)
+        made = parse_rrule(rule_text, zone, start, start_given=False)
+    except ScheduleError:
+        reject()
+    first_match = occurrences(every_period(from_now), now, 1)
+    rings = occurrences(made, now, 3)
+    if made == from_now:
+        assert rings == occurrences(from_now, now, 3)
+        return
+    assert rings[:1] == first_match
+    assert rings == occurrences(made, rings[0], 3)  # the rule's own series from its start
