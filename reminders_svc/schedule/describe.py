@@ -97,9 +97,22 @@ def _times(rule: Rule, repeat: Repeat) -> str:
     if rule.freq is Freq.HOURLY and not rule.by_hour:
         return f"at :{minute:02d}"
     if rule.freq is Freq.HOURLY:
-        return "in the hours " + _listing([f"{hour:02d}:{minute:02d}" for hour in rule.by_hour])
+        return _hours_reached(rule, repeat.start, minute)
     hours = rule.by_hour or (repeat.start.hour,)
     return "at " + _listing([f"{hour:02d}:{minute:02d}" for hour in hours])
+
+
+def _hours_reached(rule: Rule, start: datetime, minute: int) -> str:
+    """An hourly rule's BYHOUR as the INTERVAL's steps from the start reach it: where the
+    steps fit a day (24 % INTERVAL == 0) only the hours they land on (INTERVAL=2 from 09:30
+    with BYHOUR=9,10 rings at 09:30 alone); otherwise they land on other hours each day."""
+    hours = rule.by_hour
+    if 24 % rule.interval == 0:
+        hours = tuple(hour for hour in hours if (hour - start.hour) % rule.interval == 0)
+    listed = _listing([f"{hour:02d}:{minute:02d}" for hour in hours])
+    if 24 % rule.interval == 0:
+        return f"in the hour {listed}" if len(hours) == 1 else f"in the hours {listed}"
+    return f"in the hours {listed} that {rule.interval}-hour steps from the start reach"
 
 
 def _clock(local: datetime) -> str:

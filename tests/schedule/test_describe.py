@@ -54,6 +54,15 @@ def test_a_rule_is_described_as_it_rings(rrule: str, described: str) -> None:
         ("FREQ=HOURLY;BYDAY=MO", "Every hour on Monday at :00"),
         ("FREQ=HOURLY;INTERVAL=2;BYDAY=MO,TU", "Every 2 hours on Monday and Tuesday at :00"),
         ("FREQ=HOURLY;BYHOUR=9,10,11", "Every hour in the hours 09:00, 10:00 and 11:00"),
+        # Only the hours the steps from the start (09:00) land on: 10:00 never rings.
+        ("FREQ=HOURLY;INTERVAL=2;BYHOUR=9,10", "Every 2 hours in the hour 09:00"),
+        ("FREQ=HOURLY;INTERVAL=3;BYHOUR=9,12,13", "Every 3 hours in the hours 09:00 and 12:00"),
+        # Steps that do not fit a day land on other hours each day.
+        (
+            "FREQ=HOURLY;INTERVAL=5;BYHOUR=9,10,11",
+            "Every 5 hours in the hours 09:00, 10:00 and 11:00 that 5-hour steps from the"
+            " start reach",
+        ),
     ],
 )
 def test_an_hourly_rule_is_described_as_ringing_every_hour(rrule: str, described: str) -> None:
