@@ -148,7 +148,7 @@ def describe(schedule: Schedule) -> str:
         text += f", keeping the {picked} of each {_UNITS[rule.freq]}"
     text += f", from {schedule.start:%Y-%m-%d}"
     if rule.count is not None:
-        text += f", {rule.count} times"
+        text += f", {rule.count} time{'s' * (rule.count != 1)}"
     if rule.until is not None:
         until = to_local(rule.until, load_zone(schedule.zone))
         text += f", until {until:%Y-%m-%d %H:%M}"

@@ -118,3 +118,9 @@ def test_a_one_off_on_a_day_the_zone_skipped_is_described_ringing_the_next_day()
         "Once on 2011-12-30 at 10:00 (rings at 2011-12-31 10:00: the clock change skips"
         " 10:00), Pacific/Apia"
     )
+
+
+@pytest.mark.parametrize(("count", "said"), [(1, "1 time"), (3, "3 times")])
+def test_a_count_is_said_in_words_that_agree(count: int, said: str) -> None:
+    repeat = parse_repeat(f"every day 09:00 for {count} times", "UTC", START)
+    assert f", {said}, UTC" in describe(repeat)
