@@ -15,7 +15,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
@@ -104,21 +104,27 @@ def targets(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, 
 def run(args: argparse.Namespace) -> int:
     args.api, args.notifier = targets(args, os.environ)
     env = client_env(os.environ)
+
+    def signed() -> tuple[tuple[str, str]]:
+        # Per call: a minted token lives minutes, and the demo may wait longer than that.
+        return (("authorization", f"Bearer {bearer_for(args.user, env)}"),)
+
     try:
-        token = bearer_for(args.user, env)
+        signed()
         channel = api_channel(args.api, env)
     except (ConfigError, UsageError) as error:
         print(f"reminders demo: {error}", file=sys.stderr)
         return 2
     try:
-        return _demo(args, channel, token)
-    except DemoError as error:
+        return _demo(args, channel, signed)
+    except (DemoError, UsageError) as error:
         print(f"reminders demo: {error}", file=sys.stderr)
         return 1
 
 
-def _demo(args: argparse.Namespace, api_to: grpc.Channel, token: str) -> int:
-    metadata = (("authorization", f"Bearer {token}"),)
+def _demo(
+    args: argparse.Namespace, api_to: grpc.Channel, signed: Callable[[], tuple[tuple[str, str]]]
+) -> int:
     due = (datetime.now(UTC) + timedelta(seconds=args.seconds)).replace(microsecond=0)
     instant = Timestamp()
     instant.FromDatetime(due)
@@ -132,7 +138,7 @@ def _demo(args: argparse.Namespace, api_to: grpc.Channel, token: str) -> int:
                     ),
                     request_id=uuid.uuid4().hex,
                 ),
-                metadata=metadata,
+                metadata=signed(),
                 timeout=CALL_TIMEOUT_S,
             )
         print(f"created {created.id}, due {instant.ToJsonString()}; waiting for it to ring ...")
@@ -149,7 +155,7 @@ def _demo(args: argparse.Namespace, api_to: grpc.Channel, token: str) -> int:
         with _calling("API", args.api):
             history = pb_grpc.RemindersServiceStub(api).ListDeliveries(
                 pb.ListDeliveriesRequest(reminder_id=created.id),
-                metadata=metadata,
+                metadata=signed(),
                 timeout=CALL_TIMEOUT_S,
             )
     handed = [d for d in history.deliveries if d.HasField("hand_off_time")]

@@ -263,9 +263,9 @@ def _replan_precheck(args: argparse.Namespace) -> None:
     load_zone(args.zone)
 
 
-def _waiting(rows: int, seconds: float) -> None:
+def _waiting(seconds: float) -> None:
     print(
-        f"{rows} rows wait for a snooze ring in flight: looking again in {seconds:g} s",
+        f"a row waits for its snooze's ring in flight: looking again in {seconds:g} s",
         file=sys.stderr,
         flush=True,
     )

@@ -13,7 +13,7 @@ the row's whole state that every writer uses, the new due's bucket entry first; 
 changed in between is read again and recomputed. Only pending and paused rows are
 replanned: a sending row's finalize computes its next occurrence with the new rules,
 unless the ring in flight is a snooze's, which leaves the series' occurrence as stored.
-Such a row is looked at again after the scan, for about half a minute, until its ring is
+Such a row is looked at again, beside the scan, for about half a minute, until its ring is
 finalized (a replan write under the ring would be undone by the finalize, which compares
 neither the occurrence nor the version, as no user change moved them); one still in
 flight then is reported `in_flight`, for a later run.
@@ -185,41 +185,44 @@ async def replan_zone(
     settings: ScanSettings,
     *,
     dry_run: bool,
-    waiting: Callable[[int, float], None] = lambda rows, seconds: None,
+    waiting: Callable[[float], None] = lambda seconds: None,
 ) -> ReplanReport:
-    """`waiting(rows, seconds)` is told before each wait for rings in flight."""
+    """`waiting(seconds)` is told each time a row waits for its snooze's ring."""
     names = same_rules(zone)
     report = ReplanReport(zone=zone, rules=rules, names=sorted(names))
     scan = ZoneScan(admin.session, names, settings)
     writes = RateLimiter(settings.writes_per_s)
     ranges = iter(token_ranges(settings.splits))
-    in_flight: list[tuple[str, uuid.UUID]] = []
+    # A row waiting for its ring waits beside the scan, not for its end (hours away in a
+    # big table, by when the ring it waited for has rung at the old rules' time).
+    waits: list[asyncio.Task[None]] = []
 
-    async def replan_row(key: tuple[str, uuid.UUID]) -> None:
+    async def replan_row(key: tuple[str, uuid.UUID]) -> str:
         await writes.take()
-        outcome = await _replan_row(admin, *key, dry_run=dry_run)
-        if outcome == IN_FLIGHT and not dry_run:
-            in_flight.append(key)
-        else:
-            report.outcomes[outcome] += 1
+        return await _replan_row(admin, *key, dry_run=dry_run)
+
+    async def wait_for_its_ring(key: tuple[str, uuid.UUID]) -> None:
+        outcome = IN_FLIGHT
+        for seconds in _IN_FLIGHT_WAITS_S:
+            waiting(seconds)
+            await asyncio.sleep(seconds)
+            outcome = await replan_row(key)
+            if outcome != IN_FLIGHT:
+                break
+        report.outcomes[outcome] += 1
 
     async def work() -> None:
         for token_range in ranges:  # shared iterator: each range is taken once
             async for key in scan.matches(token_range):
-                await replan_row(key)
+                outcome = await replan_row(key)
+                if outcome == IN_FLIGHT and not dry_run:
+                    waits.append(asyncio.create_task(wait_for_its_ring(key)))
+                else:
+                    report.outcomes[outcome] += 1
 
     await asyncio.gather(*(work() for _ in range(settings.parallel)))
+    await asyncio.gather(*waits)
     report.scanned = scan.scanned
-    for seconds in _IN_FLIGHT_WAITS_S:
-        if not in_flight:
-            break
-        waiting(len(in_flight), seconds)
-        await asyncio.sleep(seconds)
-        looked_at, in_flight[:] = list(in_flight), []
-        for key in looked_at:
-            await replan_row(key)
-    if in_flight:
-        report.outcomes[IN_FLIGHT] += len(in_flight)
     return report
 
 

@@ -60,17 +60,25 @@ def repeat_from_rule(
     rings: "every 2 weeks on Monday", made on a Sunday, rings the next day, where counting
     from now's week skipped it; "every 3 months on the 1st", made on December 8, rings on
     January 1, not March 1. Calendars count from the first occurrence alike."""
-    repeat = _repeat_from(rule, zone, start, field)
-    if start_given or rule.interval == 1:
-        return repeat
-    every_period = _repeat_from(dataclasses.replace(rule, interval=1), zone, start, field)
-    first = first_ring(every_period)
-    if first is None:
-        return repeat
-    anchored = _repeat_from(rule, zone, to_local(first, load_zone(zone)).replace(fold=0), field)
-    # A first match whose wall time does not name it (moved by a clock change: in a gap,
-    # or a repeated hour's second pass) keeps the count from now.
-    return anchored if first_ring(anchored) == first else repeat
+    if not start_given and rule.interval > 1:
+        anchored = _from_first_match(rule, zone, start, field)
+        if anchored is not None:
+            return anchored
+    return _repeat_from(rule, zone, start, field)
+
+
+def _from_first_match(rule: Rule, zone: str, start: datetime, field: str) -> Repeat | None:
+    """The rule started at its first match from `start` (the same rule with INTERVAL=1
+    finds it), or None where that cannot be: no match, or one whose wall time does not
+    name it (moved by a clock change: in a gap, or a repeated hour's second pass), which
+    keep the count from `start`."""
+    try:
+        first = first_ring(_repeat_from(dataclasses.replace(rule, interval=1), zone, start, field))
+        assert first is not None  # a Repeat is built only if it rings
+        anchored = _repeat_from(rule, zone, to_local(first, load_zone(zone)).replace(fold=0), field)
+    except ScheduleError:
+        return None
+    return anchored if first_ring(anchored) == first else None
 
 
 def _repeat_from(rule: Rule, zone: str, start: datetime, field: str) -> Repeat:

@@ -296,7 +296,7 @@ def test_a_row_whose_snooze_rings_as_the_scan_passes_is_replanned_once_that_ring
     ) as replan:
         assert replan.stderr is not None
         said = replan.stderr.readline()  # blocks until it waits, or ends having said nothing
-        assert "1 rows wait for a snooze ring in flight" in said, said
+        assert "a row waits for its snooze's ring in flight" in said, said
         # The dispatcher finalizes the snooze's ring: the series' occurrence stays.
         finalized = dispatch.finalized(ringing.reminder, datetime.now(UTC))
         assert finalized.occurrence == before.occurrence
