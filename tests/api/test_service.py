@@ -155,9 +155,10 @@ def test_create_writes_the_bucket_entry_for_the_first_ring(
     entries = [r for r in rows if str(r.reminder_id) == created.id]
     assert len(entries) == 1
     assert entries[0].user_id == user
-    # TTL: until due (from the server's clock) plus 7 days of retention, counted from
-    # the real now, so it is shorter than the fake clock suggests but of that order.
-    assert entries[0].ttl > 0
+    # TTL: until due, counted from the server's (seeded) clock, plus 7 days of retention:
+    # an entry that expired before its due would never ring.
+    lives = at("2026-10-26T13:00:00") - SEED_NOW + timedelta(days=7)
+    assert lives.total_seconds() - 120 < entries[0].ttl <= lives.total_seconds()
 
 
 def test_an_entry_due_beyond_the_longest_ttl_is_kept_until_its_due(

@@ -342,6 +342,30 @@ def wait_owning(stack: Stack, names: set[str], timeout_s: float = 30) -> None:
     raise AssertionError(f"parts not owned by {names}: {owners(stack)}")
 
 
+def part_checkpoints(stack: Stack) -> dict[int, datetime | None]:
+    rows = stack.db.session.execute("SELECT part, checkpoint FROM dispatch_parts")
+    return {r.part: r.checkpoint.replace(tzinfo=UTC) if r.checkpoint else None for r in rows}
+
+
+def wait_checkpointed(stack: Stack, minute: datetime, timeout_s: float = 30) -> dict[int, datetime]:
+    """Every part's checkpoint once all are at `minute` or later."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = part_checkpoints(stack)
+        if len(found) == PARTS and all(c is not None and c >= minute for c in found.values()):
+            return {part: c for part, c in found.items() if c is not None}
+        time.sleep(0.5)
+    raise AssertionError(
+        f"not every part checkpointed at {minute} or later: {part_checkpoints(stack)}"
+    )
+
+
+def caught_up(stack: Stack) -> None:
+    """Every part's minutes before the current one worked: its live minutes are being
+    read (a sleep after `wait_owning` did not tell that on a loaded machine)."""
+    wait_checkpointed(stack, floor_minute(datetime.now(UTC)) - timedelta(minutes=1), 60)
+
+
 def new_user() -> str:
     return f"u-{uuid.uuid4().hex[:10]}"
 

@@ -25,6 +25,7 @@ from reminders_svc.storage.parts import floor_minute, part_of
 from tests.dispatcher.stack import (
     PARTS,
     Stack,
+    caught_up,
     closing,
     move_due,
     new_user,
@@ -175,7 +176,7 @@ def test_an_edit_into_the_current_minute_already_read_rings_at_its_new_time(
 ) -> None:
     stack.start_dispatcher("d")
     wait_owning(stack, {"d"})
-    time.sleep(2)  # its workers have opened and read the current minute
+    caught_up(stack)  # its workers read the live minutes
     user = new_user()
     created = stack.create_at(user, soon(600))
     _sleep_into_a_minute_already_read(room=timedelta(seconds=8))
@@ -236,7 +237,7 @@ def test_a_snooze_into_a_minute_already_read_rings_at_the_snooze_time(stack: Sta
     prefetch = timedelta(seconds=40)
     stack.start_dispatcher("d", REMINDERS_DISPATCH_PREFETCH_S=str(prefetch.seconds))
     wait_owning(stack, {"d"})
-    time.sleep(2)  # its workers have opened the minutes ahead
+    caught_up(stack)  # its workers read the live minutes, and the ones ahead
     user = new_user()
     first_due = soon(600)
     created = stack.create_at(user, first_due)

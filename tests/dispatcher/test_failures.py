@@ -32,10 +32,12 @@ from tests.dispatcher.stack import (
     move_due,
     new_user,
     owners,
+    part_checkpoints,
     room_wait_s,
     scrape,
     soon,
     user_in,
+    wait_checkpointed,
     wait_owning,
     wait_serving,
 )
@@ -246,24 +248,6 @@ def _wait_frozen(process: subprocess.Popen[bytes], timeout_s: float = 30) -> Non
     raise AssertionError("the dispatcher did not freeze")
 
 
-def _checkpoints(stack: Stack) -> dict[int, datetime | None]:
-    rows = stack.db.session.execute("SELECT part, checkpoint FROM dispatch_parts")
-    return {r.part: r.checkpoint.replace(tzinfo=UTC) if r.checkpoint else None for r in rows}
-
-
-def _wait_checkpointed(
-    stack: Stack, minute: datetime, timeout_s: float = 30
-) -> dict[int, datetime]:
-    """Every part's checkpoint once all are at `minute` or later."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = _checkpoints(stack)
-        if len(found) == PARTS and all(c is not None and c >= minute for c in found.values()):
-            return {part: c for part, c in found.items() if c is not None}
-        time.sleep(0.5)
-    raise AssertionError(f"not every part checkpointed at {minute} or later: {_checkpoints(stack)}")
-
-
 def test_a_frozen_dispatcher_past_its_lease_writes_nothing_when_it_wakes(stack: Stack) -> None:
     """Frozen (SIGSTOP, by its freeze_after_claim hook) while it holds a claim and, in every
     part, minutes still to read and checkpoint; another dispatcher takes its parts and the
@@ -292,7 +276,7 @@ def test_a_frozen_dispatcher_past_its_lease_writes_nothing_when_it_wakes(stack: 
         assert stack.wait_status(user, created.id, "sending").status == "sending"  # type: ignore[attr-defined]
         _wait_frozen(frozen)
         # Its checkpoint loop ran under the leases it is about to lose.
-        assert any(c is not None and c > rewound for c in _checkpoints(stack).values())
+        assert any(c is not None and c > rewound for c in part_checkpoints(stack).values())
 
         stack.start_dispatcher("awake")
         assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=40)) == 1
@@ -300,7 +284,7 @@ def test_a_frozen_dispatcher_past_its_lease_writes_nothing_when_it_wakes(stack: 
         wait_owning(stack, {"awake"})
         taken = owners(stack)
         # Past every minute the frozen one had open (at most 4 past its checkpoint a part).
-        checkpoints = _wait_checkpointed(
+        checkpoints = wait_checkpointed(
             stack, floor_minute(datetime.now(UTC)) - timedelta(minutes=2)
         )
         assert min(checkpoints.values()) > rewound + timedelta(minutes=7)
@@ -318,7 +302,7 @@ def test_a_frozen_dispatcher_past_its_lease_writes_nothing_when_it_wakes(stack: 
         assert epoch >= taken[part][1]
         if owner == "frozen":
             assert epoch > taken[part][1]
-    later = _checkpoints(stack)
+    later = part_checkpoints(stack)
     for part, checkpoint in checkpoints.items():
         moved = later[part]
         assert moved is not None
@@ -428,7 +412,7 @@ def test_a_backlog_drains_at_its_pace_without_holding_up_what_is_due_now(stack: 
 
     # Checkpoints read before the pushes: a missed ring not pushed by then was not resolved
     # when they were read, so its part must not have been checkpointed past its minute.
-    checkpoints = _checkpoints(stack)
+    checkpoints = part_checkpoints(stack)
     unrung = [key for key in missed if not stack.pushes(*key)]
     assert unrung, "the backlog was done before the live rings: the test proves nothing"
     for user, reminder_id in unrung:
@@ -475,7 +459,7 @@ def test_a_row_the_dispatcher_cannot_handle_is_set_aside_and_its_part_goes_on(
 
     assert len(stack.wait_for_pushes(1, user, plain.id, timeout_s=30)) == 1
     # The part went on past the minute, not stuck on the row.
-    assert _wait_checkpointed(stack, minute)[part] >= minute
+    assert wait_checkpointed(stack, minute)[part] >= minute
     assert stack.pushes(odd_user, odd.id) == []
     assert scrape(metrics_port)["reminders_dispatch_rings_set_aside_total"] == 1
     row = stack.row(odd_user, odd.id)

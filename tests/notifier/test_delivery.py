@@ -356,7 +356,7 @@ def test_a_batch_is_answered_within_its_deadline_though_one_item_is_still_being_
     every ring in it was retried though pushed. Each item is answered by the deadline; the
     throttled one "retry", its delivery going on."""
     settings = dataclasses.replace(
-        notifier_settings, push_max_attempts=4, push_retry_backoff=timedelta(seconds=3)
+        notifier_settings, push_max_attempts=4, push_retry_backoff=timedelta(seconds=5)
     )
     throttled_user, fine_user = user, f"{user}-fine"
     push_service = PushServiceThrottlingOneDevice(throttled=f"fcm-{throttled_user}")
@@ -367,14 +367,15 @@ def test_a_batch_is_answered_within_its_deadline_though_one_item_is_still_being_
         )
         throttled, fine = item(throttled_user), item(fine_user)
         started = time.monotonic()
-        answers = notifier.send_batch(throttled, fine, timeout_s=3)
+        # 6 s: the fine item has 5.5 s to be recorded and pushed on a loaded machine.
+        answers = notifier.send_batch(throttled, fine, timeout_s=6)
         answered_in_s = time.monotonic() - started
 
     assert [(a.idempotency_key, a.outcome) for a in answers] == [
         (throttled.idempotency_key, RETRYABLE),
         (fine.idempotency_key, ACCEPTED),
     ]
-    assert answered_in_s < 3
+    assert answered_in_s < 6
 
 
 def _register_phone_and_throttled_tablet(notifier: Client, user: str) -> tuple[str, str]:
