@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         return (("authorization", f"Bearer {bearer_for(args.user, env)}"),)
 
     try:
-        signed()
+        signed()  # bad signing settings: exit 2 before anything is created
         channel = api_channel(args.api, env)
     except (ConfigError, UsageError) as error:
         print(f"reminders demo: {error}", file=sys.stderr)

@@ -381,9 +381,8 @@ def run(args: argparse.Namespace) -> int:
         if error.code() == grpc.StatusCode.UNAVAILABLE and not failure["error"]["reason"]:
             # gRPC's own UNAVAILABLE (the API's carry a reason): nothing answered there.
             failure["error"]["hint"] = f"no API answered at {target}; `make run` starts one"
-        print(
-            json.dumps(failure, ensure_ascii=False), file=sys.stderr
-        )  # one line, as every refusal here
+        # One line, as every refusal here.
+        print(json.dumps(failure, ensure_ascii=False), file=sys.stderr)
         return 1
     print(
         json.dumps(

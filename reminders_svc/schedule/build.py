@@ -64,7 +64,8 @@ def repeat_from_rule(
         anchored = _from_first_match(rule, zone, start, field)
         if anchored is not None:
             return anchored
-    return _repeat_from(rule, zone, start, field)
+    repeat, _ = _repeat_from(rule, zone, start, field)
+    return repeat
 
 
 def _from_first_match(rule: Rule, zone: str, start: datetime, field: str) -> Repeat | None:
@@ -73,15 +74,16 @@ def _from_first_match(rule: Rule, zone: str, start: datetime, field: str) -> Rep
     name it (moved by a clock change: in a gap, or a repeated hour's second pass), which
     keep the count from `start`."""
     try:
-        first = first_ring(_repeat_from(dataclasses.replace(rule, interval=1), zone, start, field))
-        assert first is not None  # a Repeat is built only if it rings
-        anchored = _repeat_from(rule, zone, to_local(first, load_zone(zone)).replace(fold=0), field)
+        _, first = _repeat_from(dataclasses.replace(rule, interval=1), zone, start, field)
+        local = to_local(first, load_zone(zone)).replace(fold=0)
+        anchored, anchored_first = _repeat_from(rule, zone, local, field)
     except ScheduleError:
         return None
-    return anchored if first_ring(anchored) == first else None
+    return anchored if anchored_first == first else None
 
 
-def _repeat_from(rule: Rule, zone: str, start: datetime, field: str) -> Repeat:
+def _repeat_from(rule: Rule, zone: str, start: datetime, field: str) -> tuple[Repeat, datetime]:
+    """The Repeat and its first ring; ScheduleError if it never rings."""
     zone_info = load_zone(zone)
     # Reminders ring on whole minutes; a start within a minute begins at its end, so no
     # ring is before the start given (rounded down, 12:00:30 lost a 12:00 COUNT=1 ring).
@@ -96,13 +98,14 @@ def _repeat_from(rule: Rule, zone: str, start: datetime, field: str) -> Repeat:
         )
     check_cost(rule, start)
     repeat = Repeat(rrule=rule.text(), zone=zone, start=start)
-    if first_ring(repeat) is None:
+    first = first_ring(repeat)
+    if first is None:
         if rule.until is not None or rule.count is not None:
             raise ScheduleError(field, "never occurs between the start and its end")
         raise ScheduleError(
             field, f"never occurs: no occurrence within {HORIZON_YEARS} years of the start"
         )
-    return repeat
+    return repeat, first
 
 
 # A wall time as RFC 3339 writes one, without its offset: date, "T", time to the minute or

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from reminders_svc.schedule.expand import aligned_hours, make_plan
 from reminders_svc.schedule.model import OneOff, Repeat, Schedule
 from reminders_svc.schedule.rule import ByDay, Freq, Rule, parse_rule_text
 from reminders_svc.schedule.zones import load_zone, to_local, to_utc_in
@@ -106,13 +107,12 @@ def _hours_reached(rule: Rule, start: datetime, minute: int) -> str:
     """An hourly rule's BYHOUR as the INTERVAL's steps from the start reach it: where the
     steps fit a day (24 % INTERVAL == 0) only the hours they land on (INTERVAL=2 from 09:30
     with BYHOUR=9,10 rings at 09:30 alone); otherwise they land on other hours each day."""
-    hours = rule.by_hour
-    if 24 % rule.interval == 0:
-        hours = tuple(hour for hour in hours if (hour - start.hour) % rule.interval == 0)
+    if 24 % rule.interval:
+        listed = _listing([f"{hour:02d}:{minute:02d}" for hour in rule.by_hour])
+        return f"in the hours {listed} that {rule.interval}-hour steps from the start reach"
+    hours = aligned_hours(make_plan(rule, start), start.date())  # the same on every day
     listed = _listing([f"{hour:02d}:{minute:02d}" for hour in hours])
-    if 24 % rule.interval == 0:
-        return f"in the hour {listed}" if len(hours) == 1 else f"in the hours {listed}"
-    return f"in the hours {listed} that {rule.interval}-hour steps from the start reach"
+    return f"in the hour {listed}" if len(hours) == 1 else f"in the hours {listed}"
 
 
 def _clock(local: datetime) -> str:

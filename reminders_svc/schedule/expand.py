@@ -270,7 +270,7 @@ def _day_or_none(year: int, month: int, day: int) -> date | None:
     return date(year, month, day) if year <= MAXYEAR else None
 
 
-def _aligned_hours(plan: _Plan, day: date) -> list[int]:
+def aligned_hours(plan: _Plan, day: date) -> list[int]:
     """The day's hours that INTERVAL selects (all of plan.hours above HOURLY)."""
     if plan.rule.freq is not Freq.HOURLY:
         return list(plan.hours)
@@ -292,7 +292,7 @@ def _raw_local(plan: _Plan, first: date, last: date, budget: _Budget) -> Iterato
             index = bisect_left(days, cursor.day)
             if index < len(days) and days[index] == cursor.day:
                 on = date(year, month, days[index])
-                for hour in _aligned_hours(plan, on):
+                for hour in aligned_hours(plan, on):
                     budget.spend()  # per candidate: a day may hold 24
                     yield datetime(year, month, on.day, hour, plan.minute)
                 cursor = on + timedelta(days=1) if on < _CALENDAR_END else None

@@ -311,7 +311,7 @@ def test_a_row_whose_snooze_rings_as_the_scan_passes_is_replanned_once_that_ring
     assert entry_for(db, after.reminder)
 
 
-def test_a_dry_run_counts_a_row_whose_snooze_rings_as_in_flight() -> None:
+def test_only_a_snooze_ringing_at_an_occurrence_the_rules_moved_waits_for_its_ring() -> None:
     now = datetime(2027, 1, 4, 12, 0, tzinfo=UTC)
     row = at_instant("u", datetime(2027, 1, 5, 15, 0, tzinfo=UTC), now, daily_at_nine(ZONE))
     claim = Claim(uuid.uuid4(), now, now + MINUTE)
