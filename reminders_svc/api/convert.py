@@ -193,6 +193,12 @@ def schedule_errors(message: pb.Schedule, field: str) -> Iterator[None]:
         raise InvalidArgument(_schedule_field(error.field, message, field), error.message) from None
 
 
+def begins_at_request(message: pb.Schedule) -> bool:
+    """A repeat without a start: the only schedule whose validity depends on when it is
+    sent (it begins then)."""
+    return message.WhichOneof("kind") == "repeat" and not message.repeat.start_local_time
+
+
 def _one_off(message: pb.OneOff, zone: str, field: str) -> OneOff:
     when = message.WhichOneof("when")
     if when == "local_time":

@@ -110,7 +110,11 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
             )
         except InvalidArgument:
             # A repeat without a start begins now, so a replay can fail where its original
-            # passed (its end now behind it): answer with what the original made.
+            # passed (its end now behind it): answer with what the original made. Any other
+            # schedule is refused whenever it comes, without a read (so while storage is
+            # down too).
+            if not convert.begins_at_request(request.reminder.schedule):
+                raise
             if (made := await self._app.replayed(user, request.request_id, payload)) is not None:
                 return convert.reminder_to_proto(made, self._clock())
             raise

@@ -99,6 +99,37 @@ def every_user_call(
     }
 
 
+def creates_refused_whenever_sent(
+    stub: pb_grpc.RemindersServiceStub, metadata: Metadata
+) -> dict[str, Callable[[], Any]]:
+    """Creates, each with a request_id, whose fields are wrong whenever they are sent:
+    no earlier request can have made anything of them, so they need no read to refuse."""
+    schedules = {
+        "a zone that is no zone": one_off("2030-06-03T09:00:00", zone="Mars/Olympus_Mons"),
+        "a local time that is no time": one_off("2030-06-03T25:00:00"),
+        "a repeat from a start that never matches": pb.Schedule(
+            time_zone="Europe/Paris",
+            repeat=pb.Repeat(
+                rrule="FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30",
+                start_local_time="2030-01-01T09:00",
+            ),
+        ),
+    }
+    requests = {
+        name: pb.CreateReminderRequest(
+            request_id=f"req-{uuid.uuid4()}", reminder=pb.Reminder(text="t", schedule=schedule)
+        )
+        for name, schedule in schedules.items()
+    }
+    requests["a text too long"] = create_request(f"req-{uuid.uuid4()}", "x" * 501)
+    return {
+        name: lambda request=request: stub.CreateReminder(  # type: ignore[misc]
+            request, metadata=metadata, timeout=CALL_TIMEOUT_S
+        )
+        for name, request in requests.items()
+    }
+
+
 def wait_for_health_of_every_service(api: ServedApi, wanted: int, timeout_s: float) -> None:
     """Until both the server as a whole and the reminders service say `wanted`."""
     deadline = time.monotonic() + timeout_s
@@ -134,10 +165,13 @@ def test_the_api_rides_out_a_storage_outage_that_begins_while_it_serves(
 
         during = create_request(f"req-{uuid.uuid4()}", during_text)
         calls = every_user_call(stub, metadata, before, during)
+        refused = creates_refused_whenever_sent(stub, metadata)
         # Once as the outage begins, once after the driver has tried to reconnect a while.
         for _ in range(2):
             codes = {name: code_of(call) for name, call in calls.items()}
             assert codes == dict.fromkeys(codes, grpc.StatusCode.UNAVAILABLE)
+            codes = {name: code_of(call) for name, call in refused.items()}
+            assert codes == dict.fromkeys(codes, grpc.StatusCode.INVALID_ARGUMENT)
             assert api.process.poll() is None, "serve-api exited during the outage"
             time.sleep(max(0.0, outage_began + OUTAGE_S - time.monotonic()))
         assert api.health() == NOT_SERVING
