@@ -126,18 +126,42 @@ class Stack:
         self.logs = Path(f"/tmp/reminders-e2e-{suffix}")
         self.logs.mkdir()
         print(f"process logs of this stack: {self.logs}")  # in a failing test's output
-        with connect(self.settings, keyspace="") as connection:
-            migrate(connection.session, self.settings, load_migrations(default_cql_dir()))
-        self.db: CassandraConnection = connect(self.settings)
-        self.db.session.execute(
-            "INSERT INTO part_counts (scope, from_minute, parts) VALUES ('dispatch', 0, %s)",
-            (PARTS,),
-        )
+        try:
+            self.db = self._migrated()
+        except BaseException:
+            # No `closing` runs for a stack that was never made: leave nothing behind.
+            self._discard()
+            raise
         self.api_channel = grpc.insecure_channel(f"127.0.0.1:{self.api_port}")
         self.api = pb_grpc.RemindersServiceStub(self.api_channel)
         self.notifier_channel = grpc.insecure_channel(f"127.0.0.1:{self.notifier_port}")
         self.notifier = npb_grpc.NotificationServiceStub(self.notifier_channel)
         self._auth = AuthSettings.from_env({"REMINDERS_ENV": "dev"})
+
+    def _migrated(self) -> CassandraConnection:
+        """A connection to this stack's keyspace, made and migrated, with its parts."""
+        with connect(self.settings, keyspace="") as connection:
+            migrate(connection.session, self.settings, load_migrations(default_cql_dir()))
+        db = connect(self.settings)
+        try:
+            db.session.execute(
+                "INSERT INTO part_counts (scope, from_minute, parts) VALUES ('dispatch', 0, %s)",
+                (PARTS,),
+            )
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _keyspaces(self) -> tuple[str, str]:
+        return self.settings.keyspace, self.env["REMINDERS_NOTIFIER_KEYSPACE"]
+
+    def _discard(self) -> None:
+        """After a failed start: drop what it may have made, if the node answers."""
+        shutil.rmtree(self.logs, ignore_errors=True)
+        with contextlib.suppress(Exception), connect(self.settings, keyspace="") as connection:
+            for keyspace in self._keyspaces():
+                connection.session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
 
     def spawn(self, name: str, *args: str, **env: str) -> subprocess.Popen[bytes]:
         path = self.logs / f"{name}-{len(self.processes)}.log"
@@ -187,7 +211,7 @@ class Stack:
             _reaped(process)  # not signalled again: a second SIGTERM cuts its stop short
         self.api_channel.close()
         self.notifier_channel.close()
-        for keyspace in (self.settings.keyspace, self.env["REMINDERS_NOTIFIER_KEYSPACE"]):
+        for keyspace in self._keyspaces():
             self.db.session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
         self.db.close()
         if keep_logs:
