@@ -12,7 +12,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol, cast
 
@@ -26,11 +26,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from genproto.reminders.v1 import reminders_pb2, reminders_pb2_grpc
 from reminders_svc.api.auth import Authenticator
 from reminders_svc.api.errors import abort
+from reminders_svc.api.service import metadata_of
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.api.undecodable import Observe, TolerantRequests
 from reminders_svc.config import CassandraSettings
 from reminders_svc.connections import SERVER_OPTIONS
-from reminders_svc.domain.errors import Unavailable
+from reminders_svc.domain.errors import ReminderError, Unavailable
 from reminders_svc.health import ProcessHealth, StorageProbe
 from reminders_svc.runtime import (
     CannotServe,
@@ -187,8 +188,25 @@ class _HandlerRecorder:
         """A lookup speed-up only; the generic handlers serve the same methods."""
 
 
-async def _storage_not_ready(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-    await abort(context, Unavailable("storage not reachable yet; retry"))
+def _storage_not_ready(
+    authenticator: Authenticator, admin: bool
+) -> Callable[[bytes, grpc.aio.ServicerContext[Any, Any]], Awaitable[None]]:
+    """A method's answer while storage was never reached: a caller without valid
+    credentials is told so (UNAUTHENTICATED, PERMISSION_DENIED), as it will be later;
+    the others, to retry."""
+
+    async def answer(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        metadata = metadata_of(context)
+        try:
+            if admin:
+                authenticator.require_admin(metadata)
+            else:
+                authenticator.user_id(metadata)
+        except ReminderError as refused:
+            await abort(context, refused)
+        await abort(context, Unavailable("storage not reachable yet; retry"))
+
+    return answer
 
 
 class StorageBoundHandlers(grpc.GenericRpcHandler):
@@ -198,8 +216,12 @@ class StorageBoundHandlers(grpc.GenericRpcHandler):
     and never reaches the metrics, so callers cannot mint label values.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, authenticator: Authenticator) -> None:
         self._installed: list[grpc.GenericRpcHandler] = []
+        self._not_ready: dict[bool, grpc.RpcMethodHandler[Any, Any]] = {
+            admin: grpc.unary_unary_rpc_method_handler(_storage_not_ready(authenticator, admin))
+            for admin in (False, True)
+        }
 
     def install(self, servicers: Servicers) -> None:
         recorder = _HandlerRecorder()
@@ -216,8 +238,9 @@ class StorageBoundHandlers(grpc.GenericRpcHandler):
             found = handler.service(handler_call_details)
             if found is not None:
                 return found
-        if not self._installed and handler_call_details.method in DECLARED_METHODS:
-            return grpc.unary_unary_rpc_method_handler(_storage_not_ready)
+        method = handler_call_details.method
+        if not self._installed and method in DECLARED_METHODS:
+            return self._not_ready[method.startswith(f"/{ADMIN_SERVICE}/")]
         return None
 
 
@@ -238,7 +261,7 @@ class ApiServer:
         self._registry = CollectorRegistry()
         self._metrics = ApiMetrics(self._registry)
         self._health = ProcessHealth(HEALTH_SERVICES, self._metrics.storage_up)
-        self._services = StorageBoundHandlers()
+        self._services = StorageBoundHandlers(authenticator)
         self._connection: CassandraConnection | None = None
         self._storage_task: asyncio.Task[None] | None = None
         self._servicers: Servicers | None = None

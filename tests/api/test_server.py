@@ -199,6 +199,21 @@ def test_not_serving_while_cassandra_is_unreachable(migrated_settings: Cassandra
             with pytest.raises(grpc.RpcError) as unavailable:
                 stub.ListReminders(pb.ListRemindersRequest(), metadata=user_metadata("u"))
             assert unavailable.value.code() == grpc.StatusCode.UNAVAILABLE
+            # Credentials are checked first, as they will be once storage answers: a caller
+            # without them is told that, not to retry.
+            for metadata, code in [
+                ((), grpc.StatusCode.UNAUTHENTICATED),
+                ((("authorization", "Bearer not-a-token"),), grpc.StatusCode.UNAUTHENTICATED),
+            ]:
+                with pytest.raises(grpc.RpcError) as refused:
+                    stub.GetReminder(pb.GetReminderRequest(id="r"), metadata=metadata)
+                assert refused.value.code() == code
+            admin = pb_grpc.RemindersAdminServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as refused:
+                admin.DeleteUserData(
+                    pb.DeleteUserDataRequest(user_id="u"), metadata=user_metadata("u")
+                )
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
             raw_call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(made_up)
             with pytest.raises(grpc.RpcError) as unknown:
                 raw_call(b"", metadata=user_metadata("u"))
