@@ -164,7 +164,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     create = add("create", _create, "create a reminder", takes_id=False)
     create.add_argument("--text", required=True)
-    _add_schedule_options(create, zone_required=True)
+    _add_schedule_options(create, editing=False)
     create.add_argument("--request-id", help="idempotency key (default: a new UUID)")
 
     add("get", _get, "show a reminder")
@@ -176,7 +176,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     edit = add("edit", _edit, "change text and/or schedule (needs --version)")
     edit.add_argument("--version", type=int, required=True, help="the version last seen")
     edit.add_argument("--text")
-    _add_schedule_options(edit, zone_required=False)
+    _add_schedule_options(edit, editing=True)
 
     snooze = add("snooze", _snooze, "ring once more later")
     until = snooze.add_mutually_exclusive_group(required=True)
@@ -195,7 +195,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _add_page_options(add("deliveries", _deliveries, "a reminder's delivery history"))
 
 
-def _add_schedule_options(parser: Parser, *, zone_required: bool) -> None:
+def _add_schedule_options(parser: Parser, *, editing: bool) -> None:
+    """An edit's schedule options keep what they leave out of the stored schedule: a new
+    rule without --start keeps the series' start (a new start is asked for, not implied)."""
+    start_default = "the series' stored start" if editing else "now"
     kind = parser.add_mutually_exclusive_group()
     kind.add_argument("--at", metavar="LOCAL", help="once, at this local time (or with offset)")
     kind.add_argument("--repeat", metavar="EXPR", help='e.g. "every Monday 09:00"')
@@ -203,10 +206,16 @@ def _add_schedule_options(parser: Parser, *, zone_required: bool) -> None:
         "--rrule",
         metavar="RRULE",
         help="e.g. FREQ=WEEKLY;BYDAY=MO;BYHOUR=9;BYMINUTE=0 "
-        "(parts left out come from --start, default now)",
+        f"(parts left out come from --start, default {start_default})",
     )
-    parser.add_argument("--start", metavar="LOCAL", help="local start of a repeat")
-    parser.add_argument("--zone", required=zone_required, help="IANA zone, e.g. Europe/Paris")
+    parser.add_argument(
+        "--start", metavar="LOCAL", help=f"local start of a repeat (default {start_default})"
+    )
+    parser.add_argument(
+        "--zone",
+        required=not editing,
+        help="IANA zone, e.g. Europe/Paris" + (" (default the stored zone)" if editing else ""),
+    )
 
 
 def _add_page_options(parser: Parser) -> None:
@@ -309,12 +318,15 @@ def api_channel(target: str, env: Mapping[str, str]) -> grpc.Channel:
 
 
 def error_json(error: grpc.RpcError) -> dict[str, Any]:
-    """The status of a failed call: its code, message, reason (google.rpc.ErrorInfo) and
-    the fields a google.rpc.BadRequest names."""
+    """The status of a failed call: its code, message, reason (google.rpc.ErrorInfo), the
+    fields a google.rpc.BadRequest names, and, when the status carries them, what a
+    PreconditionFailure or a QuotaFailure is about (their `subject`)."""
     code: grpc.StatusCode = error.code()
     body: dict[str, Any] = {"code": code.name, "message": error.details(), "reason": ""}
     status = rpc_status.from_call(error)
     violations: list[dict[str, str]] = []
+    preconditions: list[dict[str, str]] = []
+    quotas: list[dict[str, str]] = []
     for detail in status.details if status is not None else ():
         if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
             info = error_details_pb2.ErrorInfo()
@@ -327,7 +339,24 @@ def error_json(error: grpc.RpcError) -> dict[str, Any]:
                 {"field": v.field, "description": v.description}
                 for v in bad_request.field_violations
             )
+        elif detail.Is(error_details_pb2.PreconditionFailure.DESCRIPTOR):
+            failure = error_details_pb2.PreconditionFailure()
+            detail.Unpack(failure)
+            preconditions.extend(
+                {"type": v.type, "subject": v.subject, "description": v.description}
+                for v in failure.violations
+            )
+        elif detail.Is(error_details_pb2.QuotaFailure.DESCRIPTOR):
+            quota = error_details_pb2.QuotaFailure()
+            detail.Unpack(quota)
+            quotas.extend(
+                {"subject": v.subject, "description": v.description} for v in quota.violations
+            )
     body["field_violations"] = violations
+    if preconditions:
+        body["precondition_violations"] = preconditions
+    if quotas:
+        body["quota_violations"] = quotas
     return {"error": body}
 
 

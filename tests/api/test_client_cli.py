@@ -256,6 +256,16 @@ def test_end_to_end_against_serve_api(migrated_settings: CassandraSettings) -> N
         error = json.loads(bad_zone.stderr)["error"]
         assert (error["code"], error["reason"]) == ("INVALID_ARGUMENT", "INVALID_FIELD")
         assert [v["field"] for v in error["field_violations"]] == ["reminder.schedule.time_zone"]
+        once = ("--at", "2027-01-01T09:00", "--zone", "UTC", "--request-id", "cli-req-1")
+        cli_json(api.target, "create", *user, "--text", "first", *once)
+        reused = run_cli(
+            "create", *user, "--text", "other", *once, "--target", api.target, timeout=60
+        )
+        assert reused.returncode == 1
+        error = json.loads(reused.stderr)["error"]
+        assert (error["code"], error["reason"]) == ("FAILED_PRECONDITION", "REQUEST_ID_REUSED")
+        # What the precondition is about, as the status's PreconditionFailure names it.
+        assert [v["subject"] for v in error["precondition_violations"]] == ["request_id"]
         assert api.terminate() == 0
 
 
