@@ -72,7 +72,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     replay_parser.add_argument("--from", dest="first", type=minute_arg, required=True)
     replay_parser.add_argument("--to", dest="last", type=minute_arg, required=True)
     replay_parser.add_argument(
-        "--ops-per-s", type=_positive, default=500.0, help="reads and writes per second"
+        "--ops-per-s",
+        type=_positive,
+        default=500.0,
+        help="reads and writes per second (default %(default)s)",
     )
     replay_parser.add_argument("--dry-run", action="store_true", help="count, write nothing")
     _json_flag(replay_parser)
@@ -84,7 +87,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     inspect_parser.add_argument("--minute", type=minute_arg, required=True)
     inspect_parser.add_argument("--part", type=_count, default=None, help="only this part")
     inspect_parser.add_argument(
-        "--limit", type=_positive_count, default=1000, help="entries at most"
+        "--limit", type=_positive_count, default=1000, help="entries at most (default %(default)s)"
     )
     _json_flag(inspect_parser)
     _command(inspect_parser, _inspect)
@@ -93,11 +96,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "replan", help="after a tz database update, recompute the future dues of a zone"
     )
     replan_parser.add_argument("--zone", required=True, help="IANA zone, e.g. America/Sao_Paulo")
-    replan_parser.add_argument("--rows-per-s", type=_positive, default=5000.0)
-    replan_parser.add_argument("--writes-per-s", type=_positive, default=200.0)
-    replan_parser.add_argument("--splits", type=_positive_count, default=256, help="token ranges")
     replan_parser.add_argument(
-        "--parallel", type=_positive_count, default=4, help="ranges scanned at once"
+        "--rows-per-s",
+        type=_positive,
+        default=5000.0,
+        help="rows scanned per second (default %(default)s)",
+    )
+    replan_parser.add_argument(
+        "--writes-per-s",
+        type=_positive,
+        default=200.0,
+        help="rows re-planned per second (default %(default)s)",
+    )
+    replan_parser.add_argument(
+        "--splits", type=_positive_count, default=256, help="token ranges (default %(default)s)"
+    )
+    replan_parser.add_argument(
+        "--parallel",
+        type=_positive_count,
+        default=4,
+        help="ranges scanned at once (default %(default)s)",
     )
     replan_parser.add_argument("--dry-run", action="store_true", help="count, write nothing")
     _json_flag(replan_parser)
