@@ -18,6 +18,9 @@ class Entry:
     reminder_id: uuid.UUID
     due: datetime
     written_at: uuid.UUID
+    # When this dispatcher's read found it (the misfire policy judges a ring by that, not
+    # by when its turn came); None: when its ring starts.
+    found_at: datetime | None = None
 
     @property
     def written(self) -> datetime:

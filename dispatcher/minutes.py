@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import functools
 import heapq
 import itertools
@@ -110,6 +111,7 @@ class MinuteJob:
             if key in self._seen:
                 continue
             self._seen.add(key)
+            entry = dataclasses.replace(entry, found_at=read_at)
             if read_at - entry.due > late_after:
                 heapq.heappush(self._late, (entry.due, next(self._arrivals), entry))
                 self._late_arrived.set()

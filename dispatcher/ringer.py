@@ -13,7 +13,9 @@ minute's waiting entries are kept as data).
    decides); both are held to the finalize, neither while waiting for a later due the
    row holds;
 2. claim it by LWT at due, never at prefetch (or take over an expired claim, same due); a
-   claim that loses to a user's change reads the row again, and the row decides again;
+   claim that loses to a user's change reads the row again, and the row decides again
+   (under `skip_missed`, a ring older than the grace when its entry was found is instead
+   moved on by one LWT, never claimed);
 3. hand it off in a batch (SendBatch), only while the part's lease is held, retrying with
    backoff and jitter while the notifier answers retryable (each attempt with an expiry
    of its own), renewing the claim before each retry and stopping if that fails;
@@ -280,6 +282,7 @@ class Ringer:
     async def _ring(self, entry: Entry, horizon: datetime, shift: Shift) -> bool | datetime:
         due = entry.due
         read = self._store.get
+        began = self._clock.now()
         while shift.on():
             if not self._clock.ready():
                 # Never early: no hand-off on an unchecked clock. The service re-measures it.
@@ -308,6 +311,15 @@ class Ringer:
                         return again
                     self._metrics.skips.labels(decision.reason.value).inc()
                     return True
+                if isinstance(decision, dispatch.Claimable) and self._missed(
+                    stored, now, entry.found_at or began
+                ):
+                    assert stored is not None
+                    skipped = await self._skip_missed(stored, now, shift)
+                    if skipped is None:
+                        read = self._store.get_serial  # as after a claim lost
+                        continue
+                    return skipped
                 if not isinstance(decision, dispatch.WaitUntil):
                     assert stored is not None
                     claimed = await self._claim(stored, decision, now, shift)
@@ -396,18 +408,6 @@ class Ringer:
         self.claimed_since[reminder_id] = claimed_at
         resolved = False
         try:
-            if first and self._missed(claimed_row):
-                # Only a ring found missed is skipped: one already in flight when its claim
-                # was let go (a notifier outage, a restart) is not lost to the policy.
-                self._metrics.skips.labels(dispatch.SkipReason.MISSED.value).inc()
-                # keep_earlier: a dispatcher that took the ring over while this one was
-                # paused may have handed it off and recorded that; it stands.
-                await self._record(
-                    self._delivery(claimed_row, claimed_at, None, _MISSED, None),
-                    keep_earlier=True,
-                )
-                resolved = await self._finalize(claimed_row, shift)
-                return resolved
             answer = await self._hand_off(claimed_row, shift)
             if answer is None:
                 return False
@@ -472,12 +472,37 @@ class Ringer:
                 return Answer(Outcome.RETRYABLE, "claim lost while retrying")
         return None
 
-    def _missed(self, claimed_row: Reminder) -> bool:
-        """Under skip_missed, whether the claimed ring is older than the misfire grace."""
-        assert claimed_row.claim is not None
-        late = self._clock.now() - claimed_row.claim.due
-        policy = self._settings.misfire_policy
-        return policy is MisfirePolicy.SKIP_MISSED and late > self._settings.misfire_grace
+    def _missed(self, stored: StoredReminder | None, now: datetime, found_at: datetime) -> bool:
+        """Under skip_missed, whether the ring a claim would hand off was older than the
+        misfire grace when its entry was found: a ring found in time is not missed however
+        long a busy minute keeps it waiting for its turn."""
+        if self._settings.misfire_policy is not MisfirePolicy.SKIP_MISSED or stored is None:
+            return False
+        late = found_at - dispatch.missed_due(stored.reminder, now)
+        return late > self._settings.misfire_grace
+
+    async def _skip_missed(
+        self, stored: StoredReminder, now: datetime, shift: Shift
+    ) -> bool | None:
+        """Re-arm (or end) a ring found missed without handing it off: its claim and its
+        finalize in one LWT, so no claim is left standing that a crash or a storage error
+        would leave to a takeover, which hands it off. True once it landed; None when a
+        user's change landed first; False when the shift ended first."""
+        row = stored.reminder
+        passed = dispatch.claimed(row, uuid.uuid4(), now, self._settings.claim_lease)
+        after = dispatch.finalized(passed, now)
+        async with self._users.hold(row.user_id):
+            if not shift.on():
+                return False
+            landed = await self._store.replace(stored, after, now)
+        if not landed:
+            self._metrics.claims_lost.inc()
+            return None
+        await self._entry_again_if_its_minute_closed(after, now)
+        self._metrics.skips.labels(dispatch.SkipReason.MISSED.value).inc()
+        # After the row: a crash in between loses this record, never the skip.
+        await self._record(self._delivery(passed, now, None, _MISSED, None), keep_earlier=True)
+        return True
 
     async def _finish(
         self,

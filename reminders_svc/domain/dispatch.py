@@ -40,8 +40,8 @@ class SkipReason(StrEnum):
     # change since the entry was written moved it. Stale: the row rang and moved on.
     EDITED = "edited"
     STALE = "stale"
-    # Found older than the misfire grace under the skip_missed policy: claimed only to be
-    # re-armed (or ended), never handed off.
+    # Found older than the misfire grace under the skip_missed policy: re-armed (or ended)
+    # in one LWT, never claimed, never handed off.
     MISSED = "missed"
 
 
