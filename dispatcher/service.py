@@ -15,7 +15,9 @@ Winding a part down (SIGTERM for every part, a hand-over for one): at once, no n
 minute is read and no new ring claimed; rings already with the notifier finish, claims
 not handed off are let go (re-claimed by the next owner at once, under the same key);
 the lease is renewed meanwhile and released as soon as the part is done. Whatever is
-still running after the shutdown grace is cancelled, letting its claims go.
+still running after the shutdown grace is cancelled, letting its claims go. At a SIGTERM
+the dispatcher also leaves the fleet's count at once, so the others take each part as soon
+as it is released.
 """
 
 from __future__ import annotations
@@ -368,6 +370,10 @@ class Dispatcher:
         await self._health.shut_down()
         for worker, _ in self._workers.values():
             worker.stop()
+        # Out of the fleet's count at once, not when the heartbeat expires (a lease's
+        # length): the others' shares grow now, so each part released below is taken at
+        # their next tick.
+        leaving = asyncio.create_task(self._leave())
         # Until every part is done: keep the leases, release each as its part is done.
         renew_s = self.settings.lease_renew_every.total_seconds()
         while self._workers:
@@ -378,13 +384,19 @@ class Dispatcher:
             running = [task for _, task in self._workers.values()]
             if running:
                 await asyncio.wait(running, timeout=renew_s, return_when=asyncio.FIRST_COMPLETED)
+        if not await leaving:
+            await self._leave()  # a second try, the parts all released
+        await self._notifier.close()
+
+    async def _leave(self) -> bool:
         try:
             await self._leases.leave()
         except STORAGE_ERRORS as error:
             log.warning(
                 "leaving the fleet failed (%s); the heartbeat expires", type(error).__name__
             )
-        await self._notifier.close()
+            return False
+        return True
 
     async def _close(self) -> None:
         await self._health.shut_down()

@@ -144,6 +144,38 @@ def test_sigterm_lets_go_of_unsent_claims_and_leases_at_once(stack: Stack) -> No
     assert len(stack.pushes(user, created.id)) == 1
 
 
+def test_a_stopping_dispatchers_released_parts_are_taken_while_it_still_drains(
+    stack: Stack,
+) -> None:
+    notifier = stack.start_notifier()
+    stack.start_dispatcher("staying", **LONG_HOLDS)
+    leaving = stack.start_dispatcher("leaving", **LONG_HOLDS)
+    wait_owning(stack, {"staying", "leaving"})
+    held = min(part for part, (owner, _) in owners(stack).items() if owner == "leaving")
+    user = user_in(held)
+    notifier.send_signal(signal.SIGSTOP)  # a hand-off that hangs: the drain waits for it
+    try:
+        created = stack.create_at(user, soon(3))
+        assert stack.wait_status(user, created.id, "sending").status == "sending"  # type: ignore[attr-defined]
+        leaving.send_signal(signal.SIGTERM)
+        # Every other part is released at once; counted in the fleet until its heartbeat
+        # expired (a lease: 60 s), or until it left at the drain's end, "leaving" kept
+        # "staying" at half of them meanwhile.
+        others = set(range(PARTS)) - {held}
+        while leaving.poll() is None:
+            if all(owners(stack)[part][0] == "staying" for part in others):
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"the drain ended first: {owners(stack)}")
+    finally:
+        notifier.send_signal(signal.SIGCONT)
+    assert leaving.wait(timeout=30) == 0  # its drain done: a second SIGTERM would cut it short
+    wait_owning(stack, {"staying"}, timeout_s=15)
+    assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=30)) == 1
+    assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
+
+
 def test_parts_handed_over_let_go_of_their_unsent_claims_at_once(stack: Stack) -> None:
     notifier = stack.start_notifier()
     metrics_port = free_port()
