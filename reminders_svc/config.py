@@ -403,7 +403,8 @@ RING_EXPIRY = timedelta(hours=1)
 
 def ring_expiry_from_env(env: Mapping[str, str]) -> timedelta:
     read = Env(env, "REMINDERS_DISPATCH_")
-    return read.seconds("RING_EXPIRY_S", RING_EXPIRY, low=0.001, high=7 * 86_400)
+    # Under a second is less than one push takes: every hand-off would expire in the queue.
+    return read.seconds("RING_EXPIRY_S", RING_EXPIRY, low=1, high=7 * 86_400)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ READERS: dict[str, Reader] = {
         ("dispatcher", "REMINDERS_DISPATCH_BATCH_SIZE", "501", "expected 1 to 500"),
         ("dispatcher", "REMINDERS_DISPATCH_CATCH_UP_RINGS_PER_S", "0", "expected 0.01 to"),
         ("dispatcher", "REMINDERS_DISPATCH_CATCH_UP_MINUTES_PER_S", "-1", "expected 0.01 to"),
-        ("dispatcher", "REMINDERS_DISPATCH_RING_EXPIRY_S", "-60", "expected 0.001 to"),
+        ("dispatcher", "REMINDERS_DISPATCH_RING_EXPIRY_S", "0.5", "expected 1 to"),
         ("dispatcher", "REMINDERS_DISPATCH_PORT", "70000", "expected 0 to 65535"),
         ("dispatcher", "REMINDERS_DISPATCH_MISFIRE_POLICY", "later", "ring_late, skip_missed"),
         ("dispatcher", "REMINDERS_DISPATCH_GRACE_S", "0", "expected 1 to 3600 s"),
