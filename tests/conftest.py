@@ -80,9 +80,11 @@ def migrated_settings(cassandra_settings: CassandraSettings) -> Iterator[Cassand
     """One migrated keyspace for the whole session, for tests of the service itself."""
     settings = dataclasses.replace(cassandra_settings, keyspace=f"suite_{uuid.uuid4().hex[:8]}")
     with connect(settings, keyspace="") as connection:
-        migrate(connection.session, settings, load_migrations(default_cql_dir()))
-        yield settings
-        connection.session.execute(f"DROP KEYSPACE IF EXISTS {settings.keyspace}", timeout=60)
+        try:
+            migrate(connection.session, settings, load_migrations(default_cql_dir()))
+            yield settings
+        finally:  # a migration that failed halfway leaves a keyspace too
+            connection.session.execute(f"DROP KEYSPACE IF EXISTS {settings.keyspace}", timeout=60)
 
 
 @pytest.fixture
