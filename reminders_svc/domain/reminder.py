@@ -171,15 +171,14 @@ def snooze(reminder: Reminder, until: datetime, now: datetime) -> Reminder:
         raise FailedPrecondition(
             f"a {reminder.status} reminder cannot be snoozed", field="id", reason="NOT_SNOOZABLE"
         )
-    if reminder.status is Status.SENDING:
-        return _changed(reminder, now, snooze_until=until)
-    return _changed(
-        reminder,
-        now,
-        snooze_until=until,
-        due=earliest(reminder.occurrence, until),
-        status=Status.PENDING,
-    )
+    changes: dict[str, object] = {"snooze_until": until}
+    if reminder.status is not Status.SENDING:
+        changes.update(due=earliest(reminder.occurrence, until), status=Status.PENDING)
+    if all(getattr(reminder, name) == value for name, value in changes.items()):
+        # A retry of a snooze that landed: no new version, or the caller's retry would
+        # make every other client's version stale.
+        return reminder
+    return _changed(reminder, now, **changes)
 
 
 def pause(reminder: Reminder, now: datetime) -> Reminder:

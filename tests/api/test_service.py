@@ -10,6 +10,7 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.field_mask_pb2 import FieldMask
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.api.settings import HANDOFF_WINDOW, Limits
@@ -261,6 +262,36 @@ def test_snooze_adds_a_ring_and_leaves_the_series_untouched(api: Api, user: str)
         )
     )
     assert too_long == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_snooze_to_a_time_retried_changes_nothing_and_keeps_others_versions_current(
+    api: Api, user: str
+) -> None:
+    """The retry the contract calls safe (after a DEADLINE_EXCEEDED, say) bumped the
+    version again, so another client's next edit at the version it had seen was ABORTED."""
+    created = create(api, user, weekly_monday_nine())
+    md = api.as_user(user)
+    until = Timestamp()
+    until.FromDatetime(at("2026-10-19T12:30:00"))
+    request = pb.SnoozeReminderRequest(id=created.id, snooze_until_time=until)
+
+    snoozed = api.reminders.SnoozeReminder(request, metadata=md)
+    retried = api.reminders.SnoozeReminder(request, metadata=md)
+
+    assert retried == snoozed
+    assert snoozed.version == 2
+    edited = api.reminders.UpdateReminder(
+        pb.UpdateReminderRequest(
+            reminder=pb.Reminder(id=created.id, text="moved", version=snoozed.version),
+            update_mask=FieldMask(paths=["text"]),
+        ),
+        metadata=md,
+    )
+    assert (edited.version, edited.snooze_until_time) == (3, until)
+    later = api.reminders.SnoozeReminder(
+        pb.SnoozeReminderRequest(id=created.id, duration=Duration(seconds=3600)), metadata=md
+    )
+    assert later.version == 4  # another time is a change
 
 
 def test_a_snooze_shorter_than_the_configured_minimum_is_refused_with_the_range(

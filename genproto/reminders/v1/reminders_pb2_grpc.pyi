@@ -32,7 +32,8 @@ DEADLINE_EXCEEDED (OUTCOME_UNKNOWN) on a change: it may have been applied: read
 
 Retrying: Get, List, PreviewSchedule and ListDeliveries are safe to repeat; Create is,
 with the same request_id (kept 7 days by default); Pause of a paused reminder (without a
-version) changes nothing.
+version) and Snooze to the time a reminder is already snoozed to change nothing (no new
+version).
 The others are not: a repeated Snooze by a duration moves the ring again (snooze to
 an absolute time to retry safely), a repeated Resume is NOT_PAUSED, a repeated Delete
 is NOT_FOUND, a repeated Update with the old version is ABORTED.
