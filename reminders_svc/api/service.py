@@ -141,8 +141,12 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         after = pages.cursor(request.page_token)
         size = self._page_size(request.page_size)
         page, next_after = await self._app.list(user, after, size, status)
+        seen = await self._as_seen(page)
+        kept = _within_bytes(seen, self._limits.max_page_bytes)
+        if kept < len(seen):
+            next_after = page[kept - 1].reminder_id
         return pb.ListRemindersResponse(
-            reminders=await self._as_seen(page), next_page_token=pages.token(next_after)
+            reminders=seen[:kept], next_page_token=pages.token(next_after)
         )
 
     async def _as_seen(self, page: list[Reminder]) -> list[pb.Reminder]:
@@ -411,3 +415,14 @@ def build_servicers(
         reminders=RemindersServicer(app, history, auth, settings, clock),
         admin=AdminServicer(purge, history, auth, clock),
     )
+
+
+def _within_bytes(reminders: list[pb.Reminder], budget: int) -> int:
+    """How many of `reminders`, from the first, fit in `budget` bytes; at least one, so a
+    listing always moves on."""
+    used = 0
+    for count, reminder in enumerate(reminders):
+        used += reminder.ByteSize()
+        if used > budget and count > 0:
+            return count
+    return len(reminders)

@@ -137,6 +137,32 @@ def test_page_size_0_takes_the_default_and_a_larger_one_the_largest(
         assert first == {0: 3, 4: 4, 6: 5, 500: 5}
 
 
+def test_a_page_past_the_byte_budget_is_cut_short_with_a_token_and_loses_nothing(
+    migrated_settings: CassandraSettings, user: str
+) -> None:
+    """500 reminders of the longest texts and rules came within 7% of a client's default
+    4 MiB receive limit: a page is cut at a byte budget (2 MiB; 3 KB here) instead."""
+    assert Limits().max_page_bytes == 2 * 1024 * 1024
+    with running_api(migrated_settings, FakeClock(SEED_NOW), Limits(max_page_bytes=3000)) as api:
+        long_text = "\U0001f600" * 500  # 2,000 bytes on the wire
+        created = {create(api, user, weekly_monday_nine(), text=long_text).id for _ in range(5)}
+        md = api.as_user(user)
+        pages: list[list[str]] = []
+        token = ""
+        while True:
+            page = api.reminders.ListReminders(
+                pb.ListRemindersRequest(page_size=500, page_token=token), metadata=md
+            )
+            pages.append([r.id for r in page.reminders])
+            token = page.next_page_token
+            if not token:
+                break
+
+    assert [len(ids) for ids in pages] == [1, 1, 1, 1, 1]  # one fits, a second would not
+    listed = [reminder_id for ids in pages for reminder_id in ids]
+    assert listed == sorted(created, key=uuid.UUID)
+
+
 def test_one_off_in_the_repeated_hour_rings_at_the_first(api: Api, user: str) -> None:
     created = create(api, user, one_off("2026-11-01T01:30:00"))
     assert created.next_ring_time.ToDatetime(tzinfo=Z) == at("2026-11-01T05:30:00")

@@ -411,7 +411,8 @@ class ListRemindersResponse(_message.Message):
     def reminders(self) -> _containers.RepeatedCompositeFieldContainer[Global___Reminder]:
         """The page. It may hold fewer than page_size, even none, with a next_page_token: one
         call scans a bounded part of the caller's reminders (those the state filter skips
-        included), so keep paging until next_page_token is empty.
+        included), and a page stops short of 2 MiB (half a client's default receive limit),
+        so keep paging until next_page_token is empty.
         """
 
     def __init__(
