@@ -16,7 +16,6 @@ from reminders_svc.config import (
     MinuteTiming,
     Retention,
     check_tz_override,
-    host_of,
     require_protected,
     ring_expiry_from_env,
 )
@@ -167,7 +166,7 @@ class DispatcherSettings:
         require_protected(
             values,
             "REMINDERS_NOTIFIER_TARGET (the link to the notifier: reminder texts)",
-            host_of(settings.notifier_target),
+            settings.notifier_target,
             settings.notifier_tls is not None,
         )
         return settings

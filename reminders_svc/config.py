@@ -277,7 +277,7 @@ class CassandraSettings:
             require_protected(
                 env.values,
                 "REMINDERS_CASSANDRA_CONTACT_POINTS (reminder texts and the role's password)",
-                host_of(point),
+                point,
                 settings.tls is not None,
             )
         return settings
@@ -291,23 +291,34 @@ _TARGET_SCHEME = re.compile(r"^(dns:(//[^/]*/)?|ipv4:|ipv6:)")
 _SOCKET_SCHEMES = ("unix:", "unix-abstract:")  # a socket on this host
 
 
-def host_of(address: str) -> str:
-    """The host of a `host:port` address or gRPC target (dns:///, ipv4:, ipv6: forms; an
-    IPv6 host with or without brackets; a unix: socket as it is)."""
+def hosts_of(address: str) -> tuple[str, ...]:
+    """The hosts of a `host:port` address or gRPC target: every address of an ipv4: or
+    ipv6: list (gRPC falls through to each), an IPv6 host with or without brackets, a unix:
+    socket as it is. A target of another scheme (xds:, say) is returned whole: not known
+    to stay on this host."""
     if address.startswith(_SOCKET_SCHEMES):
-        return address
-    rest = _TARGET_SCHEME.sub("", address).split(",")[0]
-    if rest.startswith("["):
-        return rest[1:].partition("]")[0]
-    host, colon, port = rest.rpartition(":")
+        return (address,)
+    listed = address.startswith(("ipv4:", "ipv6:"))
+    rest = _TARGET_SCHEME.sub("", address)
+    return tuple(_host(part) for part in (rest.split(",") if listed else [rest]))
+
+
+def _host(address: str) -> str:
+    if address.startswith("["):
+        return address[1:].partition("]")[0]
+    host, colon, port = address.rpartition(":")
     if colon and port.isdigit() and ":" not in host:
         return host
-    return rest  # no port, or a bare IPv6 address
+    return address  # no port, or a bare IPv6 address
 
 
-def is_local(host: str) -> bool:
-    """Whether `host` (as `host_of` gives it) never leaves this machine: a loopback address,
-    localhost, a unix socket."""
+def is_local(address: str) -> bool:
+    """Whether `address` (as `hosts_of` reads it) never leaves this machine: a loopback
+    address, localhost, a unix socket, or a list of those."""
+    return all(_is_local_host(host) for host in hosts_of(address))
+
+
+def _is_local_host(host: str) -> bool:
     if host.startswith(_SOCKET_SCHEMES):
         return True
     if host.lower().rstrip(".") == "localhost":
@@ -318,11 +329,11 @@ def is_local(host: str) -> bool:
         return False
 
 
-def require_protected(environ: Mapping[str, str], link: str, host: str, protected: bool) -> None:
+def require_protected(environ: Mapping[str, str], link: str, address: str, protected: bool) -> None:
     """Outside development, refuse a `link` that reminder texts, tokens or passwords cross
     in plaintext off this host, unless a mesh protects it (`REMINDERS_PLAINTEXT_IN_MESH=true`):
     a deployment that forgot its TLS variables must not start and carry them readable."""
-    if protected or environ.get("REMINDERS_ENV", "") == "dev" or is_local(host):
+    if protected or environ.get("REMINDERS_ENV", "") == "dev" or is_local(address):
         return
     if Env(environ).flag(MESH_VARIABLE, False):
         # Said at every start: if the mesh is gone (or was never there), this is how an
@@ -330,12 +341,12 @@ def require_protected(environ: Mapping[str, str], link: str, host: str, protecte
         log.warning(
             "%s is plaintext to %r, relying on a service mesh to encrypt it (%s=true)",
             link.split(" ", 1)[0],
-            host,
+            address,
             MESH_VARIABLE,
         )
         return
     raise ConfigError(
-        f"{link} is plaintext to {host!r} outside REMINDERS_ENV=dev: set its TLS variables"
+        f"{link} is plaintext to {address!r} outside REMINDERS_ENV=dev: set its TLS variables"
         f" (docs/operations.md, Encryption in transit), or {MESH_VARIABLE}=true if a service"
         " mesh encrypts and authenticates pod-to-pod traffic"
     )

@@ -12,7 +12,7 @@ import pytest
 from dispatcher.settings import DispatcherSettings
 from notifier.settings import NotifierSettings
 from reminders_svc.api.settings import ApiSettings
-from reminders_svc.config import CassandraSettings, ConfigError, Retention, host_of, is_local
+from reminders_svc.config import CassandraSettings, ConfigError, Retention, is_local
 from tests.platform.helpers import run_cli
 
 Reader = Callable[[Mapping[str, str]], object]
@@ -177,10 +177,15 @@ def test_plaintext_off_the_host_needs_development_or_a_mesh(
         ("[2001:db8::1]:443", False),
         ("0.0.0.0", False),  # noqa: S104 (every interface: off the host)
         ("localhost.example.com:50061", False),
+        # gRPC falls through to every address of a list: each must be this host.
+        ("ipv4:127.0.0.1:50061,127.0.0.2:50061", True),
+        ("ipv4:127.0.0.1:50061,192.0.2.2:50061", False),
+        ("ipv6:[::1]:50061,[2001:db8::1]:50061", False),
+        ("xds:///notifier", False),
     ],
 )
 def test_what_counts_as_this_host(address: str, local: bool) -> None:
-    assert is_local(host_of(address)) is local
+    assert is_local(address) is local
 
 
 def test_the_api_reads_how_long_a_handed_off_ring_may_still_go_out_as_the_dispatcher_sets_it() -> (
@@ -192,3 +197,11 @@ def test_the_api_reads_how_long_a_handed_off_ring_may_still_go_out_as_the_dispat
     api, dispatcher = ApiSettings.from_env(env), DispatcherSettings.from_env(env)
     assert dispatcher.ring_expiry == timedelta(minutes=10)
     assert api.still_pushed_for == timedelta(minutes=10, seconds=2)
+
+
+def test_a_notifier_target_listing_an_address_off_the_host_is_plaintext_off_the_host() -> None:
+    """Only the list's first address was checked: gRPC fell through to the second, and
+    reminder texts went to it in plaintext."""
+    listed = {"REMINDERS_NOTIFIER_TARGET": "ipv4:127.0.0.1:50061,192.0.2.2:50061"}
+    with pytest.raises(ConfigError, match="REMINDERS_NOTIFIER_TARGET .* is plaintext to"):
+        READERS["dispatcher"](listed)
