@@ -278,7 +278,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
                 for instant in found
             ],
             schedule=convert.schedule_to_proto(schedule),
-            tzdata_version=tzdata_version(),
+            tzdata_version=tzdata_version(naming_the_directory=False),
         )
 
     async def _expand(self, schedule: Schedule, start: datetime, count: int) -> list[datetime]:

@@ -110,8 +110,10 @@ _NAMED_OVERRIDES = 5
 
 
 @functools.cache
-def tzdata_version() -> str:
-    """The tz database in use: its IANA release and the pinned package's version."""
+def tzdata_version(*, naming_the_directory: bool = True) -> str:
+    """The tz database in use: its IANA release and the pinned package's version, and the
+    zones overridden and from where (not where for the API's callers: a path on the
+    server's disk is none of theirs)."""
     # tzdata.zi starts with "# version 2026f", the release the package was built from.
     header = resources.files("tzdata.zoneinfo").joinpath("tzdata.zi").open("r").readline()
     release = header.removeprefix("# version").strip()
@@ -124,7 +126,8 @@ def tzdata_version() -> str:
     zones = overridden_zones(override)
     named = ", ".join(zones[:_NAMED_OVERRIDES]) or "no zone files"
     more = f" and {len(zones) - _NAMED_OVERRIDES} more" if len(zones) > _NAMED_OVERRIDES else ""
-    return f"{pinned} + overrides from {override} ({named}{more})"
+    where = f" from {override}" if naming_the_directory else ""
+    return f"{pinned} + overrides{where} ({named}{more})"
 
 
 # The years a schedule's dates and times (and the API's instants) may name: far wider

@@ -86,7 +86,8 @@ def test_the_override_takes_precedence_from_a_process_start(
         "from datetime import datetime; from reminders_svc.schedule import to_utc, tzdata_version;"
         "print(to_utc(datetime(2027, 1, 4, 9, 0), 'America/New_York').isoformat());"
         "print(to_utc(datetime(2027, 1, 4, 9, 0), 'Europe/Paris').isoformat());"
-        "print(tzdata_version())"
+        "print(tzdata_version());"
+        "print(tzdata_version(naming_the_directory=False))"
     )
     pinned = engine_says(code, override="")
     overridden = engine_says(code, override=str(chicago_rules_for_new_york))
@@ -96,6 +97,8 @@ def test_the_override_takes_precedence_from_a_process_start(
     assert overridden[2] == (
         f"{pinned[2]} + overrides from {chicago_rules_for_new_york} (America/New_York)"
     )
+    # What PreviewSchedule answers any caller: no path on the server's disk.
+    assert overridden[3] == f"{pinned[2]} + overrides (America/New_York)"
 
 
 def test_the_version_names_the_first_overridden_zones_and_counts_the_rest(

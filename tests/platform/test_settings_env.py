@@ -203,5 +203,5 @@ def test_a_notifier_target_listing_an_address_off_the_host_is_plaintext_off_the_
     """Only the list's first address was checked: gRPC fell through to the second, and
     reminder texts went to it in plaintext."""
     listed = {"REMINDERS_NOTIFIER_TARGET": "ipv4:127.0.0.1:50061,192.0.2.2:50061"}
-    with pytest.raises(ConfigError, match="REMINDERS_NOTIFIER_TARGET .* is plaintext to"):
+    with pytest.raises(ConfigError, match=r"REMINDERS_NOTIFIER_TARGET .* is plaintext to"):
         READERS["dispatcher"](listed)
