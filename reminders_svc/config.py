@@ -329,11 +329,20 @@ def _is_local_host(host: str) -> bool:
         return False
 
 
-def require_protected(environ: Mapping[str, str], link: str, address: str, protected: bool) -> None:
-    """Outside development, refuse a `link` that reminder texts, tokens or passwords cross
-    in plaintext off this host, unless a mesh protects it (`REMINDERS_PLAINTEXT_IN_MESH=true`):
-    a deployment that forgot its TLS variables must not start and carry them readable."""
-    if protected or environ.get("REMINDERS_ENV", "") == "dev" or is_local(address):
+def require_protected(
+    environ: Mapping[str, str],
+    link: str,
+    address: str,
+    protected: bool,
+    *,
+    in_development_too: bool = False,
+) -> None:
+    """Outside development (or `in_development_too`), refuse a `link` that reminder texts,
+    tokens or passwords cross in plaintext off this host, unless a mesh protects it
+    (`REMINDERS_PLAINTEXT_IN_MESH=true`): a deployment that forgot its TLS variables must
+    not start and carry them readable."""
+    development = environ.get("REMINDERS_ENV", "") == "dev" and not in_development_too
+    if protected or development or is_local(address):
         return
     if Env(environ).flag(MESH_VARIABLE, False):
         # Said at every start: if the mesh is gone (or was never there), this is how an
@@ -345,8 +354,9 @@ def require_protected(environ: Mapping[str, str], link: str, address: str, prote
             MESH_VARIABLE,
         )
         return
+    where = "" if in_development_too else " outside REMINDERS_ENV=dev"
     raise ConfigError(
-        f"{link} is plaintext to {address!r} outside REMINDERS_ENV=dev: set its TLS variables"
+        f"{link} is plaintext to {address!r}{where}: set its TLS variables"
         f" (docs/operations.md, Encryption in transit), or {MESH_VARIABLE}=true if a service"
         " mesh encrypts and authenticates pod-to-pod traffic"
     )

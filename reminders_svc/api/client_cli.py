@@ -13,7 +13,9 @@ is (one your identity provider issued, as an RS256 deployment needs; its `sub` m
 Otherwise a token for `--user`, minted with REMINDERS_JWT_SECRET when set. With
 nothing configured the client assumes local development (REMINDERS_ENV=dev unless set
 otherwise) and signs with the development secret. That is safe to assume on this side:
-only a server started with REMINDERS_ENV=dev accepts such tokens.
+only a server started with REMINDERS_ENV=dev accepts such tokens. A real token (a token
+file's, or one minted with REMINDERS_JWT_SECRET) never goes in plaintext off this host,
+unless REMINDERS_PLAINTEXT_IN_MESH=true says a mesh encrypts the link.
 
 Results print as JSON on stdout (proto field names, times RFC 3339 with seconds). A
 failed call prints {"error": {"code", "message", "reason", "field_violations"}} on stderr
@@ -44,7 +46,7 @@ from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
 from reminders_svc.api.auth import mint_token, user_key_from_env
 from reminders_svc.api.settings import ApiSettings
-from reminders_svc.config import ConfigError
+from reminders_svc.config import ConfigError, require_protected
 from reminders_svc.tls import CLI_CLIENT_PREFIX, ClientTls
 
 # Where an API server with no configuration listens: what `make run` started.
@@ -308,10 +310,22 @@ def client_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {"REMINDERS_ENV": "dev", **environ}
 
 
-def api_channel(target: str, env: Mapping[str, str]) -> grpc.Channel:
+def api_channel(target: str, env: Mapping[str, str], *, real_token: bool = False) -> grpc.Channel:
+    """A channel to the API at `target`. With a `real_token` (not the development secret's),
+    plaintext off this host is refused as the servers refuse it for their links: the token
+    would be readable on the network, and valid for minutes."""
     # Read and checked like the servers' TLS settings: half a configuration or an unreadable
     # file is a ConfigError naming the variable (gRPC's core would abort the process).
     tls = ClientTls.from_env(env, CLI_CLIENT_PREFIX)
+    if real_token:
+        require_protected(
+            env,
+            f"--target (or REMINDERS_API_TARGET) with a real token and no"
+            f" {CLI_CLIENT_PREFIX}CA_FILE",
+            target,
+            tls is not None,
+            in_development_too=True,
+        )
     if tls is None:
         return grpc.insecure_channel(target)
     return grpc.secure_channel(target, tls.credentials(), options=tls.channel_options())
@@ -360,6 +374,11 @@ def error_json(error: grpc.RpcError) -> dict[str, Any]:
     return {"error": body}
 
 
+def signs_for_development(env: Mapping[str, str]) -> bool:
+    """Whether the client's tokens are the development secret's (no token file, no key)."""
+    return not env.get("REMINDERS_CLIENT_TOKEN_FILE") and user_key_from_env(env).is_development
+
+
 def bearer_for(user: str, env: Mapping[str, str]) -> str:
     """The token to send as `user`: REMINDERS_CLIENT_TOKEN_FILE's, else one minted here."""
     path = env.get("REMINDERS_CLIENT_TOKEN_FILE")
@@ -390,7 +409,8 @@ def run(args: argparse.Namespace) -> int:
     target = args.target or env.get("REMINDERS_API_TARGET") or DEFAULT_TARGET
     try:
         token = bearer_for(args.user, env)
-        with api_channel(target, env) as channel:
+        real_token = not signs_for_development(env)
+        with api_channel(target, env, real_token=real_token) as channel:
             stub = pb_grpc.RemindersServiceStub(channel)
             metadata = (("authorization", f"Bearer {token}"),)
 

@@ -358,3 +358,25 @@ def test_a_token_from_the_identity_provider_reaches_an_rs256_server(
         unsigned = run_cli(*get, env={"REMINDERS_ENV": "prod"}, timeout=60)
         assert unsigned.returncode == 2
         assert "no token key" in unsigned.stderr
+
+
+def test_a_real_token_is_not_sent_in_plaintext_off_this_host(tmp_path: Path) -> None:
+    """A token signed with a configured secret, or one from a token file, went to any
+    --target in plaintext, readable on the network and valid for minutes. The development
+    secret's tokens (which no server outside development accepts) still may."""
+    off_host = "192.0.2.2:50051"  # TEST-NET-1: documentation only, never reached
+    token_file = tmp_path / "token"
+    token_file.write_text(jwt.encode({"sub": "alice"}, "k" * 40, algorithm="HS256"))
+    call = ("get", "r1", "--user", "alice", "--target", off_host, "--timeout", "1")
+    for real in (
+        {"REMINDERS_JWT_SECRET": "s" * 40},
+        {"REMINDERS_CLIENT_TOKEN_FILE": str(token_file)},
+    ):
+        refused = run_cli(*call, env=real, timeout=60)
+        assert refused.returncode == 2, refused.stderr
+        assert f"is plaintext to {off_host!r}" in refused.stderr
+        # Said to be protected by a mesh: sent (and nothing answers there).
+        in_mesh = run_cli(*call, env={**real, "REMINDERS_PLAINTEXT_IN_MESH": "true"}, timeout=60)
+        assert in_mesh.returncode == 1, in_mesh.stderr
+    development = run_cli(*call, env={"REMINDERS_ENV": "dev"}, timeout=60)
+    assert development.returncode == 1, development.stderr
