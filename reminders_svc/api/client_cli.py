@@ -310,18 +310,17 @@ def client_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {"REMINDERS_ENV": "dev", **environ}
 
 
-def api_channel(target: str, env: Mapping[str, str], *, real_token: bool = False) -> grpc.Channel:
-    """A channel to the API at `target`. With a `real_token` (not the development secret's),
-    plaintext off this host is refused as the servers refuse it for their links: the token
-    would be readable on the network, and valid for minutes."""
+def api_channel(target: str, env: Mapping[str, str]) -> grpc.Channel:
+    """A channel to the API at `target`. When the client's tokens are real (not the
+    development secret's), plaintext off this host is refused as the servers refuse it for
+    their links: a token would be readable on the network, and valid for minutes."""
     # Read and checked like the servers' TLS settings: half a configuration or an unreadable
     # file is a ConfigError naming the variable (gRPC's core would abort the process).
     tls = ClientTls.from_env(env, CLI_CLIENT_PREFIX)
-    if real_token:
+    if not signs_for_development(env):
         require_protected(
             env,
-            f"--target (or REMINDERS_API_TARGET) with a real token and no"
-            f" {CLI_CLIENT_PREFIX}CA_FILE",
+            f"The API target with a real token and no {CLI_CLIENT_PREFIX}CA_FILE",
             target,
             tls is not None,
             in_development_too=True,
@@ -409,8 +408,7 @@ def run(args: argparse.Namespace) -> int:
     target = args.target or env.get("REMINDERS_API_TARGET") or DEFAULT_TARGET
     try:
         token = bearer_for(args.user, env)
-        real_token = not signs_for_development(env)
-        with api_channel(target, env, real_token=real_token) as channel:
+        with api_channel(target, env) as channel:
             stub = pb_grpc.RemindersServiceStub(channel)
             metadata = (("authorization", f"Bearer {token}"),)
 
