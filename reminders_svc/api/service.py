@@ -142,11 +142,13 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         size = self._page_size(request.page_size)
         page, next_after = await self._app.list(user, after, size, status)
         seen = await self._as_seen(page)
-        kept = _within_bytes(seen, self._limits.max_page_bytes)
-        if kept < len(seen):
-            next_after = page[kept - 1].reminder_id
+        listed = pb.ListRemindersResponse(reminders=seen, next_page_token=pages.token(next_after))
+        budget = self._limits.max_page_bytes
+        if listed.ByteSize() <= budget:  # one call in C: a page almost always fits
+            return listed
+        kept = _within_bytes(seen, budget)
         return pb.ListRemindersResponse(
-            reminders=seen[:kept], next_page_token=pages.token(next_after)
+            reminders=seen[:kept], next_page_token=pages.token(page[kept - 1].reminder_id)
         )
 
     async def _as_seen(self, page: list[Reminder]) -> list[pb.Reminder]:
