@@ -70,8 +70,9 @@ TEST_NODE := $(if $(filter docker,$(REMINDERS_CASSANDRA)),install,node)
 # each worker would start a Cassandra container of its own.
 TEST_WORKERS ?= $(if $(filter docker,$(REMINDERS_CASSANDRA)),0,2)
 
+# The slowest tests are listed at the end: where the suite's time (and CI's) goes.
 test: $(TEST_NODE) $(BUF) $(KUSTOMIZE) $(PROMTOOL)
-	$(NODE_CLIENT) $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	$(NODE_CLIENT) $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal --durations=20 $(PYTEST_ARGS)
 
 # buf (the proto linter) comes from npm, pinned, into a cache inside the checkout.
 $(BUF):
