@@ -244,6 +244,9 @@ class CassandraSettings:
     replication: Replication = Replication("SimpleStrategy", (("replication_factor", 1),))
     connect_timeout_s: float = 10.0
     request_timeout_s: float = 12.0
+    # Without TLS, whether the driver may reach nodes off this host (in development, or
+    # under a mesh): else it keeps to the loopback ones, the peers it discovers included.
+    plaintext_off_host: bool = True
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> CassandraSettings:
@@ -271,6 +274,7 @@ class CassandraSettings:
             replication=Replication.parse(env.text("REPLICATION", "SimpleStrategy:1")),
             connect_timeout_s=env.number("CONNECT_TIMEOUT", 10, low=0.1, high=600),
             request_timeout_s=env.number("REQUEST_TIMEOUT", 12, low=0.1, high=600),
+            plaintext_off_host=plaintext_off_host_allowed(env.values),
         )
         _check_consistency(settings)
         for point in settings.contact_points:
@@ -327,6 +331,11 @@ def _is_local_host(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def plaintext_off_host_allowed(environ: Mapping[str, str]) -> bool:
+    """Development, or a mesh said to encrypt pod-to-pod traffic."""
+    return environ.get("REMINDERS_ENV", "") == "dev" or Env(environ).flag(MESH_VARIABLE, False)
 
 
 def require_protected(

@@ -28,11 +28,14 @@ from cassandra.connection import Connection, ConnectionException
 from cassandra.policies import (
     DCAwareRoundRobinPolicy,
     ExponentialReconnectionPolicy,
+    HostFilterPolicy,
+    LoadBalancingPolicy,
     TokenAwarePolicy,
 )
+from cassandra.pool import Host
 from cassandra.query import PreparedStatement, ValueSequence, named_tuple_factory
 
-from reminders_svc.config import CassandraSettings, TlsSettings
+from reminders_svc.config import CassandraSettings, TlsSettings, is_local
 from reminders_svc.storage import aio
 from reminders_svc.storage.errors import StorageUnavailable
 from reminders_svc.storage.retry import NoConditionalResend
@@ -108,14 +111,39 @@ class Profile(ExecutionProfile):  # type: ignore[misc]  # the driver is untyped
 
 
 def execution_profile(settings: CassandraSettings) -> ExecutionProfile:
+    policy: LoadBalancingPolicy = TokenAwarePolicy(
+        DCAwareRoundRobinPolicy(local_dc=settings.local_dc)
+    )
+    if settings.tls is None and not settings.plaintext_off_host:
+        # The contact points were checked to be this host's (CassandraSettings.from_env);
+        # the peers the driver discovers were not: texts and the role's password must not
+        # reach one of them in plaintext. An ignored node gets no connection at all.
+        policy = HostFilterPolicy(policy, _on_this_host)
     return Profile(
         row_factory=cached_named_tuple_factory,
-        load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=settings.local_dc)),
+        load_balancing_policy=policy,
         consistency_level=ConsistencyLevel.name_to_value[settings.consistency],
         serial_consistency_level=ConsistencyLevel.name_to_value[settings.serial_consistency],
         request_timeout=settings.request_timeout_s,
         retry_policy=NoConditionalResend(),
     )
+
+
+_ignored_peers: set[str] = set()
+
+
+def _on_this_host(host: Host) -> bool:
+    address = str(host.address)
+    if is_local(address):
+        return True
+    if address not in _ignored_peers:  # said once per peer: the predicate runs per query
+        _ignored_peers.add(address)
+        log.warning(
+            "Cassandra node %s ignored: off this host, and the link has no TLS"
+            " (REMINDERS_CASSANDRA_TLS_*, or REMINDERS_PLAINTEXT_IN_MESH=true under a mesh)",
+            address,
+        )
+    return False
 
 
 def serial_read_level(session: Session) -> int:

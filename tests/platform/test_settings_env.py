@@ -8,11 +8,15 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 import pytest
+from cassandra.connection import DefaultEndPoint
+from cassandra.policies import HostDistance, HostFilterPolicy, SimpleConvictionPolicy
+from cassandra.pool import Host
 
 from dispatcher.settings import DispatcherSettings
 from notifier.settings import NotifierSettings
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import CassandraSettings, ConfigError, Retention, is_local
+from reminders_svc.storage.session import execution_profile
 from tests.platform.helpers import run_cli
 
 Reader = Callable[[Mapping[str, str]], object]
@@ -205,3 +209,20 @@ def test_a_notifier_target_listing_an_address_off_the_host_is_plaintext_off_the_
     listed = {"REMINDERS_NOTIFIER_TARGET": "ipv4:127.0.0.1:50061,192.0.2.2:50061"}
     with pytest.raises(ConfigError, match=r"REMINDERS_NOTIFIER_TARGET .* is plaintext to"):
         READERS["dispatcher"](listed)
+
+
+def test_without_tls_the_driver_reaches_no_node_off_this_host_that_it_discovers() -> None:
+    """The contact points are checked (above); the peers the driver finds through them were
+    not: a loopback contact point of a larger cluster let texts and the role's password
+    reach the others in plaintext. Outside development and a mesh, those are ignored."""
+    local = Host(DefaultEndPoint("127.0.0.1"), SimpleConvictionPolicy)
+    peer = Host(DefaultEndPoint("10.0.0.5"), SimpleConvictionPolicy)
+    plaintext = {"REMINDERS_CASSANDRA_CONTACT_POINTS": "127.0.0.1"}
+
+    policy = execution_profile(CassandraSettings.from_env(plaintext)).load_balancing_policy
+    assert policy.distance(peer) == HostDistance.IGNORED
+    assert policy.predicate(local)
+
+    for allowed in ({"REMINDERS_ENV": "dev"}, {"REMINDERS_PLAINTEXT_IN_MESH": "true"}):
+        settings = CassandraSettings.from_env({**plaintext, **allowed})
+        assert not isinstance(execution_profile(settings).load_balancing_policy, HostFilterPolicy)
