@@ -167,6 +167,8 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
     ) -> pb.Reminder:
         user = self._user(context)
         paths = set(request.update_mask.paths)
+        if paths == {"*"}:  # AIP-134: every field the caller may change
+            paths = set(_UPDATABLE)
         if not paths:
             raise InvalidArgument("update_mask", "name the fields to change: text, schedule")
         if unknown := paths - _UPDATABLE:

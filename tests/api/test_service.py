@@ -244,6 +244,23 @@ def test_list_filters_by_state_and_hides_deleted(api: Api, user: str) -> None:
     assert ids(pb.Reminder.STATE_UNSPECIFIED) == {paused.id, pending.id}
 
 
+def test_an_update_mask_of_star_replaces_text_and_schedule(api: Api, user: str) -> None:
+    """AIP-134's full replacement, which generated clients send for "update everything"."""
+    created = create(api, user, weekly_monday_nine())
+    replacement = pb.Reminder(
+        id=created.id, version=1, text="stand-up", schedule=one_off("2026-10-20T10:00:00")
+    )
+
+    replaced = api.reminders.UpdateReminder(
+        pb.UpdateReminderRequest(reminder=replacement, update_mask=FieldMask(paths=["*"])),
+        metadata=api.as_user(user),
+    )
+
+    assert (replaced.text, replaced.version) == ("stand-up", 2)
+    assert replaced.schedule.once.local_time == "2026-10-20T10:00:00"
+    assert replaced.next_ring_time.ToDatetime(tzinfo=Z) == at("2026-10-20T14:00:00")
+
+
 def test_update_needs_the_current_version(api: Api, user: str) -> None:
     created = create(api, user, weekly_monday_nine())
     md = api.as_user(user)

@@ -443,7 +443,7 @@ class UpdateReminderRequest(_message.Message):
 
     @_builtins.property
     def update_mask(self) -> _field_mask_pb2.FieldMask:
-        """Required. Which fields to change: "text", "schedule"."""
+        """Required. Which fields to change: "text", "schedule", or "*" for both."""
 
     def __init__(
         self,
