@@ -5,8 +5,9 @@
 Both sides run in this same run, on this machine, against the same local node, with the
 same concurrency; the report gives each rate, p50/p99 latencies and the ratio
 (target: API rate >= 0.7 x bare rate). Both are warmed first, then run in alternating
-rounds (bare, API, bare, API, ...) so that the node warming up or the shared machine
-slowing down does not favour whichever side ran second; the ratio pools the rounds.
+rounds (bare, API, then API, bare, ...) so that the node warming up or the shared machine
+slowing down does not favour either side; the ratio pools the rounds. Percentiles are by
+nearest rank (bench/stats.py).
 Then one user is filled with --big-user reminders and List (page of 50 and of 500) and
 Create p99 are measured for that user.
 
@@ -34,6 +35,7 @@ import grpc
 
 from bench.cpu import CpuMeter, cassandra_pid
 from bench.keyspaces import drop_keyspaces, fresh_keyspace
+from bench.stats import nearest_rank
 from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
 from reminders_svc.api.auth import AuthSettings, mint_token
@@ -71,8 +73,7 @@ class Run:
         return len(self.latencies) / self.seconds
 
     def pct(self, q: float) -> float:
-        ordered = sorted(self.latencies)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+        return nearest_rank(sorted(self.latencies), q) * 1000
 
     def line(self) -> str:
         ops = len(self.latencies)
@@ -290,11 +291,19 @@ async def main() -> None:
         await api_creates(target, 3, args.concurrency)
         bare_rounds: list[Run] = []
         api_rounds: list[Run] = []
-        for _ in range(args.rounds):
-            bare_rounds.append(await bare_creates(settings, round_s, args.concurrency))
-            api_rounds.append(
-                await _measured(server.pid, api_creates(target, round_s, args.concurrency))
-            )
+        for round_number in range(args.rounds):
+            # Bare then API, then API then bare: a machine speeding up or slowing down over
+            # the run lands on both sides alike, not always on the second.
+            async def run_bare() -> None:
+                bare_rounds.append(await bare_creates(settings, round_s, args.concurrency))
+
+            async def run_api() -> None:
+                api_rounds.append(
+                    await _measured(server.pid, api_creates(target, round_s, args.concurrency))
+                )
+
+            for side in (run_bare, run_api) if round_number % 2 == 0 else (run_api, run_bare):
+                await side()
         floor = await _measured(
             server.pid, api_previews(target, args.seconds / 2, args.concurrency)
         )

@@ -5,8 +5,9 @@
 Seeds N one-off reminders due at the start of one minute (through the store: bucket entry first,
 row by LWT, exactly as the API writes them), runs the notifier and the dispatchers as
 processes, and reports: drain time, rings per second, p50/p99 lateness (due -> hand-off,
-from the delivery history), and early, lost and duplicate counts (from the notifier's
-recorded pushes). In the same run, the ceiling: a bare driver loop doing the same two
+from the delivery history, accepted rings only), and early, lost and duplicate counts,
+judged per seeded reminder against its seeded due (at the hand-off, from the history, and
+at the push, from the notifier's recorded pushes). In the same run, the ceiling: a bare driver loop doing the same two
 conditional updates per ring (claim, finalize) on other rows; target rings/s >= 0.8 x
 (ceiling LWT/s / 2). The ceiling runs once unreported first (the node's JIT warms up by
 ~10 s of LWTs), then before and after the drain; the ratio takes the higher of the two.
@@ -34,11 +35,14 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
+from cassandra.cluster import Session
 
 from bench.keyspaces import drop_keyspaces, fresh_keyspace
+from bench.stats import nearest_rank
+from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
 from notifier.domain.model import Notification, Priority, Settlement
 from notifier.rpc.client import list_delivered
@@ -81,16 +85,23 @@ async def store_new(store: ReminderStore, reminder: Reminder) -> None:
     raise RuntimeError(f"seeding {reminder.user_id}: the count kept moving")
 
 
-async def seed(store: ReminderStore, minute: datetime, count: int, prefix: str) -> None:
+async def seed(
+    store: ReminderStore, minute: datetime, count: int, prefix: str
+) -> dict[uuid.UUID, datetime]:
+    """`count` one-offs in `minute`'s first second: each one's id and due."""
     now = datetime.now(UTC)
+    seeded: dict[uuid.UUID, datetime] = {}
 
     async def create(i: int) -> None:
         # All in the minute's first second: the drain then measures throughput alone.
         due = minute + timedelta(microseconds=(i * 1_000_000) // count)
         user = f"{prefix}-{i % (count // 10 or 1)}"
-        await store_new(store, new_reminder(user, f"r{i}", one_off_instant(due, "UTC"), due, now))
+        reminder = new_reminder(user, f"r{i}", one_off_instant(due, "UTC"), due, now)
+        await store_new(store, reminder)
+        seeded[reminder.reminder_id] = due
 
     await _bounded(64, list(range(count)), create)
+    return seeded
 
 
 # The ceiling's statements: a bare row insert, then per ring the claim and a finalize that
@@ -219,6 +230,20 @@ def _rings_so_far(metrics_ports: Sequence[int]) -> Counter[str]:
     return answered
 
 
+def _reminder_of(push: npb.Delivered) -> uuid.UUID:
+    """The reminder a push rang: its key is `<reminder id>/<claim due>`."""
+    return uuid.UUID(push.idempotency_key.split("/", 1)[0])
+
+
+def _handed_off(session: Session, user_prefix: str) -> list[Any]:
+    """The delivery history of the drained minute's rings (not the storage floor's)."""
+    rows = session.execute(
+        "SELECT user_id, reminder_id, claim_due, handed_off_at, answer FROM deliveries",
+        timeout=120,
+    )
+    return [r for r in rows if r.user_id.startswith(user_prefix) and r.handed_off_at]
+
+
 def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [REMINDERS, *args], env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT
@@ -248,7 +273,7 @@ async def main() -> None:
         lead = timedelta(seconds=30 + args.reminders / 150)
         minute = (datetime.now(UTC) + lead).replace(second=0, microsecond=0) + timedelta(minutes=1)
         seeding = time.monotonic()
-        await seed(store, minute, args.reminders, f"b{suffix}")
+        seeded = await seed(store, minute, args.reminders, f"b{suffix}")
         print(
             f"seeded {args.reminders} in {time.monotonic() - seeding:.0f}s; due in the "
             f"minute {minute.isoformat()}"
@@ -289,13 +314,14 @@ async def main() -> None:
                     break
                 await asyncio.sleep(1)
             answered = _rings_so_far(metrics_ports)
-            rows = [
-                row
-                for row in connection.session.execute(
-                    "SELECT user_id, claim_due, handed_off_at FROM deliveries", timeout=120
-                )
-                if row.user_id.startswith(f"b{suffix}-")  # not the storage floor's rings
-            ]
+            # The counter moves before a ring's history row is written: wait for the rows
+            # of the last rings too, or the latest ones would be left out of the figures.
+            rows = _handed_off(connection.session, f"b{suffix}-")
+            for _ in range(30):
+                if len(rows) >= args.reminders:
+                    break
+                await asyncio.sleep(1)
+                rows = _handed_off(connection.session, f"b{suffix}-")
             channel = grpc.insecure_channel("127.0.0.1:50261")
             pushes = list_delivered(npb_grpc.NotificationServiceStub(channel), timeout_s=60)
         finally:
@@ -306,21 +332,28 @@ async def main() -> None:
         ceilings.append(await ceiling(settings, args.ceiling_seconds))
         lwt_per_s = max(ceilings)
 
-        lateness = sorted(
-            (r.handed_off_at - r.claim_due).total_seconds() for r in rows if r.handed_off_at
-        )
-        drain = max(r.handed_off_at for r in rows if r.handed_off_at).replace(tzinfo=UTC) - (minute)
-        keys = Counter(p.idempotency_key for p in pushes)
+        # Judged by the reminders seeded, not by what the fleet sent: a reminder rung under
+        # two keys and another never rung would net to "0 lost, 0 duplicate" by key.
+        accepted = [r for r in rows if r.answer == "accepted"]
+        lateness = sorted((r.handed_off_at - r.claim_due).total_seconds() for r in accepted)
+        drain = max(r.handed_off_at for r in accepted).replace(tzinfo=UTC) - minute
+        rung = Counter(_reminder_of(p) for p in pushes)
+        lost = len(seeded.keys() - rung.keys())
+        rung_again = sum(count - 1 for count in rung.values())
+        unknown = len(rung.keys() - seeded.keys())
+        # Early against the seeded due, at the hand-off and at the push.
         early = sum(
+            1 for r in rows if r.handed_off_at.replace(tzinfo=UTC) < seeded[r.reminder_id]
+        ) + sum(
             1
             for p in pushes
-            if p.push_time.ToDatetime(tzinfo=UTC) < p.due_time.ToDatetime(tzinfo=UTC)
+            if _reminder_of(p) in seeded
+            and p.push_time.ToDatetime(tzinfo=UTC) < seeded[_reminder_of(p)]
         )
         rings_per_s = len(lateness) / drain.total_seconds()
 
         def pct(q: float) -> float:
-            value: float = lateness[min(len(lateness) - 1, int(q * len(lateness)))]
-            return value
+            return nearest_rank(lateness, q)
 
         print(
             f"ceiling: bare claim+finalize loop {ceilings[0]:.0f} LWT/s before the drain, "
@@ -334,9 +367,9 @@ async def main() -> None:
         # The notifier pushes a key once whatever happens: a ring handed off twice shows
         # as the dispatchers' "duplicate" answers, not in its pushes.
         print(
-            f"early {early}, lost {args.reminders - len(keys)}, "
-            f"duplicate {sum(c - 1 for c in keys.values())} pushed, "
-            f"{answered['duplicate']} handed off again"
+            f"early {early}, lost {lost}, duplicate {rung_again} pushed ({unknown} of no"
+            f" seeded reminder), {answered['duplicate']} handed off again;"
+            f" {len(rows) - len(accepted)} answered other than accepted"
         )
         print(
             f"ratio rings/s / (ceiling LWT/s / 2) = {rings_per_s / (lwt_per_s / 2):.2f} "
