@@ -92,13 +92,22 @@ async def _drive(
     seconds: float,
     concurrency: int,
     limit: int | None = None,
+    until: asyncio.Event | None = None,
 ) -> Run:
+    """`op` from `concurrency` tasks for `seconds`, or fewer: `limit` ops, or `until` set."""
     latencies: list[float] = []
     counter = iter(range(10**9))
     deadline = time.monotonic() + seconds
 
+    def going() -> bool:
+        return (
+            time.monotonic() < deadline
+            and (limit is None or len(latencies) < limit)
+            and (until is None or not until.is_set())
+        )
+
     async def worker() -> None:
-        while time.monotonic() < deadline and (limit is None or len(latencies) < limit):
+        while going():
             i = next(counter)
             started = time.perf_counter()
             await op(i)

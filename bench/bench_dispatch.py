@@ -7,8 +7,9 @@ row by LWT, exactly as the API writes them), runs the notifier and the dispatche
 processes, and reports: drain time, rings per second, p50/p99 lateness (due -> hand-off,
 from the delivery history, accepted rings only), and early, lost and duplicate counts,
 judged per seeded reminder against its seeded due (at the hand-off, from the history, and
-at the push, from the notifier's recorded pushes). In the same run, the ceiling: a bare driver loop doing the same two
-conditional updates per ring (claim, finalize) on other rows; target rings/s >= 0.8 x
+at the push, from the notifier's recorded pushes). In the same run, the ceiling: a bare
+driver loop doing the same two conditional updates per ring (claim, finalize) on other
+rows; target rings/s >= 0.8 x
 (ceiling LWT/s / 2). The ceiling runs once unreported first (the node's JIT warms up by
 ~10 s of LWTs), then before and after the drain; the ratio takes the higher of the two.
 A second reference, the storage floor: the whole storage work of a ring (row read, claim
