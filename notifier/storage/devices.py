@@ -45,6 +45,10 @@ class DeviceStore:
         self._next_owner = session.prepare(
             f"UPDATE {keyspace}.device_owners SET user_id = ? WHERE device_token = ? IF user_id = ?"
         )
+        # Only while the user still owns it: a token taken by another user stays theirs.
+        self._disown = session.prepare(
+            f"DELETE FROM {keyspace}.device_owners WHERE device_token = ? IF user_id = ?"
+        )
         # Only the registration that was listed: one refreshed since is in use, and stays.
         self._evict = session.prepare(
             f"DELETE FROM {keyspace}.devices WHERE user_id = ? AND device_token = ?"
@@ -72,7 +76,8 @@ class DeviceStore:
         others = [d for d in listed if d.device_token != token]
         for old in devices_beyond_cap(others, keep=MAX_DEVICES_PER_USER - 1):
             params = (user_id, old.device_token, old.register_time)
-            await execute(self._session, self._evict, params)
+            if (await execute(self._session, self._evict, params)).one().applied:
+                await execute(self._session, self._disown, (old.device_token, user_id))
         registered = next((d for d in listed if d.device_token == token), None)
         if registered is None:  # removed meanwhile (a concurrent eviction): register again
             return await self.register(user_id, device)
@@ -104,9 +109,13 @@ class DeviceStore:
         return tuple(_device(row) for row in rows)
 
     async def remove(self, user_id: str, device_token: str) -> None:
-        """Idempotent. An LWT, as register's writes are: an app that logs out and in
+        """Idempotent. LWTs, as register's writes are: an app that logs out and in
         again unregisters and registers the same token, and a plain delete's client
-        timestamp could order after (and hide) that registration."""
+        timestamp could order after (and hide) that registration. The token's owner row
+        goes too (first: a registration racing this one then re-owns the token before
+        its device row is written, so no device row is left without its owner), or an
+        account deleted would leave its tokens mapped to it for good."""
+        await execute(self._session, self._disown, (device_token, user_id))
         await execute(self._session, self._delete, (user_id, device_token))
 
     async def remove_all(self, user_id: str) -> None:

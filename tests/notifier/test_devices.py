@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -87,6 +88,35 @@ def test_delete_user_devices_removes_every_device_of_that_user_only(
     # The user may register again (a new account under the same id).
     register(notifier, user, f"fcm-new-{user}")
     assert tokens_of(notifier, user) == {f"fcm-new-{user}"}
+
+
+def test_no_token_stays_mapped_to_a_user_whose_devices_are_removed_or_evicted(
+    notifier_settings: NotifierSettings, notifier: Client, user: str
+) -> None:
+    """The token -> owner rows outlived every removal (no TTL, never deleted): an account
+    deleted stayed named beside each token it ever registered."""
+    tokens = [f"fcm-{n:02}-{user}" for n in range(MAX_DEVICES_PER_USER + 3)]
+    for token in tokens:  # the 3 oldest evicted by the cap
+        register(notifier, user, token)
+        time.sleep(0.002)  # registration times a millisecond apart at least
+    taken = tokens[-1]
+    register(notifier, f"{user}-other", taken)  # a phone signed in as someone else
+    unregister(notifier, user, tokens[-2])
+
+    def owned() -> dict[str, str]:
+        cassandra = notifier_settings.cassandra
+        with connect(cassandra) as connection:
+            rows = connection.session.execute(
+                f"SELECT device_token, user_id FROM {cassandra.keyspace}.device_owners"
+            )
+            return {r.device_token: r.user_id for r in rows if r.device_token in tokens}
+
+    assert owned() == {
+        **dict.fromkeys(tokens[3:-2], user),
+        taken: f"{user}-other",
+    }
+    delete_devices(notifier, user)
+    assert owned() == {taken: f"{user}-other"}
 
 
 def test_a_push_after_delete_user_devices_reaches_no_device(
