@@ -216,6 +216,10 @@ def device_problem(user_id: str, device: Device) -> str | None:
     problem = device_token_problem(user_id, device.device_token, field="device.device_token")
     if problem is not None:
         return problem
+    if not device.device_token.isprintable() or not device.device_token.strip():
+        # APNs and FCM tokens are printable; one with a line break would forge log lines.
+        # (Checked at registration only: a token stored before can still be removed.)
+        return "device.device_token must be printable and not blank"
     if device.platform is None:
         return "device.platform must be APNS or FCM"
     return None

@@ -673,6 +673,10 @@ def test_register_device_refuses_bad_input(notifier: Client, user: str) -> None:
         pb.RegisterDeviceRequest(
             user_id=user, device=pb.Device(device_token="t" * 1025, platform=apns)
         ),
+        pb.RegisterDeviceRequest(
+            user_id=user, device=pb.Device(device_token="tok\nwith\x00ctrl", platform=apns)
+        ),
+        pb.RegisterDeviceRequest(user_id=user, device=pb.Device(device_token="   ", platform=apns)),
     ]
     for request in cases:
         with pytest.raises(grpc.RpcError) as refused:
