@@ -234,6 +234,10 @@ class Intake:
     async def _deliver(self, notification: Notification) -> ItemResult:
         key = notification.idempotency_key
         async with self._slots[notification.priority]:
+            if self._queue.closed:
+                # Stopping: an item waiting for a slot records no key, which the process
+                # might exit before releasing (another notifier would wait out its hold).
+                return delivery_result(key, HandBack.STOPPING, first=True)
             # At or before the hold's accepted_at is written: its age is never underestimated.
             recording_since = time.monotonic()
             try:

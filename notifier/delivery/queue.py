@@ -60,6 +60,11 @@ class DeliveryQueue:
         self._delayed: dict[asyncio.TimerHandle, QueuedNotification] = {}
         self._closed = False
 
+    @property
+    def closed(self) -> bool:
+        """The workers have stopped: nothing more is taken."""
+        return self._closed
+
     def depth(self, priority: Priority) -> int:
         return self._depth[priority]
 

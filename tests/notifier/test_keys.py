@@ -8,14 +8,18 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import pytest
 from cassandra import OperationTimedOut
 from cassandra.cluster import Session
+from prometheus_client import CollectorRegistry
 
-from notifier.domain.model import Notification, Priority, Settlement
+from notifier.delivery.queue import DeliveryQueue
+from notifier.domain.model import ItemResult, Notification, Outcome, Priority, Settlement
+from notifier.intake import Intake, IntakeLimits
+from notifier.metrics import NotifierMetrics
 from notifier.settings import NotifierSettings
 from notifier.storage.keys import KeyClaim, KeyHold, KeyState, KeyStore
 from reminders_svc.storage.aio import execute
@@ -340,3 +344,36 @@ def test_a_hold_refreshed_after_a_takeover_judged_it_stale_is_not_taken_over(
 
     claim = with_keys(notifier_settings, steps, store_type=_HolderRefreshesAfterTheRead)
     assert claim == KeyClaim(KeyState.HELD_ELSEWHERE, holder)
+
+
+class _CountedRecords(KeyStore):
+    records = 0
+
+    async def record(
+        self, notification: Notification, accept_id: uuid.UUID | None = None
+    ) -> KeyClaim:
+        type(self).records += 1
+        return await super().record(notification, accept_id)
+
+
+def test_a_stopping_notifier_records_no_key_for_an_item_still_waiting_for_a_slot(
+    notifier_settings: NotifierSettings,
+) -> None:
+    """Past the shutdown grace, items waiting for a recording slot still recorded their
+    keys, released just after: the last group's releases lost to the process's exit left
+    those keys held, answered "another attempt is delivering this key" for a minute."""
+    item = notification()
+
+    async def steps(keys: Keys) -> tuple[ItemResult, object]:
+        queue = DeliveryQueue()
+        queue.close()  # the workers stopped
+        limits = IntakeLimits(recording_slots=4, max_pending=100)
+        metrics = NotifierMetrics(CollectorRegistry())
+        intake = Intake(keys.store, queue, metrics, limits, lambda: datetime.now(UTC))
+        [answer] = await intake.accept_batch([item])
+        return answer, await keys.store.look(item.idempotency_key)
+
+    answer, found = with_keys(notifier_settings, steps, _CountedRecords)
+
+    assert answer.outcome is Outcome.RETRYABLE
+    assert (found, _CountedRecords.records) == (None, 0)
