@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
 
-from reminders_svc.config import CassandraSettings, ConfigError, Env, require_protected
+from reminders_svc.config import CassandraSettings, ConfigError, Env, Retention, require_protected
 from reminders_svc.tls import NOTIFIER_SERVER_PREFIX, ServerTls
 
 AdapterName = Literal["recording", "logging"]
@@ -132,6 +132,16 @@ class NotifierSettings:
             tls=ServerTls.from_env(values, NOTIFIER_SERVER_PREFIX),
         )
         _check_adapter_named(env, dev)  # last: a malformed value is named first
+        # A ring is re-sent, under its key, for as long as its bucket entry lives (a catch-up
+        # after an outage): its key must outlive that to dedupe the re-send. Both read from
+        # the ConfigMap every pod shares.
+        bucket = Retention.from_env(values).bucket
+        if settings.key_ttl <= bucket:
+            raise ConfigError(
+                f"{PREFIX}KEY_TTL_DAYS ({settings.key_ttl.days}) must be longer than"
+                f" REMINDERS_BUCKET_RETENTION_DAYS ({bucket.days}): a ring re-sent in a"
+                " catch-up would find its key gone and be pushed twice"
+            )
         require_protected(
             values,
             "REMINDERS_NOTIFIER_HOST (the reference notifier's port: only mutual TLS"

@@ -226,3 +226,14 @@ def test_without_tls_the_driver_reaches_no_node_off_this_host_that_it_discovers(
     for allowed in ({"REMINDERS_ENV": "dev"}, {"REMINDERS_PLAINTEXT_IN_MESH": "true"}):
         settings = CassandraSettings.from_env({**plaintext, **allowed})
         assert not isinstance(execution_profile(settings).load_balancing_policy, HostFilterPolicy)
+
+
+def test_notifier_keys_must_outlive_the_bucket_entries_whose_rings_they_dedupe() -> None:
+    """A ring can be re-sent as long as its bucket entry lives: a key kept for less would
+    let a catch-up push it twice."""
+    dev = {"REMINDERS_ENV": "dev"}
+    with pytest.raises(ConfigError, match="KEY_TTL_DAYS \\(7\\) must be longer than"):
+        READERS["notifier"]({**dev, "REMINDERS_NOTIFIER_KEY_TTL_DAYS": "7"})
+    with pytest.raises(ConfigError, match="REMINDERS_BUCKET_RETENTION_DAYS \\(30\\)"):
+        READERS["notifier"]({**dev, "REMINDERS_BUCKET_RETENTION_DAYS": "30"})
+    READERS["notifier"]({**dev, "REMINDERS_NOTIFIER_KEY_TTL_DAYS": "8"})
