@@ -301,18 +301,14 @@ async def main() -> None:
         bare_rounds: list[Run] = []
         api_rounds: list[Run] = []
         for round_number in range(args.rounds):
+            sides = [
+                (bare_rounds, bare_creates(settings, round_s, args.concurrency)),
+                (api_rounds, _measured(server.pid, api_creates(target, round_s, args.concurrency))),
+            ]
             # Bare then API, then API then bare: a machine speeding up or slowing down over
             # the run lands on both sides alike, not always on the second.
-            async def run_bare() -> None:
-                bare_rounds.append(await bare_creates(settings, round_s, args.concurrency))
-
-            async def run_api() -> None:
-                api_rounds.append(
-                    await _measured(server.pid, api_creates(target, round_s, args.concurrency))
-                )
-
-            for side in (run_bare, run_api) if round_number % 2 == 0 else (run_api, run_bare):
-                await side()
+            for rounds, side in sides if round_number % 2 == 0 else sides[::-1]:
+                rounds.append(await side)
         floor = await _measured(
             server.pid, api_previews(target, args.seconds / 2, args.concurrency)
         )

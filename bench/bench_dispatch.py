@@ -338,18 +338,17 @@ async def main() -> None:
         accepted = [r for r in rows if r.answer == "accepted"]
         lateness = sorted((r.handed_off_at - r.claim_due).total_seconds() for r in accepted)
         drain = max(r.handed_off_at for r in accepted).replace(tzinfo=UTC) - minute
-        rung = Counter(_reminder_of(p) for p in pushes)
+        pushed = [(_reminder_of(p), p.push_time.ToDatetime(tzinfo=UTC)) for p in pushes]
+        rung = Counter(reminder_id for reminder_id, _ in pushed)
         lost = len(seeded.keys() - rung.keys())
         rung_again = sum(count - 1 for count in rung.values())
         unknown = len(rung.keys() - seeded.keys())
         # Early against the seeded due, at the hand-off and at the push.
+        handed = [(r.reminder_id, r.handed_off_at.replace(tzinfo=UTC)) for r in rows]
         early = sum(
-            1 for r in rows if r.handed_off_at.replace(tzinfo=UTC) < seeded[r.reminder_id]
-        ) + sum(
             1
-            for p in pushes
-            if _reminder_of(p) in seeded
-            and p.push_time.ToDatetime(tzinfo=UTC) < seeded[_reminder_of(p)]
+            for reminder_id, at in handed + pushed
+            if reminder_id in seeded and at < seeded[reminder_id]
         )
         rings_per_s = len(lateness) / drain.total_seconds()
 

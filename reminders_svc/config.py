@@ -333,9 +333,13 @@ def _is_local_host(host: str) -> bool:
         return False
 
 
+def _in_development(environ: Mapping[str, str]) -> bool:
+    return environ.get("REMINDERS_ENV", "") == "dev"
+
+
 def plaintext_off_host_allowed(environ: Mapping[str, str]) -> bool:
     """Development, or a mesh said to encrypt pod-to-pod traffic."""
-    return environ.get("REMINDERS_ENV", "") == "dev" or Env(environ).flag(MESH_VARIABLE, False)
+    return _in_development(environ) or Env(environ).flag(MESH_VARIABLE, False)
 
 
 def require_protected(
@@ -350,8 +354,8 @@ def require_protected(
     tokens or passwords cross in plaintext off this host, unless a mesh protects it
     (`REMINDERS_PLAINTEXT_IN_MESH=true`): a deployment that forgot its TLS variables must
     not start and carry them readable."""
-    development = environ.get("REMINDERS_ENV", "") == "dev" and not in_development_too
-    if protected or development or is_local(address):
+    exempt = _in_development(environ) and not in_development_too
+    if protected or exempt or is_local(address):
         return
     if Env(environ).flag(MESH_VARIABLE, False):
         # Said at every start: if the mesh is gone (or was never there), this is how an

@@ -129,20 +129,20 @@ def execution_profile(settings: CassandraSettings) -> ExecutionProfile:
     )
 
 
-_ignored_peers: set[str] = set()
-
-
 def _on_this_host(host: Host) -> bool:
-    address = str(host.address)
+    # The filter asks for every host of every query plan: judged once per address.
+    return _address_on_this_host(str(host.address))
+
+
+@functools.cache
+def _address_on_this_host(address: str) -> bool:
     if is_local(address):
         return True
-    if address not in _ignored_peers:  # said once per peer: the predicate runs per query
-        _ignored_peers.add(address)
-        log.warning(
-            "Cassandra node %s ignored: off this host, and the link has no TLS"
-            " (REMINDERS_CASSANDRA_TLS_*, or REMINDERS_PLAINTEXT_IN_MESH=true under a mesh)",
-            address,
-        )
+    log.warning(
+        "Cassandra node %s ignored: off this host, and the link has no TLS"
+        " (REMINDERS_CASSANDRA_TLS_*, or REMINDERS_PLAINTEXT_IN_MESH=true under a mesh)",
+        address,
+    )
     return False
 
 

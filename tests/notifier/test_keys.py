@@ -352,7 +352,7 @@ class _CountedRecords(KeyStore):
     async def record(
         self, notification: Notification, accept_id: uuid.UUID | None = None
     ) -> KeyClaim:
-        type(self).records += 1
+        self.records += 1
         return await super().record(notification, accept_id)
 
 
@@ -364,16 +364,17 @@ def test_a_stopping_notifier_records_no_key_for_an_item_still_waiting_for_a_slot
     those keys held, answered "another attempt is delivering this key" for a minute."""
     item = notification()
 
-    async def steps(keys: Keys) -> tuple[ItemResult, object]:
+    async def steps(keys: Keys) -> tuple[ItemResult, object, int]:
+        assert isinstance(keys.store, _CountedRecords)
         queue = DeliveryQueue()
         queue.close()  # the workers stopped
         limits = IntakeLimits(recording_slots=4, max_pending=100)
         metrics = NotifierMetrics(CollectorRegistry())
         intake = Intake(keys.store, queue, metrics, limits, lambda: datetime.now(UTC))
         [answer] = await intake.accept_batch([item])
-        return answer, await keys.store.look(item.idempotency_key)
+        return answer, await keys.store.look(item.idempotency_key), keys.store.records
 
-    answer, found = with_keys(notifier_settings, steps, _CountedRecords)
+    answer, found, records = with_keys(notifier_settings, steps, _CountedRecords)
 
     assert answer.outcome is Outcome.RETRYABLE
-    assert (found, _CountedRecords.records) == (None, 0)
+    assert (found, records) == (None, 0)
