@@ -19,12 +19,15 @@ from pathlib import Path
 from grpc_tools import protoc
 
 PROTO_ROOT = Path(__file__).resolve().parent
+# Google's annotations, vendored for buf: their Python code comes from the pinned
+# googleapis-common-protos (google.api.field_behavior_pb2), so none is generated here.
+THIRD_PARTY = PROTO_ROOT / "third_party"
 PACKAGE = "genproto"
 _IMPORT = re.compile(r"^(from|import) (reminders|notification)\.", re.MULTILINE)
 
 
 def proto_files() -> list[Path]:
-    return sorted(PROTO_ROOT.rglob("*.proto"))
+    return sorted(p for p in PROTO_ROOT.rglob("*.proto") if THIRD_PARTY not in p.parents)
 
 
 def generate(out: Path) -> None:
@@ -36,6 +39,7 @@ def generate(out: Path) -> None:
     args = [
         "grpc_tools.protoc",
         f"-I{PROTO_ROOT}",
+        f"-I{THIRD_PARTY}",
         f"-I{include}",
         f"--python_out={out}",
         f"--grpc_python_out={out}",

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 from google.protobuf.duration_pb2 import Duration
+from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from genproto.reminders.v1 import reminders_pb2 as pb
@@ -120,6 +121,13 @@ def reminder_id(text: str, field: str = "id") -> uuid.UUID:
     if str(parsed) != text.lower():
         raise InvalidArgument(field, "not a reminder id (8-4-4-4-12 hex digits, as answered)")
     return parsed
+
+
+def require(holder: Message, name: str, field: str) -> None:
+    """A REQUIRED message field (google.api.field_behavior) left out is refused by its own
+    path, not by the first field inside it found empty."""
+    if not holder.HasField(name):
+        raise InvalidArgument(field, "required")
 
 
 def local_time(text: str, field: str) -> datetime:

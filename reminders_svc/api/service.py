@@ -102,6 +102,8 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         self, request: pb.CreateReminderRequest, context: Context
     ) -> pb.Reminder:
         user = self._user(context)
+        convert.require(request, "reminder", "reminder")
+        convert.require(request.reminder, "schedule", "reminder.schedule")
         # The payload that a replay must repeat: what the caller asked for, not when.
         payload = convert.create_payload(request.reminder)
         try:
@@ -173,12 +175,14 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
             raise InvalidArgument("update_mask", "name the fields to change: text, schedule")
         if unknown := paths - _UPDATABLE:
             raise InvalidArgument("update_mask", f"cannot update {', '.join(sorted(unknown))}")
+        convert.require(request, "reminder", "reminder")
         version = convert.version_seen(request.reminder.version, "reminder.version")
         if version is None:
             raise InvalidArgument("reminder.version", "the version you last saw is required")
         target = convert.reminder_id(request.reminder.id, "reminder.id")
         schedule = None
         if "schedule" in paths:
+            convert.require(request.reminder, "schedule", "reminder.schedule")
             schedule = convert.schedule_from_proto(
                 request.reminder.schedule, self._clock(), "reminder.schedule"
             )
@@ -269,6 +273,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
             raise InvalidArgument("from_time", f"{first} to {last} (UTC)")
         if not 0 <= request.count <= _MAX_PREVIEW:
             raise InvalidArgument("count", f"0 to {_MAX_PREVIEW}")
+        convert.require(request, "schedule", "schedule")
         schedule = convert.schedule_from_proto(request.schedule, start, "schedule")
         zone = load_zone(schedule.zone)
         with convert.schedule_errors(request.schedule, "schedule"):

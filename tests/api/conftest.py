@@ -173,3 +173,37 @@ def weekly_monday_nine(zone: str = "America/New_York") -> pb.Schedule:
 
 def one_off(local: str, zone: str = "America/New_York") -> pb.Schedule:
     return pb.Schedule(time_zone=zone, once=pb.OneOff(local_time=local))
+
+
+def snapshot_of(cassandra: CassandraConnection, user: str) -> list[tuple[Any, ...]]:
+    """Everything of `user` a request could write: rows, idempotency records, bucket entries."""
+    queries = [
+        "SELECT * FROM reminders WHERE user_id = %s",
+        "SELECT * FROM create_requests WHERE user_id = %s",
+        # Buckets are partitioned by minute: a scan, fine on the test keyspace.
+        "SELECT * FROM due_buckets WHERE user_id = %s ALLOW FILTERING",
+    ]
+    return [tuple(row) for query in queries for row in cassandra.session.execute(query, (user,))]
+
+
+def assert_refused(error: grpc.RpcError, code: grpc.StatusCode, field: str, reason: str) -> None:
+    """`error` has `code`, an ErrorInfo with `reason`, and names just `field`: in a
+    google.rpc.BadRequest (INVALID_ARGUMENT) or as a PreconditionFailure's subject."""
+    assert error.code() == code, error.details()
+    status = rpc_status.from_call(error)
+    assert status is not None, "no google.rpc.Status in the trailers"
+    info, about_field = error_details_pb2.ErrorInfo(), _FIELD_DETAIL[code]()
+    assert len(status.details) == 2
+    assert status.details[0].Unpack(info)
+    assert status.details[1].Unpack(about_field)
+    assert (info.reason, info.domain) == (reason, "reminders.v1")
+    if isinstance(about_field, error_details_pb2.BadRequest):
+        assert [v.field for v in about_field.field_violations] == [field]
+    else:
+        assert [(v.type, v.subject) for v in about_field.violations] == [(reason, field)]
+
+
+_FIELD_DETAIL: dict[grpc.StatusCode, type[Any]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: error_details_pb2.BadRequest,
+    grpc.StatusCode.FAILED_PRECONDITION: error_details_pb2.PreconditionFailure,
+}

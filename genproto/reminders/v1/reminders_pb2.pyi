@@ -7,6 +7,11 @@ Identity comes from the caller's credentials (`authorization: Bearer <JWT>`, the
 user is the token's `sub`), never from a request: no request here names a user.
 A reminder the caller does not own answers NOT_FOUND, exactly like a missing one.
 
+Fields carry google.api.field_behavior (AIP-203): a REQUIRED one left out is
+INVALID_ARGUMENT naming it (on an update, only those the update_mask names); an
+OUTPUT_ONLY one sent in a request is ignored; IDENTIFIER is the reminder's id, set by
+the service on create.
+
 Errors (AIP-193): every refusal by the service carries a google.rpc.ErrorInfo (domain
 "reminders.v1") whose `reason` is stable: branch on it, never on the message. A status
 without one is gRPC's own (a transport failure, a server shutting down, the caller's
