@@ -14,9 +14,10 @@ changed in between is read again and recomputed. Only pending and paused rows ar
 replanned: a sending row's finalize computes its next occurrence with the new rules,
 unless the ring in flight is a snooze's, which leaves the series' occurrence as stored.
 Such a row is looked at again, beside the scan, for about half a minute, until its ring is
-finalized (a replan write under the ring would be undone by the finalize, which compares
-neither the occurrence nor the version, as no user change moved them); one still in
-flight then is reported `in_flight`, for a later run.
+finalized (a sending row is its dispatcher's to write: a replan under the ring would make
+its finalize lose and read the row again, as a user's change does); one still in flight
+then is reported `in_flight`, for a later run. Every writer's compare covers the
+occurrence, so a step computed from a read before the replan loses to it.
 
 Which occurrence is "the same" under new rules: the stored occurrence was computed with
 the old rules, which are gone. The schedule's ring nearest to the stored instant under

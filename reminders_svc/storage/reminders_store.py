@@ -338,9 +338,12 @@ class ReminderStore:
     async def replace(self, before: StoredReminder, after: Reminder, now: datetime) -> bool:
         """Write `after` if the row's state is still exactly as `before` was read. Bucket first.
 
-        The compare covers version, status, claim token and due: a dispatcher's
-        claim-and-finalize in between changes no version but moves the due, and a step
-        computed from the older due must not land. A re-claim (a claim handed to a new
+        The compare covers version, status, claim token, due, occurrence and snooze: a
+        dispatcher's claim-and-finalize in between changes no version but moves the due,
+        and a replan (`reminders admin replan`) moves only the occurrence when a snooze
+        is the due; a step computed from the older row must not land (a claim from before
+        a replan wrote the old rules' occurrence back as the due: a ring an hour off, and
+        another that day). A re-claim (a claim handed to a new
         token) also compares the claim's expiry as read: the holder's renewal moves it, so
         a claim renewed after the read that judged it expired is not taken over.
         """
@@ -378,6 +381,8 @@ class ReminderStore:
             old.status.value,
             old.claim.token if old.claim else None,
             old.due,
+            old.occurrence,
+            old.snooze_until,
             *((compared_claim.expires,) if compared_claim else ()),
         )
         delta = _active(after) - _active(old)
@@ -406,7 +411,8 @@ class ReminderStore:
                 self._session.prepare,
                 f"UPDATE reminders USING TTL ? SET {assignments}"
                 " WHERE user_id = ? AND reminder_id = ?"
-                f" IF version = ? AND status = ? AND claim_token = ? AND due = ?{expiry}",
+                " IF version = ? AND status = ? AND claim_token = ? AND due = ?"
+                f" AND occurrence = ? AND snooze_until = ?{expiry}",
             )
             self._updates[key] = statement
         return statement

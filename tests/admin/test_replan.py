@@ -375,6 +375,31 @@ def test_a_users_edit_of_unknown_outcome_is_settled_as_landed_under_a_replan(
     assert after.reminder.occurrence == replan_of(stored, now).occurrence
 
 
+@pytest.mark.parametrize("step", ["claim", "snooze"])
+def test_a_step_computed_from_a_read_before_a_replan_loses_to_it(
+    own_keyspace: CassandraConnection, step: str
+) -> None:
+    """A pending row whose due is a snooze: the replan moves its occurrence and leaves
+    version, status, claim and due as they were. A dispatcher's claim (or a user's snooze)
+    computed from a read before it matched every column it compared, landed, and wrote the
+    old rules' occurrence back as the due: an hour off, then a second ring that day."""
+    db, store = own_keyspace, store_of(own_keyspace)
+    now = datetime.now(UTC).replace(microsecond=0)
+    created = left_by_old_rules(db, f"ny-{step}-stale", now)
+    read = run(change(store, created, snooze(created.reminder, now + MINUTE, now)))
+    assert run(store.replace(read, replan_of(read, now), now))
+
+    if step == "claim":
+        stale = dispatch.claimed(read.reminder, uuid.uuid4(), now, 2 * MINUTE)
+    else:  # a second snooze, after the old occurrence: due = earliest(old occurrence, it)
+        stale = snooze(read.reminder, now + timedelta(days=2), now)
+    assert not run(store.replace(read, stale, now))
+
+    after = run(store.get(read.reminder.user_id, read.reminder.reminder_id))
+    assert after is not None
+    assert after.reminder == replan_of(read, now)
+
+
 def entry_for(db: CassandraConnection, row: Reminder) -> bool:
     assert row.due is not None
     minute, part = floor_minute(row.due), part_of(row.user_id, DEFAULT_PARTS)
