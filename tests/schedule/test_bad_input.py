@@ -76,8 +76,14 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
     # Within the estimate (one ring a year), but a 366th day comes only in leap years.
     ("BYSETPOS a leap year's, with a COUNT",
      rrule("FREQ=YEARLY;COUNT=6;BYDAY=MO,TU,WE,TH,FR,SA,SU;BYSETPOS=366"), "rrule",
-     "COUNT=6 with BYSETPOS takes over 10000 expansion steps from its start (3 rings in"
-     " them): use a smaller COUNT, or UNTIL"),
+     "COUNT=6 takes over 10000 expansion steps from its start (3 rings in them): use a"
+     " smaller COUNT, a later start, or UNTIL"),
+    # No BYSETPOS, but ~24 steps a ring walked from 1900 at every search (~90 ms each).
+    ("a sparse COUNT rule started long ago",
+     lambda: parse_rrule("FREQ=HOURLY;INTERVAL=47;COUNT=1000;BYHOUR=1", NY, datetime(1900, 1, 1)),
+     "rrule",
+     "COUNT=1000 takes over 10000 expansion steps from its start (400 rings in them): use"
+     " a smaller COUNT, a later start, or UNTIL"),
     ("RRULE not in ASCII", rrule("FREQ=DA\u0131LY;INTERVAL=2"), "rrule",
      "at character 8 ('\u0131'): RRULE text is ASCII only"),
     ("RRULE digits not in ASCII", rrule("FREQ=DAILY;INTERVAL=\u0662"), "rrule",
