@@ -40,7 +40,7 @@ def test_pod_monitor_scrapes_every_long_running_deployable(
 ) -> None:
     spec = one(monitoring, "PodMonitor")["spec"]
     # Only matchLabels is read below; no namespaceSelector: the overlay's own namespace.
-    assert set(spec) == {"selector", "podMetricsEndpoints"}, spec
+    assert set(spec) == {"selector", "podMetricsEndpoints", "podTargetLabels"}, spec
     assert set(spec["selector"]) == {"matchLabels"}, spec["selector"]
     endpoints = spec["podMetricsEndpoints"]
     assert endpoints, "the PodMonitor scrapes no port"
@@ -48,6 +48,9 @@ def test_pod_monitor_scrapes_every_long_running_deployable(
         if name == "reminders-notifier" and overlay not in REFERENCE_NOTIFIER_OVERLAYS:
             continue
         deployment = selected_deployment(overlays[overlay], name, spec["selector"]["matchLabels"])
+        # The labels copied onto its samples (the alerts tell the deployables apart by them).
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert set(spec["podTargetLabels"]) <= set(pod_labels), f"{overlay} {name}"
         for container in deployment["spec"]["template"]["spec"]["containers"]:
             declared = {port["name"] for port in container.get("ports", [])}
             for endpoint in endpoints:

@@ -18,6 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "k8s" / "monitoring"
 RULES = MONITORING / "prometheus-rules.yaml"
 DASHBOARD = MONITORING / "reminders-dashboard.json"
+POD_MONITOR = MONITORING / "pod-monitor.yaml"
+# Series the scrape itself makes for every target, with only the target's labels.
+SCRAPE_SERIES = frozenset({"up"})
 OPERATIONS_DOC = ROOT / "docs" / "operations.md"
 
 # The sections of docs/operations.md that the alerts' runbook_url point at.
@@ -97,10 +100,20 @@ def dashboard_queries() -> list[Query]:
     ]
 
 
+def scrape_labels() -> frozenset[str]:
+    """The labels the scrape gives every sample: Prometheus's and the operator's, and the
+    pod labels the PodMonitor copies (podTargetLabels, named as Prometheus sanitizes)."""
+    spec = yaml.safe_load(POD_MONITOR.read_text())["spec"]
+    copied = {re.sub(r"[^a-zA-Z0-9_]", "_", label) for label in spec.get("podTargetLabels", [])}
+    return TARGET_LABELS | copied
+
+
 def problems_with(query: Query) -> list[str]:
     """Why `query` would read something the code does not export: an unknown sample name,
     a label the sample does not have, a histogram bucket that does not exist."""
     metrics = exported()
+    target_labels = scrape_labels()
+    known = {**metrics.labels, **dict.fromkeys(SCRAPE_SERIES, frozenset[str]())}
     try:
         expression = parse(query.expr)
     except ValueError as error:
@@ -110,17 +123,17 @@ def problems_with(query: Query) -> list[str]:
     for selector in expression.selectors:
         if selector.metric in known_recorded:
             continue
-        if selector.metric not in metrics.labels:
+        if selector.metric not in known:
             problems.append(f"{query.where}: {selector.metric} is not exported by the code")
             continue
         for matcher in selector.matchers:
-            if matcher.label not in metrics.labels[selector.metric] | TARGET_LABELS:
+            if matcher.label not in known[selector.metric] | target_labels:
                 problems.append(f"{query.where}: {selector.metric} has no label {matcher.label}")
             elif matcher.label == "le" and not _matches_any(
                 matcher.op, matcher.value, metrics.buckets[selector.metric]
             ):
                 problems.append(f"{query.where}: {selector.metric} has no bucket {matcher.value}")
-    available = _labels_of(expression, known_recorded) | TARGET_LABELS
+    available = _labels_of(expression, known_recorded) | target_labels
     for label in expression.grouping | _legend_labels(query.legend):
         if label not in available:
             problems.append(f"{query.where}: no metric it reads has a label {label}")
