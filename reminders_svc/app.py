@@ -132,7 +132,7 @@ class RemindersApp:
         else:
             raise Unavailable.contention("this request_id")
         try:
-            return await self._insert(proposed)
+            made, saw_a_purge = await self._insert(proposed)
         except (QuotaExceeded, UserDataBeingDeleted):
             if record == wanted:
                 # This request wrote the record and made nothing: take the record back,
@@ -140,6 +140,14 @@ class RemindersApp:
                 # it.)
                 await self._store.forget_create_request(user_id, request_id, record)
             raise
+        if saw_a_purge:
+            # The record, written while a purge's fence stood, went with that purge's
+            # records; the row landed after its lift. Recorded again, now, so that a retry
+            # answers with this reminder instead of making a second.
+            await self._store.record_create_request(
+                user_id, request_id, CreateRecord(payload_hash, made.reminder_id), now
+            )
+        return made
 
     async def replayed(self, user_id: str, request_id: str, payload: bytes) -> Reminder | None:
         """The reminder an earlier request with this request_id and payload made, found by
@@ -171,8 +179,11 @@ class RemindersApp:
         existing = await self._store.get_serial(user_id, record.reminder_id)
         return None if existing is None else existing.reminder
 
-    async def _insert(self, proposed: Reminder) -> Reminder:
+    async def _insert(self, proposed: Reminder) -> tuple[Reminder, bool]:
+        """The reminder made (or found made by a concurrent replay), and whether a purge's
+        fence was read on the way."""
         user_id = proposed.user_id
+        saw_a_purge = False
         async with self._users.hold(user_id):
             for attempt in range(_MAX_ATTEMPTS):
                 await _backoff(attempt)
@@ -181,8 +192,9 @@ class RemindersApp:
                 try:
                     limit = self._limits.max_active_per_user
                     if await self._store.create(proposed, count, limit):
-                        return proposed
+                        return proposed, saw_a_purge
                 except (QuotaExceeded, UserDataBeingDeleted) as error:
+                    saw_a_purge = saw_a_purge or isinstance(error, UserDataBeingDeleted)
                     if attempt == 0:
                         # A plain read's count may lag a delete (or a lifted purge fence):
                         # only one read through Paxos refuses.
@@ -192,7 +204,7 @@ class RemindersApp:
                 # request may have made the row (taking the last slot).
                 existing = await self._store.get_serial(user_id, proposed.reminder_id)
                 if existing is not None:
-                    return existing.reminder
+                    return existing.reminder, saw_a_purge
                 if refused is not None:
                     raise refused
         raise Unavailable.contention("this user's reminders")

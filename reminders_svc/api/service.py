@@ -22,13 +22,13 @@ from reminders_svc.api.auth import Authenticator
 from reminders_svc.api.errors import MAY_HAVE_BEEN_APPLIED, translated
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.app import Clock, RemindersApp, utc_now
-from reminders_svc.domain.errors import DeadlineExceeded, InvalidArgument
+from reminders_svc.domain.errors import DeadlineExceeded, InvalidArgument, Unavailable
 from reminders_svc.domain.reminder import MAX_USER_ID_BYTES, Reminder, Status
 from reminders_svc.schedule import Schedule, ScheduleError, occurrences, tzdata_version
 from reminders_svc.schedule.zones import MAX_YEAR, MIN_YEAR, load_zone
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.migrations import require_current_schema
-from reminders_svc.storage.purge import UserPurge
+from reminders_svc.storage.purge import PURGE_UNDER_WAY, UserPurge
 from reminders_svc.storage.reminders_store import ReminderStore
 from reminders_svc.storage.session import CassandraConnection
 
@@ -385,7 +385,16 @@ class AdminServicer(pb_grpc.RemindersAdminServiceServicer):
         self, operator: str, user_id: str, purge: asyncio.Task[pb.DeleteUserDataResponse]
     ) -> None:
         del self._purges[user_id]
-        if purge.cancelled() or purge.exception() is not None:
+        error = None if purge.cancelled() else purge.exception()
+        if isinstance(error, Unavailable) and error.reason == PURGE_UNDER_WAY:
+            # Not a failure: the purge holding the fence finishes the work.
+            audit.info(
+                "operator %r's deletion of all data of user %r found another under way (on"
+                " another server): that one finishes it",
+                operator,
+                user_id,
+            )
+        elif purge.cancelled() or error is not None:
             # Its caller may be gone: the audit trail says it did not finish.
             audit.warning(
                 "operator %r's deletion of all data of user %r failed (%s); run it again:"
@@ -393,7 +402,7 @@ class AdminServicer(pb_grpc.RemindersAdminServiceServicer):
                 " takes this one's fence over 2 minutes after its last refresh)",
                 operator,
                 user_id,
-                "the server stopped" if purge.cancelled() else type(purge.exception()).__name__,
+                "the server stopped" if purge.cancelled() else type(error).__name__,
             )
 
 

@@ -82,9 +82,12 @@ class _FenceState:
     stale: bool
 
 
+PURGE_UNDER_WAY = "PURGE_UNDER_WAY"
+
+
 def _under_way() -> Unavailable:
     return Unavailable(
-        "another deletion of this user's data is under way; retry", reason="PURGE_UNDER_WAY"
+        "another deletion of this user's data is under way; retry", reason=PURGE_UNDER_WAY
     )
 
 

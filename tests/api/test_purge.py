@@ -24,11 +24,14 @@ from cassandra.cluster import Session
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.api.auth import Authenticator
 from reminders_svc.api.service import AdminServicer, ApiServicers, build_servicers
-from reminders_svc.api.settings import HANDOFF_WINDOW, ApiSettings
-from reminders_svc.config import CassandraSettings
+from reminders_svc.api.settings import HANDOFF_WINDOW, ApiSettings, Limits
+from reminders_svc.app import RemindersApp
+from reminders_svc.config import CassandraSettings, Retention
 from reminders_svc.domain.errors import Unavailable
+from reminders_svc.schedule import parse_repeat
 from reminders_svc.storage.history import DeliveryHistory
-from reminders_svc.storage.purge import UserPurge
+from reminders_svc.storage.purge import PURGE_FENCE, UserPurge
+from reminders_svc.storage.reminders_store import ReminderStore
 from reminders_svc.storage.session import CassandraConnection
 from tests.api.conftest import (
     SEED_NOW,
@@ -322,6 +325,43 @@ def test_creates_racing_a_purge_leave_the_count_equal_to_the_rows_left(
     assert (active_count(cassandra, user) or 0) == live_rows(cassandra, user)
 
 
+class StoreReadingAFenceItsPurgeThenLifts(ReminderStore):
+    """A create's first count read (a plain one) sees a purge's fence; that purge then
+    finishes, its create records deleted and its fence lifted, before the create reads
+    the count again through Paxos and lands its row."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(session, Retention())
+        self._purge = UserPurge(session, HANDOFF_WINDOW)
+        self.purged = False
+
+    async def active_count(self, user_id: str, *, serial: bool = False) -> int | None:
+        if serial or self.purged:
+            return await super().active_count(user_id, serial=serial)
+        self.purged = True
+        await self._purge.run(user_id, SEED_NOW)
+        return PURGE_FENCE
+
+
+def test_a_create_landing_after_a_purge_it_saw_keeps_its_record_so_a_retry_makes_no_other(
+    cassandra: CassandraConnection, user: str
+) -> None:
+    """The record, written while the fence was up, went with the purge's; the row landed
+    after the lift. A retry of the create (safe, says the contract) made a second reminder."""
+    schedule = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19, 10))
+    racing_store = StoreReadingAFenceItsPurgeThenLifts(cassandra.session)
+    racing = RemindersApp(racing_store, Limits(), FakeClock(SEED_NOW))
+    made = asyncio.run(racing.create(user, "req", "call mom", schedule, b"payload"))
+    assert racing_store.purged
+
+    honest = RemindersApp(
+        ReminderStore(cassandra.session, Retention()), Limits(), FakeClock(SEED_NOW)
+    )
+    retried = asyncio.run(honest.create(user, "req", "call mom", schedule, b"payload"))
+    assert retried.reminder_id == made.reminder_id
+    assert live_rows(cassandra, user) == 1
+
+
 def fence_owner(cassandra: CassandraConnection, user: str) -> Any:
     return cassandra.session.execute(
         "SELECT active_count, purge_id FROM reminders WHERE user_id = %s LIMIT 1", (user,)
@@ -355,6 +395,31 @@ def test_a_second_purge_while_one_runs_joins_it_here_and_waits_its_turn_elsewher
     assert fence_owner(cassandra, user) is None  # fence lifted, nothing left
     create(api, user, weekly_monday_nine())
     assert (live_rows(cassandra, user), active_count(cassandra, user)) == (1, 1)
+
+
+def test_a_deletion_found_under_way_on_another_server_is_audited_as_such_not_as_failed(
+    held: tuple[Api, PurgeHeldAtItsFirstRow],
+    api: Api,
+    user: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The retry reaching another server is answered PURGE_UNDER_WAY; its audit line said
+    the deletion failed and was to be run again, while the first server finished it."""
+    holding, purger = held
+    create(holding, user, weekly_monday_nine())
+    with ThreadPoolExecutor(1) as pool, caplog.at_level(logging.INFO, logger="reminders.audit"):
+        first = pool.submit(purge, holding, user)
+        assert purger.fenced.wait(30)
+        assert reason_of(lambda: purge(api, user)) == "PURGE_UNDER_WAY"
+        purger.release.set()
+        assert first.result(60).reminders_deleted == 1
+
+    audit = [r.getMessage() for r in caplog.records if r.name == "reminders.audit"]
+    assert not [line for line in audit if "failed" in line], audit
+    assert (
+        f"operator 'ops''s deletion of all data of user {user!r} found another under way"
+        " (on another server): that one finishes it" in audit
+    ), audit
 
 
 def test_a_purge_taken_over_deletes_nothing_more_and_leaves_the_fence_to_its_new_owner(

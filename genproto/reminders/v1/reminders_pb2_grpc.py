@@ -536,7 +536,8 @@ class RemindersAdminServiceServicer:
 
     def DeleteUserData(self, request, context):
         """Deletes everything stored for one user: reminders, idempotency records and
-        delivery history. Due-bucket entries then point at nothing and are skipped. While it
+        delivery history. Due-bucket entries (the user's and reminders' ids, no text) then
+        point at nothing, are skipped, and expire after their due (7 days by default). While it
         runs, the user's creates are refused (FAILED_PRECONDITION, USER_DATA_BEING_DELETED).
         It finishes even if the caller goes away, and is safe to repeat after an error or a
         timeout: a repeat reaching the same server joins the deletion under way, one reaching

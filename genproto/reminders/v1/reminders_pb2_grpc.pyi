@@ -284,7 +284,8 @@ class RemindersAdminServiceStub:
     def __new__(cls, channel: _aio.Channel) -> RemindersAdminServiceAsyncStub: ...
     DeleteUserData: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.DeleteUserDataRequest, _reminders_pb2.DeleteUserDataResponse]
     """Deletes everything stored for one user: reminders, idempotency records and
-    delivery history. Due-bucket entries then point at nothing and are skipped. While it
+    delivery history. Due-bucket entries (the user's and reminders' ids, no text) then
+    point at nothing, are skipped, and expire after their due (7 days by default). While it
     runs, the user's creates are refused (FAILED_PRECONDITION, USER_DATA_BEING_DELETED).
     It finishes even if the caller goes away, and is safe to repeat after an error or a
     timeout: a repeat reaching the same server joins the deletion under way, one reaching
@@ -299,7 +300,8 @@ class RemindersAdminServiceAsyncStub(RemindersAdminServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     DeleteUserData: _aio.UnaryUnaryMultiCallable[_reminders_pb2.DeleteUserDataRequest, _reminders_pb2.DeleteUserDataResponse]  # type: ignore[assignment]
     """Deletes everything stored for one user: reminders, idempotency records and
-    delivery history. Due-bucket entries then point at nothing and are skipped. While it
+    delivery history. Due-bucket entries (the user's and reminders' ids, no text) then
+    point at nothing, are skipped, and expire after their due (7 days by default). While it
     runs, the user's creates are refused (FAILED_PRECONDITION, USER_DATA_BEING_DELETED).
     It finishes even if the caller goes away, and is safe to repeat after an error or a
     timeout: a repeat reaching the same server joins the deletion under way, one reaching
@@ -317,7 +319,8 @@ class RemindersAdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_reminders_pb2.DeleteUserDataResponse, _abc.Awaitable[_reminders_pb2.DeleteUserDataResponse]]:
         """Deletes everything stored for one user: reminders, idempotency records and
-        delivery history. Due-bucket entries then point at nothing and are skipped. While it
+        delivery history. Due-bucket entries (the user's and reminders' ids, no text) then
+        point at nothing, are skipped, and expire after their due (7 days by default). While it
         runs, the user's creates are refused (FAILED_PRECONDITION, USER_DATA_BEING_DELETED).
         It finishes even if the caller goes away, and is safe to repeat after an error or a
         timeout: a repeat reaching the same server joins the deletion under way, one reaching
