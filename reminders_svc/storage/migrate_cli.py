@@ -1,20 +1,34 @@
-"""`reminders migrate`: apply the schema files not yet applied."""
+"""`reminders migrate`: apply the schema files not yet applied.
+
+It logs as the services do (waiting for another migrator's lock says so), and SIGTERM or
+SIGINT stops it at the next safe point with the schema lock released, so a Job pod
+deleted mid-run does not leave the next migrator waiting out the lock's TTL.
+"""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from reminders_svc import logs
 from reminders_svc.config import CassandraSettings, ConfigError
 from reminders_svc.storage.errors import StorageUnavailable
 from reminders_svc.storage.migrations import (
     MigrationError,
+    MigrationStopped,
     default_cql_dir,
     load_migrations,
     migrate,
 )
 from reminders_svc.storage.session import connect
+
+# What a shell reports for a process ended by SIGTERM: a stopped migrate did not finish.
+EXIT_STOPPED = 143
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -22,15 +36,35 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "migrate", help="create the keyspace and apply schema files not yet applied"
     )
     parser.add_argument("--cql-dir", type=Path, default=None, help="default: the packaged cql/")
+    logs.add_level_option(parser)
     parser.set_defaults(handler=run)
 
 
+@contextmanager
+def _stopped_by_signals() -> Iterator[threading.Event]:
+    """An event set by SIGTERM or SIGINT while inside; the handlers before are restored."""
+    stopping = threading.Event()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    before = {signum: signal.getsignal(signum) for signum in signals}
+    for signum in signals:
+        signal.signal(signum, lambda *_: stopping.set())
+    try:
+        yield stopping
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
 def run(args: argparse.Namespace) -> int:
+    logs.configure(args.log_level)
     try:
         settings = CassandraSettings.from_env()
         migrations = load_migrations(args.cql_dir or default_cql_dir())
-        with connect(settings, keyspace="") as connection:
-            report = migrate(connection.session, settings, migrations)
+        with _stopped_by_signals() as stopping, connect(settings, keyspace="") as connection:
+            report = migrate(connection.session, settings, migrations, stopping=stopping)
+    except MigrationStopped as stopped:
+        print(f"reminders migrate: {stopped}; run it again to finish", file=sys.stderr)
+        return EXIT_STOPPED
     except (ConfigError, MigrationError, StorageUnavailable) as error:
         print(f"reminders migrate: {error}", file=sys.stderr)
         return 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -127,6 +128,37 @@ def test_two_migrate_commands_started_at_once_both_succeed_and_apply_each_file_o
     ]
     assert sorted(applied_by_each[0] + applied_by_each[1]) == sorted(labels)
     assert sorted(_history(fresh_keyspace)) == [int(label[:4]) for label in labels]
+
+
+def test_a_migrate_waiting_for_the_lock_says_so_and_stops_on_sigterm(
+    fresh_keyspace: CassandraSettings,
+) -> None:
+    """It said nothing while it waited (its log was not configured), and SIGTERM killed it
+    where it stood: one killed while holding the lock left the next to wait out the
+    lock's TTL, 5 minutes, in silence."""
+    with connect(fresh_keyspace, keyspace="") as connection:
+        migrate(connection.session, fresh_keyspace, load_migrations(default_cql_dir()))
+        connection.session.execute(
+            f"INSERT INTO {fresh_keyspace.keyspace}.schema_migration_lock (name, owner)"
+            " VALUES ('migrate', 'another-migrator') USING TTL 30"
+        )
+    env = {**os.environ, "REMINDERS_CASSANDRA_KEYSPACE": fresh_keyspace.keyspace}
+    with subprocess.Popen(
+        [REMINDERS, "migrate"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as waiting:
+        assert waiting.stderr is not None
+        said = []  # its log up to the line saying it waits (or all of it, if it never does)
+        for line in waiting.stderr:
+            said.append(line)
+            if "waiting for the schema lock, held by another-migrator" in line:
+                break
+        else:
+            pytest.fail(f"it never said it waits: {said}")
+        waiting.send_signal(signal.SIGTERM)
+        out, err = waiting.communicate(timeout=30)
+
+    assert waiting.returncode == 143, (out, err)
+    assert "reminders migrate: stopped while waiting for the schema lock; run it again" in err
 
 
 def test_a_new_file_is_applied_and_a_changed_applied_file_is_refused(
