@@ -3,13 +3,15 @@
 Creates a one-off reminder due about `--in` seconds from now for a demo user (through the
 API, signed and connected as the client commands are: the development key unless a
 REMINDERS_JWT_* key or REMINDERS_CLIENT_TOKEN_FILE is set), waits for it to ring, and
-prints the delivery: due, handed off, lateness. Exits 0 only if it rang exactly once and
-not early; 2 on bad settings.
+prints the delivery (due, handed off, lateness) as JSON on stdout, its progress and
+verdict on stderr. Exits 0 only if it rang exactly once and not early; 1 if not, or a
+call failed; 2 on bad settings; 130 on Ctrl-C, having deleted its reminder.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -63,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--timeout",
         type=positive_seconds,
         default=120.0,
-        help="give up after this many seconds",
+        help="how long to wait for the ring once it is due (seconds; default 120)",
     )
     parser.set_defaults(handler=run)
 
@@ -122,10 +124,17 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
+def due_in(seconds: float, now: datetime) -> datetime:
+    """`seconds` from `now`, rounded up to a whole second (an instant is whole seconds;
+    rounded down, a due less than a second ahead could be in the past)."""
+    due = now + timedelta(seconds=seconds)
+    return due if due.microsecond == 0 else due.replace(microsecond=0) + timedelta(seconds=1)
+
+
 def _demo(
     args: argparse.Namespace, api_to: grpc.Channel, signed: Callable[[], tuple[tuple[str, str]]]
 ) -> int:
-    due = (datetime.now(UTC) + timedelta(seconds=args.seconds)).replace(microsecond=0)
+    due = due_in(args.seconds, datetime.now(UTC))
     instant = Timestamp()
     instant.FromDatetime(due)
     with api_to as api, grpc.insecure_channel(args.notifier) as push:
@@ -141,17 +150,19 @@ def _demo(
                 metadata=signed(),
                 timeout=CALL_TIMEOUT_S,
             )
-        print(f"created {created.id}, due {instant.ToJsonString()}; waiting for it to ring ...")
-        notifier = npb_grpc.NotificationServiceStub(push)
-        deadline = time.monotonic() + args.seconds + args.timeout
-        pushes: list[npb.Delivered] = []
-        while time.monotonic() < deadline:
-            with _calling("notifier", args.notifier):
-                pushed = list_delivered(notifier, args.user, timeout_s=CALL_TIMEOUT_S)
-            pushes = [d for d in pushed if d.idempotency_key.startswith(created.id)]
-            if pushes and datetime.now(UTC) > due + timedelta(seconds=5):
-                break
-            time.sleep(0.5)
+        say(f"created {created.id}, due {instant.ToJsonString()}; waiting for it to ring ...")
+        try:
+            pushes = _pushes_of(args, push, created.id, due)
+        except KeyboardInterrupt:
+            # Left behind, it would ring later with nobody watching.
+            with contextlib.suppress(grpc.RpcError):
+                pb_grpc.RemindersServiceStub(api).DeleteReminder(
+                    pb.DeleteReminderRequest(id=created.id),
+                    metadata=signed(),
+                    timeout=CALL_TIMEOUT_S,
+                )
+            say(f"reminders demo: interrupted; its reminder {created.id} deleted")
+            return 130
         with _calling("API", args.api):
             history = pb_grpc.RemindersServiceStub(api).ListDeliveries(
                 pb.ListDeliveriesRequest(reminder_id=created.id),
@@ -161,16 +172,40 @@ def _demo(
     handed = [d for d in history.deliveries if d.HasField("hand_off_time")]
     report = {
         "reminder": created.id,
-        # As the client commands print times: RFC 3339 in UTC, as protobuf's JSON has them.
+        # As the client commands print times and durations: protobuf's JSON forms.
         "due": instant.ToJsonString(),
         "pushes": len(pushes),
         "handed_off": handed[0].hand_off_time.ToJsonString() if handed else None,
-        "lateness_s": handed[0].lateness.ToMilliseconds() / 1000 if handed else None,
+        "lateness": handed[0].lateness.ToJsonString() if handed else None,
     }
     print(json.dumps(report, indent=2))
     early = any(p.push_time.ToDatetime(tzinfo=UTC) < due for p in pushes)
     if len(pushes) != 1 or early:
-        print("demo FAILED: expected exactly one push, not early", file=sys.stderr)
+        say("demo FAILED: expected exactly one push, not early")
         return 1
-    print("demo OK: rang once, on time")
+    late = f", handed off {report['lateness']} after its due" if handed else ""
+    say(f"demo OK: rang once, not early{late}")
     return 0
+
+
+def _pushes_of(
+    args: argparse.Namespace, push: grpc.Channel, reminder_id: str, due: datetime
+) -> list[npb.Delivered]:
+    """The notifier's pushes of the reminder, watched until 5 s past its due once one is
+    there (a second would be a duplicate), or `--timeout` past its due."""
+    notifier = npb_grpc.NotificationServiceStub(push)
+    deadline = time.monotonic() + args.seconds + args.timeout
+    pushes: list[npb.Delivered] = []
+    while time.monotonic() < deadline:
+        with _calling("notifier", args.notifier):
+            pushed = list_delivered(notifier, args.user, timeout_s=CALL_TIMEOUT_S)
+        pushes = [d for d in pushed if d.idempotency_key.startswith(reminder_id)]
+        if pushes and datetime.now(UTC) > due + timedelta(seconds=5):
+            break
+        time.sleep(0.5)
+    return pushes
+
+
+def say(line: str) -> None:
+    """Progress and verdict, on stderr: stdout is the JSON report alone."""
+    print(line, file=sys.stderr, flush=True)

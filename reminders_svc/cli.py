@@ -58,6 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # tools do, and keep the interpreter from complaining as it flushes stdout.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for such a writer
+    except KeyboardInterrupt:
+        # Ctrl-C on a command (a call waiting on an API that does not answer): one line,
+        # not a traceback; the services handle SIGINT themselves and never get here.
+        print(f"reminders {args.command}: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT
 
 
 if __name__ == "__main__":

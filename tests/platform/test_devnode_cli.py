@@ -12,7 +12,9 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -26,7 +28,7 @@ from notifier.settings import NotifierSettings
 from reminders_svc.api import client_cli
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import CassandraSettings
-from tests.platform.helpers import free_port, run_cli
+from tests.platform.helpers import REMINDERS, free_port, run_cli
 
 
 def _python(code: str) -> list[str]:
@@ -326,6 +328,42 @@ def test_demo_without_a_running_stack_says_so_in_one_line() -> None:
     )
     assert result.stdout == ""
     assert time.monotonic() - began < 15
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected"),
+    [(0.5, "12:00:02"), (0.0001, "12:00:01"), (0.4, "12:00:01"), (20.25, "12:00:21")],
+)
+def test_the_demos_due_is_rounded_up_to_a_whole_second(seconds: float, expected: str) -> None:
+    """Rounded down, `--in 0.5` was refused half the time: "... is in the past"."""
+    now = datetime(2026, 12, 6, 12, 0, 0, 600_000, tzinfo=UTC)
+    due = demo.due_in(seconds, now)
+    assert due >= now + timedelta(seconds=seconds)
+    assert due.strftime("%H:%M:%S.%f") == f"{expected}.000000"
+
+
+def test_ctrl_c_on_a_command_waiting_for_its_answer_is_one_line_and_exit_130() -> None:
+    """A call to an address that takes the connection and never answers, interrupted:
+    it printed a traceback."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        target = f"127.0.0.1:{silent.getsockname()[1]}"
+        env = {**os.environ, "REMINDERS_ENV": "dev"}
+        with subprocess.Popen(
+            [REMINDERS, "get", "--user", "alice", str(uuid.uuid4()), "--target", target],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as waiting:
+            connection, _ = silent.accept()  # it is waiting for an answer now
+            with connection:
+                time.sleep(0.5)
+                waiting.send_signal(signal.SIGINT)
+                out, err = waiting.communicate(timeout=30)
+
+    assert (waiting.returncode, out, err) == (130, "", "reminders get: interrupted\n")
 
 
 def test_a_pid_file_left_by_a_node_long_gone_names_no_other_process(tmp_path: Path) -> None:
