@@ -302,18 +302,37 @@ def hosts_of(address: str) -> tuple[str, ...]:
     to stay on this host."""
     if address.startswith(_SOCKET_SCHEMES):
         return (address,)
+    return tuple(_split(part)[0] for part in _addresses(address))
+
+
+def port_problem(address: str) -> str | None:
+    """Why a `host:port` address or gRPC target names a port no TCP connection can have
+    (gRPC wraps one past 65535 round, 99999 to 34463, and connects there), or None."""
+    if address.startswith(_SOCKET_SCHEMES):
+        return None
+    for part in _addresses(address):
+        port = _split(part)[1]
+        if port is not None and not 1 <= int(port) <= 65535:
+            return f"port {port} is not 1 to 65535"
+    return None
+
+
+def _addresses(address: str) -> list[str]:
+    """The addresses of a target, its scheme dropped: every one of an ipv4: or ipv6: list."""
     listed = address.startswith(("ipv4:", "ipv6:"))
     rest = _TARGET_SCHEME.sub("", address)
-    return tuple(_host(part) for part in (rest.split(",") if listed else [rest]))
+    return rest.split(",") if listed else [rest]
 
 
-def _host(address: str) -> str:
+def _split(address: str) -> tuple[str, str | None]:
+    """Host and port (None when there is none, or a bare IPv6 address)."""
     if address.startswith("["):
-        return address[1:].partition("]")[0]
+        host, _, after = address[1:].partition("]")
+        return host, after[1:] if after.startswith(":") and after[1:].isdigit() else None
     host, colon, port = address.rpartition(":")
     if colon and port.isdigit() and ":" not in host:
-        return host
-    return address  # no port, or a bare IPv6 address
+        return host, port
+    return address, None
 
 
 def is_local(address: str) -> bool:

@@ -46,7 +46,7 @@ from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
 from reminders_svc.api.auth import mint_token, user_key_from_env
 from reminders_svc.api.settings import ApiSettings
-from reminders_svc.config import ConfigError, require_protected
+from reminders_svc.config import ConfigError, port_problem, require_protected
 from reminders_svc.tls import CLI_CLIENT_PREFIX, ClientTls
 
 # Where an API server with no configuration listens: what `make run` started.
@@ -317,6 +317,8 @@ def api_channel(target: str, env: Mapping[str, str]) -> grpc.Channel:
     # Read and checked like the servers' TLS settings: half a configuration or an unreadable
     # file is a ConfigError naming the variable (gRPC's core would abort the process).
     tls = ClientTls.from_env(env, CLI_CLIENT_PREFIX)
+    if (problem := port_problem(target)) is not None:
+        raise UsageError(f"the API target {target!r}: {problem}")
     if not signs_for_development(env):
         require_protected(
             env,
@@ -328,6 +330,16 @@ def api_channel(target: str, env: Mapping[str, str]) -> grpc.Channel:
     if tls is None:
         return grpc.insecure_channel(target)
     return grpc.secure_channel(target, tls.credentials(), options=tls.channel_options())
+
+
+def unavailable_hint(target: str, message: str) -> str:
+    """What to check when gRPC itself answers UNAVAILABLE (`message` is its details)."""
+    if "handshake" in message.lower():
+        return (
+            f"the TLS handshake with {target} failed: a server without TLS, or a certificate"
+            f" {CLI_CLIENT_PREFIX}CA_FILE does not trust (or not issued for that host)"
+        )
+    return f"no API answered at {target}; `make run` starts one"
 
 
 def error_json(error: grpc.RpcError) -> dict[str, Any]:
@@ -426,8 +438,9 @@ def run(args: argparse.Namespace) -> int:
     except grpc.RpcError as error:
         failure = error_json(error)
         if error.code() == grpc.StatusCode.UNAVAILABLE and not failure["error"]["reason"]:
-            # gRPC's own UNAVAILABLE (the API's carry a reason): nothing answered there.
-            failure["error"]["hint"] = f"no API answered at {target}; `make run` starts one"
+            # gRPC's own UNAVAILABLE (the API's carry a reason): nothing answered there, or
+            # something did, but not in TLS we trust.
+            failure["error"]["hint"] = unavailable_hint(target, failure["error"]["message"])
         # One line, as every refusal here.
         print(json.dumps(failure, ensure_ascii=False), file=sys.stderr)
         return 1

@@ -7,8 +7,10 @@ import json
 import re
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import jwt
 import pytest
 from google.protobuf.message import Message
@@ -17,7 +19,7 @@ from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.api import client_cli
 from reminders_svc.config import CassandraSettings
 from tests.api.serving import SERVING, serve_api
-from tests.pki import rsa_token_keys
+from tests.pki import issue_pki, rsa_token_keys
 from tests.platform.helpers import free_port, run_cli
 
 STORED = pb.Reminder(
@@ -201,6 +203,40 @@ def test_no_server_at_the_target_says_so() -> None:
         "UNAVAILABLE",
         f"no API answered at {target}; `make run` starts one",
     )
+
+
+@pytest.mark.parametrize(
+    "target", ["127.0.0.1:99999", "ipv4:127.0.0.1:50051,127.0.0.1:70000", "[::1]:0"]
+)
+def test_a_target_port_no_connection_can_have_is_refused_naming_it(target: str) -> None:
+    """gRPC wraps it round (99999 to 34463) and connects there: an answer from whatever
+    listens on that port, or a hint naming the port asked for."""
+    done = run_cli("get", "r1", "--user", "alice", "--target", target, timeout=60)
+
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"reminders get: the API target {target!r}: port "), done.stderr
+    assert done.stderr.endswith(" is not 1 to 65535\n")
+
+
+def test_a_failed_tls_handshake_is_told_from_no_server(tmp_path: Path) -> None:
+    """A CA file set against a server without TLS: it answered, and the hint said nothing
+    had."""
+    plaintext = grpc.server(ThreadPoolExecutor(1))
+    port = plaintext.add_insecure_port("127.0.0.1:0")
+    plaintext.start()
+    try:
+        target = f"127.0.0.1:{port}"
+        env = {"REMINDERS_ENV": "dev", "REMINDERS_CLIENT_TLS_CA_FILE": str(issue_pki(tmp_path).ca)}
+        done = run_cli("get", "r1", "--user", "alice", "--target", target, env=env, timeout=60)
+    finally:
+        plaintext.stop(0)
+
+    assert done.returncode == 1, done.stderr
+    # gRPC's core logs the handshake's failure on stderr too.
+    line = next(line for line in done.stderr.splitlines() if line.startswith('{"error"'))
+    error = json.loads(line)["error"]
+    assert error["code"] == "UNAVAILABLE"
+    assert error["hint"].startswith(f"the TLS handshake with {target} failed"), error
 
 
 def cli_json(target: str, *argv: str) -> dict[str, object]:
