@@ -184,6 +184,9 @@ def supervise(
     its own (128 + N if signal N killed it), so `make run` fails when a service crashed;
     130 when a second Ctrl-C cut the stop short (the children still stopping killed).
     """
+    # Ctrl-C stops the stack even where SIGINT came ignored: a shell script starting it in
+    # the background (`make run &`) passes it on so, and then nothing but SIGTERM stopped it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     children: list[tuple[str, subprocess.Popen[bytes]]] = []
     relays: list[threading.Thread] = []  # one per child, in the same order
     code = 0

@@ -16,6 +16,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -87,9 +88,12 @@ def test_a_requested_stop_exits_0_even_when_a_child_stops_with_an_error(tmp_path
     assert ready.exists()
 
 
-def _stack_of_two_once_ready(child: list[str]) -> subprocess.Popen[str]:
+def _stack_of_two_once_ready(
+    child: list[str], sigint: Any = signal.SIG_DFL
+) -> subprocess.Popen[str]:
     """`supervise` of children a and b (each `child`, printing 'ready'), in a session of its
-    own as a terminal's foreground group, once both said so."""
+    own as a terminal's foreground group, once both said so; `sigint` is the disposition
+    of SIGINT it inherits."""
     script = (
         "import os, sys, threading\n"
         "from devnode.stack import supervise\n"
@@ -102,6 +106,7 @@ def _stack_of_two_once_ready(child: list[str]) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
     )
     assert process.stdout is not None
     up = {process.stdout.readline().strip() for _ in range(2)}
@@ -109,7 +114,11 @@ def _stack_of_two_once_ready(child: list[str]) -> subprocess.Popen[str]:
     return process
 
 
-def test_ctrl_c_stops_the_stack_and_its_children_with_0_the_last_started_first() -> None:
+@pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["", "inherited-ignored"])
+def test_ctrl_c_stops_the_stack_and_its_children_with_0_the_last_started_first(
+    sigint: Any,
+) -> None:
+    """Also where the stack inherits SIGINT ignored (a script's `make run &`): it ran on."""
     # As a terminal delivers Ctrl-C: SIGINT to its foreground process group. The children
     # do not hear it; the stack stops them with SIGTERM, in reverse order (the dispatcher
     # before the notifier and the API it hands off to).
@@ -122,7 +131,7 @@ def test_ctrl_c_stops_the_stack_and_its_children_with_0_the_last_started_first()
         "print('ready', flush=True)\n"
         "time.sleep(60)\n"
     )
-    process = _stack_of_two_once_ready(ready)
+    process = _stack_of_two_once_ready(ready, sigint)
     os.killpg(process.pid, signal.SIGINT)
     out, err = process.communicate(timeout=20)
 
