@@ -374,17 +374,22 @@ class Dispatcher:
         # length): the others' shares grow now, so each part released below is taken at
         # their next tick.
         leaving = asyncio.create_task(self._leave())
-        # Until every part is done: keep the leases, release each as its part is done.
-        renew_s = self.settings.lease_renew_every.total_seconds()
-        while self._workers:
-            await self._tend()
-            # Parts released leave the count as they go: a pod winding down for minutes
-            # must not hide from RemindersPartsWithoutOwner parts nobody holds.
-            self._report()
-            running = [task for _, task in self._workers.values()]
-            if running:
-                await asyncio.wait(running, timeout=renew_s, return_when=asyncio.FIRST_COMPLETED)
-        if not await leaving:
+        try:
+            # Until every part is done: keep the leases, release each as its part is done.
+            renew_s = self.settings.lease_renew_every.total_seconds()
+            while self._workers:
+                await self._tend()
+                # Parts released leave the count as they go: a pod winding down for minutes
+                # must not hide from RemindersPartsWithoutOwner parts nobody holds.
+                self._report()
+                running = [task for _, task in self._workers.values()]
+                if running:
+                    await asyncio.wait(
+                        running, timeout=renew_s, return_when=asyncio.FIRST_COMPLETED
+                    )
+        finally:
+            left = await leaving  # never left pending, whatever ends the drain
+        if not left:
             await self._leave()  # a second try, the parts all released
         await self._notifier.close()
 
