@@ -417,7 +417,7 @@ class Dispatcher:
         health_pb2_grpc.add_HealthServicer_to_server(self._health.servicer, server)
         await self._health.start()
         self._server = server  # stopped by _close() even if what follows fails
-        self.port = add_port(server, f"{self.settings.host}:{self.settings.port}", None)
+        self.port = add_port(server, self.settings.host, self.settings.port, None)
         await server.start()
         self._metrics_endpoint = MetricsEndpoint(
             self.metrics.registry, self.settings.host, self.settings.metrics_port

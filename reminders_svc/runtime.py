@@ -16,6 +16,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, start_http_server
 
 from reminders_svc.concurrency import unless_stopped
+from reminders_svc.tls import bare_host
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ class MetricsEndpoint:
     def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
         self._http: WSGIServer
         try:
-            self._http, _ = start_http_server(port, addr=host, registry=registry)
+            self._http, _ = start_http_server(port, addr=bare_host(host), registry=registry)
         except OSError as error:
             # As the gRPC port's failure reads (tls.add_port): the address, not only errno.
             reason = error.strerror or type(error).__name__

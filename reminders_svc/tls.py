@@ -240,11 +240,25 @@ class _Renewals:
         return None if renewed is None else renewed.certificate_configuration()
 
 
-def add_port(server: grpc.aio.Server, address: str, tls: ServerTls | None) -> int:
-    """Listen on `address`, with TLS when `tls` is set; the port bound (0: any free one).
+def bare_host(host: str) -> str:
+    """`host` without the brackets an IPv6 address may be written in (`[::1]`)."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def listen_address(host: str, port: int) -> str:
+    """`host:port` as gRPC reads it: an IPv6 host in brackets (unbracketed, `::1:0` is
+    read as the address ::0.1.0.0 on the default port)."""
+    bare = bare_host(host)
+    return f"[{bare}]:{port}" if ":" in bare else f"{bare}:{port}"
+
+
+def add_port(server: grpc.aio.Server, host: str, port: int, tls: ServerTls | None) -> int:
+    """Listen on `host` and `port`, with TLS when `tls` is set; the port bound (0: any free
+    one).
 
     OSError when it cannot (gRPC raises a bare RuntimeError, which the commands would show
     as a traceback rather than one line naming the address)."""
+    address = listen_address(host, port)
     try:
         if tls is None:
             return server.add_insecure_port(address)

@@ -143,7 +143,7 @@ class NotifierServer:
         notification_pb2_grpc.add_NotificationServiceServicer_to_server(servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health.servicer, server)
         await self._health.start()
-        self.port = add_port(server, f"{settings.host}:{settings.port}", settings.tls)
+        self.port = add_port(server, settings.host, settings.port, settings.tls)
         self._metrics_endpoint = MetricsEndpoint(
             self.registry, settings.host, settings.metrics_port
         )

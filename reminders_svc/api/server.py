@@ -47,7 +47,7 @@ from reminders_svc.storage.loop_reactor import (
     connect_on_loop_patiently,
 )
 from reminders_svc.storage.session import CassandraConnection
-from reminders_svc.tls import add_port
+from reminders_svc.tls import add_port, listen_address
 
 log = logging.getLogger(__name__)
 
@@ -284,8 +284,7 @@ class ApiServer:
         if self._settings.reflection:
             names = (*HEALTH_SERVICES[1:], health.SERVICE_NAME, reflection.SERVICE_NAME)
             reflection.enable_server_reflection(names, server)
-        address = f"{self._settings.host}:{self._settings.port}"
-        self.port = add_port(server, address, self._settings.tls)
+        self.port = add_port(server, self._settings.host, self._settings.port, self._settings.tls)
         self._metrics_endpoint = MetricsEndpoint(
             self._registry, self._settings.host, self._settings.metrics_port
         )
@@ -294,9 +293,8 @@ class ApiServer:
         self._server = server
         self._storage_task = asyncio.create_task(self._keep_storage(), name="storage-health")
         log.info(
-            "reminders API listening on %s:%d (tls=%s, mtls=%s, reflection=%s), metrics on :%d",
-            self._settings.host,
-            self.port,
+            "reminders API listening on %s (tls=%s, mtls=%s, reflection=%s), metrics on :%d",
+            listen_address(self._settings.host, self.port),
             self._settings.tls is not None,
             self._settings.tls is not None and self._settings.tls.mutual,
             self._settings.reflection,

@@ -152,7 +152,7 @@ def test_a_certificate_renewed_before_the_port_opens_is_the_one_served(tmp_path:
     async def served() -> tuple[bool, bool]:
         server = grpc.aio.server()
         health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
-        target = f"{LOCALHOST}:{add_port(server, f'{LOCALHOST}:0', tls)}"
+        target = f"{LOCALHOST}:{add_port(server, LOCALHOST, 0, tls)}"
         await server.start()
         try:
             return (

@@ -4,10 +4,17 @@ errno without the address)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import urllib.request
 
+import grpc
+import grpc.aio
 import pytest
+from prometheus_client import CollectorRegistry
 
+from reminders_svc.runtime import MetricsEndpoint
+from reminders_svc.tls import add_port
 from tests.platform.helpers import free_port, run_cli
 
 # Every port a test here does not take: free ones.
@@ -52,3 +59,29 @@ def test_a_taken_port_is_one_line_naming_it_and_exit_1(
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"{complaint} 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("host", ["::1", "[::1]"])
+def test_an_ipv6_host_is_listened_on_by_grpc_and_by_metrics(host: str) -> None:
+    """Unbracketed, gRPC read `::1:0` as the address ::0.1.0.0 on its default port (and
+    blamed a taken port); bracketed, the /metrics server found no such name: no spelling
+    of an IPv6 host started a deployable."""
+
+    async def grpc_answers() -> bool:
+        server = grpc.aio.server()
+        port = add_port(server, host, 0, None)
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"[::1]:{port}") as channel:
+                await asyncio.wait_for(channel.channel_ready(), 10)
+                return True
+        finally:
+            await server.stop(0)
+
+    assert asyncio.run(grpc_answers())
+    metrics = MetricsEndpoint(CollectorRegistry(), host, 0)
+    try:
+        with urllib.request.urlopen(f"http://[::1]:{metrics.port}/metrics", timeout=10) as page:
+            assert page.status == 200
+    finally:
+        metrics.close()
