@@ -78,18 +78,26 @@ async def cancel_and_wait(task: asyncio.Task[None]) -> None:
         task.exception()
 
 
+# Signals this soon after the first are the same stop delivered twice: `timeout`, and
+# shell wrappers, signal the process and then its group.
+SAME_STOP_S = 1.0
+
+
 def on_stop_signals(stop: Callable[[], None]) -> None:
-    """`stop()` on the first SIGTERM or SIGINT; on a second, exit at once (130), as one
-    pressing Ctrl-C again means: a graceful stop may take its whole grace."""
+    """`stop()` on the first SIGTERM or SIGINT; on a second, `SAME_STOP_S` or more later,
+    exit at once (130), as one pressing Ctrl-C again means: a graceful stop may take its
+    whole grace."""
     loop = asyncio.get_running_loop()
-    signalled = False
+    first_at: float | None = None
 
     def on_signal() -> None:
-        nonlocal signalled
-        if signalled:
+        nonlocal first_at
+        if first_at is not None:
+            if loop.time() - first_at < SAME_STOP_S:
+                return
             print("second signal: exiting without finishing the stop", file=sys.stderr)
             os._exit(130)
-        signalled = True
+        first_at = loop.time()
         stop()
 
     for signum in (signal.SIGTERM, signal.SIGINT):

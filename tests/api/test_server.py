@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import signal
 import time
 import urllib.request
 from collections.abc import Callable
@@ -229,6 +230,30 @@ def test_not_serving_while_cassandra_is_unreachable(migrated_settings: Cassandra
         assert f"/{REMINDERS_SERVICE}/ListReminders" in methods
         assert made_up not in methods
         assert api.terminate() == 0
+
+
+@pytest.mark.parametrize(
+    ("apart_s", "code"), [(0.0, 0), (1.5, 130)], ids=["one-stop-sent-twice", "pressed-twice"]
+)
+def test_a_second_signal_exits_at_once_unless_it_is_the_same_stop_sent_twice(
+    apart_s: float, code: int
+) -> None:
+    """`timeout`, and shell wrappers, signal a process and then its group: one stop, two
+    signals. Taken for Ctrl-C pressed twice, it cut the drain short at random (exit 130).
+    An open Health.Watch stream holds the stop for its grace here."""
+    unreachable = dataclasses.replace(CassandraSettings.from_env({}), port=free_port())
+    with serve_api(unreachable, REMINDERS_API_SHUTDOWN_GRACE_S="3") as api:
+        api.wait_for_health(NOT_SERVING)
+        with grpc.insecure_channel(api.target) as channel:
+            watching = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest())
+            next(watching)
+            api.process.send_signal(signal.SIGTERM)
+            time.sleep(apart_s)
+            api.process.send_signal(signal.SIGTERM)
+            assert api.process.wait(30) == code, api.output()
+            watching.cancel()
+    said_twice = "second signal: exiting without finishing the stop" in api.output()
+    assert said_twice is (code == 130)
 
 
 def test_an_api_whose_contact_points_do_not_resolve_waits_not_serving(
