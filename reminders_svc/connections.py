@@ -10,6 +10,8 @@ Service gives one per pod).
 
 from __future__ import annotations
 
+MAX_METADATA_BYTES = 16 * 1024
+
 # The grace outlasts any call the project makes (the longest, a SendBatch, times out at
 # 10 s), so a closing connection never cuts one off.
 SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
@@ -18,6 +20,10 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     # gRPC shares a port with any process that also asks (SO_REUSEPORT): a second API, or
     # a stack's leftover child, would take half the calls unseen instead of failing to start.
     ("grpc.so_reuseport", 0),
+    # One bound for a call's metadata (its headers: mostly the bearer token), not gRPC's
+    # soft 8 KiB and hard 16 KiB, between which it refuses calls at random.
+    ("grpc.max_metadata_size", MAX_METADATA_BYTES),
+    ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES),
 )
 
 CLIENT_OPTIONS: tuple[tuple[str, str], ...] = (("grpc.lb_policy_name", "round_robin"),)

@@ -256,6 +256,28 @@ def test_a_second_signal_exits_at_once_unless_it_is_the_same_stop_sent_twice(
     assert said_twice is (code == 130)
 
 
+def test_a_calls_metadata_is_refused_past_16_kib_always_and_never_below() -> None:
+    """gRPC's own bounds, a soft 8 KiB and a hard 16 KiB, refused a token between them at
+    random (RESOURCE_EXHAUSTED on some tries, UNAUTHENTICATED on others)."""
+    unreachable = dataclasses.replace(CassandraSettings.from_env({}), port=free_port())
+    with serve_api(unreachable) as api, grpc.insecure_channel(api.target) as channel:
+        api.wait_for_health(NOT_SERVING)
+        stub = pb_grpc.RemindersServiceStub(channel)
+        answers: dict[int, set[grpc.StatusCode]] = {}
+        for size in (12_000, 20_000):
+            metadata = (("authorization", "Bearer " + "a" * size),)
+            for _ in range(20):
+                with pytest.raises(grpc.RpcError) as refused:
+                    stub.GetReminder(pb.GetReminderRequest(id="r"), metadata=metadata, timeout=10)
+                answers.setdefault(size, set()).add(refused.value.code())
+        api.terminate()
+
+    assert answers == {
+        12_000: {grpc.StatusCode.UNAUTHENTICATED},
+        20_000: {grpc.StatusCode.RESOURCE_EXHAUSTED},
+    }
+
+
 def test_an_api_whose_contact_points_do_not_resolve_waits_not_serving(
     migrated_settings: CassandraSettings,
 ) -> None:

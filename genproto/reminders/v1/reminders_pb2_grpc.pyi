@@ -15,7 +15,8 @@ the service on create.
 Errors (AIP-193): every refusal by the service carries a google.rpc.ErrorInfo (domain
 "reminders.v1") whose `reason` is stable: branch on it, never on the message. A status
 without one is gRPC's own (a transport failure, a server shutting down, the caller's
-own deadline, a request over the size limit, 64 KiB by default): handle it by its code.
+own deadline, a request over the size limit, 64 KiB by default, or headers, the token
+among them, over 16 KiB, both RESOURCE_EXHAUSTED): handle it by its code.
 Codes and reasons:
 INVALID_ARGUMENT (INVALID_FIELD) carries a google.rpc.BadRequest naming the field at
   fault, e.g. "reminder.schedule.time_zone"; nothing was written;
