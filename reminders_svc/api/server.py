@@ -115,13 +115,15 @@ class ApiMetrics:
         )
         self.clock_offset = Gauge(
             "reminders_api_clock_offset_seconds",
-            "Measured offset of the database clock minus this API server's.",
+            "Measured offset of the database clock minus this API server's (0 until"
+            " first measured, once storage answers).",
             registry=registry,
         )
         self.clock_ready = Gauge(
             "reminders_api_clock_ready",
-            "0 while this host's clock is known off the database's by more than the"
-            " dispatchers' skew allowance (the server is then not ready), else 1.",
+            "1 while this host's clock agrees with the database's within the dispatchers'"
+            " skew allowance; 0 while it is off by more (the server is then not ready), and"
+            " until first measured, once storage answers (see reminders_api_storage_up).",
             registry=registry,
         )
 
