@@ -10,9 +10,11 @@ from reminders_svc.storage.errors import STORAGE_ERRORS
 
 class StorageErrorsOnOneLine(logging.Filter):
     """The driver logs routine failures to reach a node (a pool it cannot open, a control
-    connection it cannot make) at WARNING with a full traceback: during an outage, one
-    every second or so, burying everything else. Those become one line naming the error;
-    any other traceback, and every one from our own code, stays."""
+    connection it cannot make) with a full traceback, at WARNING, and a cluster it cannot
+    reach at all at ERROR: during an outage, one every second or so, burying everything
+    else, and firing any alert on ERROR lines for as long as it lasts, though our own code
+    says it (a WARNING) and retries. Those become one WARNING line naming the error; any
+    other traceback, and every one from our own code, stays."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
@@ -21,6 +23,8 @@ class StorageErrorsOnOneLine(logging.Filter):
             record.args = None
             record.exc_info = None
             record.exc_text = None
+            if record.levelno > logging.WARNING:
+                record.levelno, record.levelname = logging.WARNING, "WARNING"
         return True
 
 
