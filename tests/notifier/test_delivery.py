@@ -747,8 +747,9 @@ def test_an_rpc_failing_unexpectedly_answers_internal_without_details(
 def test_items_no_push_could_carry_are_rejected_on_their_own_naming_the_field(
     notifier: Client, notifier_settings: NotifierSettings, user: str
 ) -> None:
-    """A timestamp out of range, a user id or content past its bound: each item rejected
-    with its reason, its key not recorded, the rest of the batch delivered."""
+    """A timestamp out of range, a user id or content past its bound, a data key the push
+    services reserve: each item rejected with its reason, its key not recorded, the rest
+    of the batch delivered."""
     far_due = item(user)
     far_due.due_time.seconds = 253_402_300_800  # year 10000
     bad_nanos = item(user)
@@ -757,7 +758,11 @@ def test_items_no_push_could_carry_are_rejected_on_their_own_naming_the_field(
     long_body = item(user, body="x" * 4000, title="y" * 100)
     # Keys are logged: one with a line break would forge a log line.
     forging_key = item(user, f"{reminder_key()}\nERROR forged")
-    bad = [far_due, bad_nanos, long_user, long_body, forging_key]
+    # FCM refuses a whole message carrying one of its reserved data keys.
+    reserved_key, reserved_prefix = item(user), item(user)
+    reserved_key.data["from"] = "x"
+    reserved_prefix.data["google.sent_time"] = "1"
+    bad = [far_due, bad_nanos, long_user, long_body, forging_key, reserved_key, reserved_prefix]
     good = [item(user), item(user)]
 
     results = notifier.send_batch(good[0], *bad, good[1])
@@ -769,6 +774,8 @@ def test_items_no_push_could_carry_are_rejected_on_their_own_naming_the_field(
         (REJECTED, "user_id is longer than 256 bytes"),
         (REJECTED, "title, body and data are longer than 4096 bytes"),
         (REJECTED, "idempotency_key has characters that are not printable"),
+        (REJECTED, "data key 'from' is reserved by the push services"),
+        (REJECTED, "data key 'google.sent_time' is reserved by the push services"),
         (ACCEPTED, ""),
     ]
     [alone] = [notifier.stub.Send(pb.SendRequest(notification=far_due), timeout=10).result]

@@ -104,7 +104,10 @@ class Notification(_message.Message):
     """The body shown."""
     @_builtins.property
     def data(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
-        """Data for the app (no personal data in keys)."""
+        """Data for the app (no personal data in keys). Keys the push services reserve are
+        REJECTED: "from", "message_type", "notification", "aps", and any starting with
+        "google" or "gcm".
+        """
 
     @_builtins.property
     def due_time(self) -> _timestamp_pb2.Timestamp:
