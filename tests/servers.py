@@ -32,7 +32,13 @@ class ServerThread:
 
     def start(self) -> None:
         self._thread.start()
-        self.run(self.server.start)
+        try:
+            self.run(self.server.start)
+        except BaseException:
+            # Not started, so never stopped by its caller: its loop thread would run on.
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+            raise
 
     def stop(self) -> None:
         self.run(self.server.stop)

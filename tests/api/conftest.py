@@ -69,7 +69,7 @@ def _wait_serving(channel: grpc.Channel, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if stub.Check(health_pb2.HealthCheckRequest(service="")).status == 1:
+            if stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2).status == 1:
                 return
         except grpc.RpcError:
             pass
@@ -107,8 +107,9 @@ def running_api(
     thread.start()
     target = f"127.0.0.1:{server.port}"
     channel = grpc.insecure_channel(target)
-    _wait_serving(channel)
     try:
+        # Inside: a server that never serves is stopped too, not left for the worker's life.
+        _wait_serving(channel)
         yield Api(
             target=target,
             channel=channel,

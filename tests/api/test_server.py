@@ -233,7 +233,7 @@ def test_not_serving_while_cassandra_is_unreachable(migrated_settings: Cassandra
 
 
 @pytest.mark.parametrize(
-    ("apart_s", "code"), [(0.0, 0), (1.5, 130)], ids=["one-stop-sent-twice", "pressed-twice"]
+    ("apart_s", "code"), [(0.0, 0), (3.0, 130)], ids=["one-stop-sent-twice", "pressed-twice"]
 )
 def test_a_second_signal_exits_at_once_unless_it_is_the_same_stop_sent_twice(
     apart_s: float, code: int
@@ -242,7 +242,7 @@ def test_a_second_signal_exits_at_once_unless_it_is_the_same_stop_sent_twice(
     signals. Taken for Ctrl-C pressed twice, it cut the drain short at random (exit 130).
     An open Health.Watch stream holds the stop for its grace here."""
     unreachable = dataclasses.replace(CassandraSettings.from_env({}), port=free_port())
-    with serve_api(unreachable, REMINDERS_API_SHUTDOWN_GRACE_S="3") as api:
+    with serve_api(unreachable, REMINDERS_API_SHUTDOWN_GRACE_S="8") as api:
         api.wait_for_health(NOT_SERVING)
         with grpc.insecure_channel(api.target) as channel:
             watching = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest())

@@ -179,7 +179,7 @@ def test_a_dispatcher_started_before_its_schema_files_are_applied_waits_until_th
         )
         health_port = free_port()
         dispatcher = stack.start_dispatcher("early", REMINDERS_DISPATCH_PORT=str(health_port))
-        time.sleep(5)  # attempts to prepare its statements, each refused
+        stack.wait_logged(dispatcher, "lacks schema files")
         assert dispatcher.poll() is None
         assert health_status(f"127.0.0.1:{health_port}") == NOT_SERVING
 

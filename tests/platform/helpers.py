@@ -43,14 +43,25 @@ def _own_listen_ports() -> range:
     return range(start, start + share)
 
 
+# Ports handed out by this process: a stack picks several before any of its processes
+# listens, so a port free now may be one picked a moment ago.
+_ISSUED: set[int] = set()
+
+
 def free_port() -> int:
-    """A port free now, for a process about to listen on it."""
+    """A port free now, and not handed out before by this process, for a process about to
+    listen on it."""
     ports = _own_listen_ports()
     while True:
         port = random.choice(ports)
+        if port in _ISSUED:
+            if len(_ISSUED) >= len(ports):
+                _ISSUED.clear()  # every one handed out once: start over
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _ISSUED.add(port)
+        return port
