@@ -23,6 +23,7 @@ _UNITS = {
 }
 _WORKWEEK = tuple(ByDay(day) for day in range(5))
 _WEEKEND = (ByDay(5), ByDay(6))
+_PLURALS = {"weekday": "weekdays", "weekend day": "weekend days"}
 
 
 def _ordinal(number: int) -> str:
@@ -74,7 +75,9 @@ def _every(rule: Rule, start: datetime) -> str:
         within_days = rule.freq is Freq.HOURLY or (rule.freq is Freq.DAILY and rule.interval > 1)
         if rule.freq is Freq.WEEKLY or within_days:
             once_a_day = rule.freq is Freq.WEEKLY and rule.interval == 1
-            every = f"Every {days}" if once_a_day else f"{every} on {days}"
+            # "on weekday" read as one day: the rule rings on each of them.
+            each = _PLURALS.get(days, days)
+            every = f"Every {days}" if once_a_day else f"{every} on {each}"
         elif plain:
             every = f"Every {days}" if rule.interval == 1 else f"Every {days} of {every.lower()}"
         elif rule.freq is Freq.YEARLY and not months:

@@ -100,6 +100,20 @@ def _tokenize(expression: str) -> list[_Token]:
     return tokens
 
 
+_TWELVE_HOUR = re.compile(r"(\d{1,2}(:\d\d)?)?(am|pm|noon|midnight)")
+
+
+def _hint(*tokens: _Token | None) -> str:
+    """What a refusal of a common way of writing adds, from the token refused and the one
+    after it: 12-hour times ("9am" is 9 then am), days joined by 'and'."""
+    texts = ["" if token is None else token.text.lower() for token in tokens]
+    if any(_TWELVE_HOUR.fullmatch(text) for text in texts):
+        return " (times are 24-hour: 21:30, not 9:30 pm)"
+    if texts[0] == "and":
+        return " (days are listed with commas: Mon,Fri)"
+    return ""
+
+
 class _Parser:
     def __init__(self, expression: str) -> None:
         self.tokens = _tokenize(expression)
@@ -115,7 +129,8 @@ class _Parser:
             if token is None
             else (f"at character {token.position + 1} ({token.text!r})")
         )
-        return ScheduleError("repeat", f"{where}: expected {expected}")
+        following = self.tokens[self.index + 1 : self.index + 2]
+        return ScheduleError("repeat", f"{where}: expected {expected}{_hint(token, *following)}")
 
     def take(self, kind: str, expected: str) -> _Token:
         token = self.peek()

@@ -78,6 +78,11 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
      rrule("FREQ=YEARLY;COUNT=6;BYDAY=MO,TU,WE,TH,FR,SA,SU;BYSETPOS=366"), "rrule",
      "COUNT=6 takes over 10000 expansion steps from its start (3 rings in them): use a"
      " smaller COUNT, a later start, or UNTIL"),
+    # Common ways of writing, refused with what to write instead.
+    ("a 12-hour time", repeat("every day 9am"), "repeat",
+     "at character 11 ('9'): expected a time HH:MM (times are 24-hour: 21:30, not 9:30 pm)"),
+    ("days joined by and", repeat("every 2 weeks on Monday and Friday 09:00"), "repeat",
+     "at character 25 ('and'): expected a time HH:MM (days are listed with commas: Mon,Fri)"),
     # No BYSETPOS, but ~24 steps a ring walked from 1900 at every search (~90 ms each).
     ("a sparse COUNT rule started long ago",
      lambda: parse_rrule("FREQ=HOURLY;INTERVAL=47;COUNT=1000;BYHOUR=1", NY, datetime(1900, 1, 1)),

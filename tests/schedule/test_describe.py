@@ -19,6 +19,9 @@ START = datetime(2027, 1, 31, 9, 0)  # a Sunday, the 31st: short months show
         ("FREQ=DAILY;BYDAY=MO,TU,WE,TH,FR", "Every weekday"),
         ("FREQ=WEEKLY;BYDAY=MO", "Every Monday"),
         ("FREQ=WEEKLY;INTERVAL=2;BYDAY=TU,TH", "Every 2 weeks on Tuesday and Thursday"),
+        # Each of them rings ("on weekday" read as one day).
+        ("FREQ=WEEKLY;INTERVAL=2;BYDAY=MO,TU,WE,TH,FR", "Every 2 weeks on weekdays"),
+        ("FREQ=WEEKLY;INTERVAL=2;BYDAY=SA,SU", "Every 2 weeks on weekend days"),
         # A weekly rule without days rings on the start's weekday.
         ("FREQ=WEEKLY", "Every Sunday"),
         ("FREQ=WEEKLY;INTERVAL=2;BYMONTH=1,2", "Every 2 weeks on Sunday in January and February"),
