@@ -317,6 +317,18 @@ def port_problem(address: str) -> str | None:
     return None
 
 
+def bare_host(host: str) -> str:
+    """`host` without the brackets an IPv6 address may be written in (`[::1]`)."""
+    return _split(host)[0]
+
+
+def listen_address(host: str, port: int) -> str:
+    """`host:port` as gRPC reads it: an IPv6 host in brackets (unbracketed, `::1:0` is
+    read as the address ::0.1.0.0 on the default port)."""
+    bare = bare_host(host)
+    return f"[{bare}]:{port}" if ":" in bare else f"{bare}:{port}"
+
+
 def _addresses(address: str) -> list[str]:
     """The addresses of a target, its scheme dropped: every one of an ipv4: or ipv6: list."""
     listed = address.startswith(("ipv4:", "ipv6:"))

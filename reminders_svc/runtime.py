@@ -16,7 +16,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, start_http_server
 
 from reminders_svc.concurrency import unless_stopped
-from reminders_svc.tls import bare_host
+from reminders_svc.config import bare_host
 
 log = logging.getLogger(__name__)
 

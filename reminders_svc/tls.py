@@ -37,7 +37,7 @@ from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 
-from reminders_svc.config import ConfigError, Env, PemFile, reject_unused
+from reminders_svc.config import ConfigError, Env, PemFile, listen_address, reject_unused
 
 API_PREFIX = "REMINDERS_API_TLS_"
 NOTIFIER_SERVER_PREFIX = "REMINDERS_NOTIFIER_SERVER_TLS_"
@@ -238,18 +238,6 @@ class _Renewals:
         with self._lock:  # gRPC's threads: no stale stamp wins
             renewed = self._files.renewed()
         return None if renewed is None else renewed.certificate_configuration()
-
-
-def bare_host(host: str) -> str:
-    """`host` without the brackets an IPv6 address may be written in (`[::1]`)."""
-    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
-
-
-def listen_address(host: str, port: int) -> str:
-    """`host:port` as gRPC reads it: an IPv6 host in brackets (unbracketed, `::1:0` is
-    read as the address ::0.1.0.0 on the default port)."""
-    bare = bare_host(host)
-    return f"[{bare}]:{port}" if ":" in bare else f"{bare}:{port}"
 
 
 def add_port(server: grpc.aio.Server, host: str, port: int, tls: ServerTls | None) -> int:

@@ -193,7 +193,7 @@ def rejection(notification: Notification) -> ItemResult | None:
         return rejected(user_problem)
     if content_bytes(notification) > MAX_CONTENT_BYTES:
         return rejected(f"title, body and data are longer than {MAX_CONTENT_BYTES} bytes")
-    reserved = sorted(key for key in notification.data if is_reserved_data_key(key))
+    reserved = sorted(key for key in notification.data if _is_reserved_data_key(key))
     if reserved:
         # FCM refuses the whole message (INVALID_ARGUMENT), APNs' payload would clash.
         return rejected(f"data key {reserved[0]!r} is reserved by the push services")
@@ -206,7 +206,7 @@ _RESERVED_DATA_KEYS = frozenset({"from", "message_type", "notification", "aps"})
 _RESERVED_DATA_PREFIXES = ("google", "gcm")
 
 
-def is_reserved_data_key(key: str) -> bool:
+def _is_reserved_data_key(key: str) -> bool:
     return key in _RESERVED_DATA_KEYS or key.startswith(_RESERVED_DATA_PREFIXES)
 
 

@@ -29,7 +29,7 @@ from reminders_svc.api.errors import abort
 from reminders_svc.api.service import metadata_of
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.api.undecodable import Observe, TolerantRequests
-from reminders_svc.config import CassandraSettings
+from reminders_svc.config import CassandraSettings, listen_address
 from reminders_svc.connections import SERVER_OPTIONS
 from reminders_svc.domain.errors import ReminderError, Unavailable
 from reminders_svc.health import ProcessHealth, StorageProbe
@@ -47,7 +47,7 @@ from reminders_svc.storage.loop_reactor import (
     connect_on_loop_patiently,
 )
 from reminders_svc.storage.session import CassandraConnection
-from reminders_svc.tls import add_port, listen_address
+from reminders_svc.tls import add_port
 
 log = logging.getLogger(__name__)
 

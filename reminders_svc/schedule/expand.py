@@ -166,6 +166,8 @@ def check_cost(rule: Rule, start: datetime) -> None:
     HOURLY;INTERVAL=47;BYHOUR=1;COUNT=1000 from 1900, cost ~25,000 steps, ~90 ms, at every
     claim, re-arm and read of a paused one). Checked when a rule is made, never on a stored
     one."""
+    if not rule.by_set_pos and rule.count is None:
+        return  # nothing to estimate or walk: no plan to make
     plan = make_plan(rule, start)
     if rule.by_set_pos:
         _check_set_positions(plan)

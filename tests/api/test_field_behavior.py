@@ -50,17 +50,15 @@ def without(message: Message, path: str) -> Message:
     return copy
 
 
-class Existing:
+def existing_of(api: Api, user: str) -> pb.Reminder:
     """A reminder of the test's user, to aim the requests at."""
-
-    def __init__(self, api: Api, user: str) -> None:
-        self.reminder = api.reminders.CreateReminder(
-            pb.CreateReminderRequest(
-                reminder=pb.Reminder(text="ok", schedule=weekly_monday_nine()),
-                request_id="existing",
-            ),
-            metadata=api.as_user(user),
-        )
+    return api.reminders.CreateReminder(
+        pb.CreateReminderRequest(
+            reminder=pb.Reminder(text="ok", schedule=weekly_monday_nine()),
+            request_id="existing",
+        ),
+        metadata=api.as_user(user),
+    )
 
 
 # Per RPC: a valid request, made from the existing reminder and the user.
@@ -105,7 +103,7 @@ def test_every_rpc_of_the_contract_has_a_valid_request_here() -> None:
 def test_each_required_field_left_out_is_refused_by_its_path_and_changes_nothing(
     api: Api, user: str, cassandra: CassandraConnection, rpc: str
 ) -> None:
-    existing = Existing(api, user).reminder
+    existing = existing_of(api, user)
     stub, metadata = _stub_and_metadata(api, rpc, user)
     call = getattr(stub, rpc)
     valid = VALID[rpc](existing, user)
