@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 
+import grpc.aio
 from cassandra.cluster import Session
 from grpc_health.v1 import health, health_pb2
 from prometheus_client import Gauge
@@ -32,13 +34,63 @@ PROBE_QUERY = "SELECT release_version FROM system.local"
 # not answer; False when it answers but the process is not ready for another reason.
 StorageProbe = Callable[[float], Awaitable[bool]]
 
+_UNKNOWN: int = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+
+
+class _HealthServicer(health.aio.HealthServicer):  # type: ignore[misc]  # grpc_health is untyped
+    """grpcio's servicer, but every Watch stream ends once the process stops, after its
+    last status went out. A client balancing with gRPC's client-side health checking keeps
+    one stream open per connection, and an open stream held the server's stop for its whole
+    grace: every rollout of a pod took its termination grace period. (Its own Watch never
+    ends; it is replaced here rather than wrapped, so no write is cut in two.)"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._statuses: dict[str, int] = {}
+        self._changed = asyncio.Condition()
+        self._ending = False
+
+    async def set(self, service: str, status: int) -> None:
+        await super().set(service, status)  # what Check answers
+        async with self._changed:
+            self._statuses[service] = status
+            self._changed.notify_all()
+
+    async def Watch(  # noqa: N802 - gRPC's method name
+        self,
+        request: health_pb2.HealthCheckRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> None:
+        service = request.service
+        sent: int | None = None
+        while True:
+            async with self._changed:
+                await self._changed.wait_for(partial(self._has_news, service, sent))
+                status, ending = self._status_of(service), self._ending
+            if status != sent:
+                await context.write(health_pb2.HealthCheckResponse(status=status))
+                sent = status
+            if ending:
+                return
+
+    def _has_news(self, service: str, sent: int | None) -> bool:
+        return self._ending or self._status_of(service) != sent
+
+    def _status_of(self, service: str) -> int:
+        return self._statuses.get(service, _UNKNOWN)
+
+    async def end_watches(self) -> None:
+        async with self._changed:
+            self._ending = True
+            self._changed.notify_all()
+
 
 class ProcessHealth:
     """One process's health servicer: readiness of `services` (mirrored, 0/1, in
     `ready_gauge` when given) and liveness."""
 
     def __init__(self, services: Sequence[str], ready_gauge: Gauge | None = None) -> None:
-        self.servicer = health.aio.HealthServicer()
+        self.servicer = _HealthServicer()
         self._services = tuple(services)
         self._ready_gauge = ready_gauge
         self._stopping = False
@@ -60,7 +112,7 @@ class ProcessHealth:
         )
         await self._set_services(status)
 
-    async def _set_services(self, status: health_pb2.HealthCheckResponse.ServingStatus) -> None:
+    async def _set_services(self, status: health_pb2.HealthCheckResponse.int) -> None:
         for service in self._services:
             await self.servicer.set(service, status)
 
@@ -92,3 +144,4 @@ class ProcessHealth:
         # which a stop does not change; a dashboard would show storage down at every
         # rollout.
         await self._set_services(health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.servicer.end_watches()

@@ -4,12 +4,14 @@ health, reflection, metrics, graceful shutdown, and a storage outage."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import math
+import queue
 import signal
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -18,6 +20,7 @@ import grpc.aio
 import pytest
 from cassandra import Unauthorized
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
@@ -232,6 +235,45 @@ def test_not_serving_while_cassandra_is_unreachable(migrated_settings: Cassandra
         assert api.terminate() == 0
 
 
+@contextlib.contextmanager
+def open_reflection_stream(channel: grpc.Channel) -> Iterator[None]:
+    """A bidirectional call answered once and left open: a call under way at a stop."""
+    requests: queue.Queue[reflection_pb2.ServerReflectionRequest | None] = queue.Queue()
+    requests.put(reflection_pb2.ServerReflectionRequest(list_services=""))
+    answers = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+        iter(requests.get, None)
+    )
+    next(answers)
+    try:
+        yield
+    finally:
+        requests.put(None)
+        answers.cancel()
+
+
+def test_a_client_watching_health_sees_the_stop_and_does_not_hold_it(
+    migrated_settings: CassandraSettings,
+) -> None:
+    """A client balancing with gRPC's client-side health checking keeps a Health.Watch
+    stream open on every connection. It held each stop for the whole grace (every rollout
+    of a pod took its termination grace period); now it hears NOT_SERVING and its stream
+    ends."""
+    with serve_api(migrated_settings, REMINDERS_API_SHUTDOWN_GRACE_S="30") as api:
+        api.wait_for_health(SERVING)
+        with grpc.insecure_channel(api.target) as channel:
+            watching = health_pb2_grpc.HealthStub(channel).Watch(
+                health_pb2.HealthCheckRequest(), timeout=60
+            )
+            assert next(watching).status == SERVING
+            stopped_at = time.monotonic()
+            api.process.send_signal(signal.SIGTERM)
+            heard = [answer.status for answer in watching]  # until the stream ends
+            assert api.process.wait(30) == 0, api.output()
+            assert time.monotonic() - stopped_at < 10, api.output()
+    assert heard == [NOT_SERVING]
+    assert watching.code() == grpc.StatusCode.OK
+
+
 @pytest.mark.parametrize(
     ("apart_s", "code"), [(0.0, 0), (3.0, 130)], ids=["one-stop-sent-twice", "pressed-twice"]
 )
@@ -240,18 +282,15 @@ def test_a_second_signal_exits_at_once_unless_it_is_the_same_stop_sent_twice(
 ) -> None:
     """`timeout`, and shell wrappers, signal a process and then its group: one stop, two
     signals. Taken for Ctrl-C pressed twice, it cut the drain short at random (exit 130).
-    An open Health.Watch stream holds the stop for its grace here."""
+    An open reflection stream (a call still under way) holds the stop for its grace here."""
     unreachable = dataclasses.replace(CassandraSettings.from_env({}), port=free_port())
     with serve_api(unreachable, REMINDERS_API_SHUTDOWN_GRACE_S="8") as api:
         api.wait_for_health(NOT_SERVING)
-        with grpc.insecure_channel(api.target) as channel:
-            watching = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest())
-            next(watching)
+        with grpc.insecure_channel(api.target) as channel, open_reflection_stream(channel):
             api.process.send_signal(signal.SIGTERM)
             time.sleep(apart_s)
             api.process.send_signal(signal.SIGTERM)
             assert api.process.wait(30) == code, api.output()
-            watching.cancel()
     said_twice = "second signal: exiting without finishing the stop" in api.output()
     assert said_twice is (code == 130)
 
