@@ -217,11 +217,13 @@ class Intake:
         key = notification.idempotency_key
         try:
             async with self._slots[notification.priority]:  # a SERIAL read: bounded too
-                found = await self._keys.look(key)
+                found = await self._keys.look(key, notification.user_id)
         except STORAGE_ERRORS as error:
             return _unavailable(key, "reading", error)
         if found is None:
             return ItemResult(key, Outcome.REJECTED, EXPIRED_REASON)
+        if found.state is KeyState.OTHER_USER:
+            return ItemResult(key, Outcome.REJECTED, OTHER_USER_REASON)
         if found.settled_as is None:  # HELD_ELSEWHERE
             return ItemResult(key, Outcome.RETRYABLE, HELD_ELSEWHERE_REASON)
         return delivery_result(key, found.settled_as, first=False)
@@ -265,10 +267,13 @@ class Intake:
             # back, so its key is released now rather than taken over once stale.
             ended.set_result(HandBack.STOPPING)
         end = await ended
-        await self._settle(key, hold, end)
+        await self._settle(notification, hold, end)
         return delivery_result(key, end, first=True)
 
-    async def _settle(self, key: str, hold: KeyHold, end: Settlement | HandBack) -> None:
+    async def _settle(
+        self, notification: Notification, hold: KeyHold, end: Settlement | HandBack
+    ) -> None:
+        key = notification.idempotency_key
         if end is HandBack.KEY_TAKEN_OVER:
             return  # the key is another attempt's now: neither settled nor released here
         for attempt in range(_SETTLE_ATTEMPTS):
@@ -276,7 +281,7 @@ class Intake:
                 if isinstance(end, HandBack):
                     await self._keys.release(key, hold.accept_id)
                 else:
-                    await self._keys.settle(key, end)
+                    await self._keys.settle(key, notification.user_id, end)
                 return
             except STORAGE_ERRORS as error:
                 # Both writes are safe to send again (a release applies to its own hold

@@ -3,10 +3,20 @@ results, priorities), never keys, users or texts."""
 
 from __future__ import annotations
 
+import enum
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from notifier.domain.model import HandBack, Outcome, Priority
 from notifier.domain.push import PushResult
+
+
+class Undeliverable(enum.Enum):
+    """Why a notification was given up on (notifier_undeliverable_total's reason)."""
+
+    NO_DEVICE = "no_device"
+    ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+    REFUSED = "refused"
 
 
 class NotifierMetrics:
@@ -19,7 +29,9 @@ class NotifierMetrics:
         )
         self.pushes = Counter(
             "notifier_pushes",
-            "Pushes to devices, by adapter and result (ok, retry, device_gone).",
+            "Pushes to devices, by adapter and result ("
+            + ", ".join(result.value for result in PushResult)
+            + ").",
             ("adapter", "result"),
             registry=registry,
         )
@@ -85,10 +97,21 @@ class NotifierMetrics:
             self.items.labels(outcome.value)
         for hand_back in HandBack:
             self.handed_back.labels(hand_back.value)
+        for reason in Undeliverable:
+            self.undeliverable.labels(reason.value)
         for priority in Priority:
             self.queue_depth.labels(priority.value).set(0)
             self.expired_in_queue.labels(priority.value)
             self.overloaded.labels(priority.value)
+
+    def export_adapter(self, adapter: str) -> None:
+        """Every push result of `adapter` from the start (zeros, not gaps: the first
+        increment of a series born later is lost to rate())."""
+        for result in PushResult:
+            self.pushes.labels(adapter, result.value)
+
+    def count_undeliverable(self, reason: Undeliverable) -> None:
+        self.undeliverable.labels(reason.value).inc()
 
     def count_push(self, adapter: str, result: PushResult) -> None:
         self.pushes.labels(adapter, result.value).inc()

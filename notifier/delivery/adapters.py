@@ -4,14 +4,13 @@ same `PushAdapter` protocol (notifier.domain.push)."""
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from notifier.domain.model import Priority
+from notifier.domain.model import Priority, data_bytes
 from notifier.domain.push import PushAdapter, PushMessage, PushResult
 
 log = logging.getLogger(__name__)
@@ -39,7 +38,7 @@ class LoggingPushAdapter:
             message.priority.value,
             len(message.title.encode()),
             len(message.body.encode()),
-            len(json.dumps(dict(message.data)).encode()),
+            data_bytes(message.data),
         )
         return PushResult.OK
 

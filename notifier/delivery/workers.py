@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from notifier.delivery.queue import DeliveryQueue, QueuedNotification
 from notifier.domain.model import Device, HandBack, Notification, Settlement, implicit_device
 from notifier.domain.push import PushAdapter, PushResult, push_message
-from notifier.metrics import NotifierMetrics
+from notifier.metrics import NotifierMetrics, Undeliverable
 from notifier.storage.devices import DeviceStore
 from notifier.storage.keys import KeyStore
 from reminders_svc.storage.errors import STORAGE_ERRORS
@@ -130,7 +130,7 @@ class PushWorkers:
                 self._retry_for_storage(item)
                 return
         if not devices:
-            self._metrics.undeliverable.labels("no_device").inc()
+            self._metrics.count_undeliverable(Undeliverable.NO_DEVICE)
             log.info("no device for %s", notification.idempotency_key)
             self._end(item, Settlement.NO_DEVICE)
             return
@@ -163,7 +163,7 @@ class PushWorkers:
             self._retry(dataclasses.replace(item, reached=reached), again)
         elif not reached and PushResult.REFUSED in results:
             # Refused for good where it was not gone: no retry can carry it.
-            self._metrics.undeliverable.labels("refused").inc()
+            self._metrics.count_undeliverable(Undeliverable.REFUSED)
             log.warning(
                 "giving up on %s: the push service refused it", item.notification.idempotency_key
             )
@@ -264,7 +264,7 @@ class PushWorkers:
             log.warning("handing %s back after %d push attempts asked to retry", key, item.attempt)
             self._end(item, HandBack.PUSH_RETRIES_EXHAUSTED)
         else:
-            self._metrics.undeliverable.labels("attempts_exhausted").inc()
+            self._metrics.count_undeliverable(Undeliverable.ATTEMPTS_EXHAUSTED)
             log.warning("giving up on %s: no device took it since its due", key)
             self._end(item, Settlement.UNDELIVERABLE)
 

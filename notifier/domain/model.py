@@ -212,8 +212,13 @@ def _is_reserved_data_key(key: str) -> bool:
 
 def content_bytes(notification: Notification) -> int:
     """The size of what a push carries: title, body, and data's keys and values."""
-    texts = [notification.title, notification.body, *notification.data, *notification.data.values()]
-    return sum(len(text.encode()) for text in texts)
+    texts = (notification.title, notification.body)
+    return sum(len(text.encode()) for text in texts) + data_bytes(notification.data)
+
+
+def data_bytes(data: Mapping[str, str]) -> int:
+    """The size of a push's data: its keys and values, UTF-8."""
+    return sum(len(key.encode()) + len(value.encode()) for key, value in data.items())
 
 
 def user_id_problem(user_id: str) -> str | None:

@@ -100,6 +100,7 @@ class NotifierServer:
         self._clock = clock
         self.registry = CollectorRegistry()
         self._metrics = NotifierMetrics(self.registry)
+        self._metrics.export_adapter(self.adapter.name)
         self._health = ProcessHealth(HEALTH_SERVICES, self._metrics.storage_up)
         self._connection: CassandraConnection | None = None
         self._workers: PushWorkers | None = None

@@ -120,6 +120,14 @@ class _KeyRow:
 MAX_UNSETTLED_KEYS = 100_000
 
 
+@dataclass(frozen=True)
+class _Ended:
+    """A key's settlement that writing failed, and whose key it is."""
+
+    user_id: str
+    settled_as: Settlement
+
+
 class KeyNotRecorded(RuntimeError):
     """The key's write timed out and a SERIAL read found it did not land: retry later."""
 
@@ -175,7 +183,7 @@ class KeyStore:
         # key -> how its delivery here ended, when writing that failed: a retry reaching
         # this replica is answered from it (and the write tried again), not told "another
         # attempt is delivering" and then, once the hold is stale, pushed a second time.
-        self._settled_unwritten: OrderedDict[str, Settlement] = OrderedDict()
+        self._settled_unwritten: OrderedDict[str, _Ended] = OrderedDict()
 
     async def record(
         self, notification: Notification, accept_id: uuid.UUID | None = None
@@ -189,10 +197,12 @@ class KeyStore:
         lost), not another's.
         """
         key = notification.idempotency_key
-        if (ended := self._settled_unwritten.get(key)) is not None:
-            with contextlib.suppress(*STORAGE_ERRORS):  # still unwritten: from memory
-                await self.settle(key, ended)
-            return KeyClaim(KeyState.SETTLED, None, ended)
+        if (ended := self._remembered(key, notification.user_id)) is not None:
+            if ended.state is KeyState.SETTLED:
+                assert ended.settled_as is not None
+                with contextlib.suppress(*STORAGE_ERRORS):  # still unwritten: from memory
+                    await self.settle(key, notification.user_id, ended.settled_as)
+            return ended
         # Taken, not shared: of concurrent attempts at a key only one may claim its row.
         earlier = self._unsettled.pop(key, frozenset())
         accept_id = accept_id or next(iter(earlier), None) or uuid.uuid4()
@@ -206,13 +216,13 @@ class KeyStore:
                 self._unsettled.popitem(last=False)
             raise
 
-    async def settle(self, key: str, settlement: Settlement) -> None:
-        """Mark the key's delivery ended: later attempts are answered from `settlement`
-        (from memory, on this replica, while writing it fails)."""
+    async def settle(self, key: str, user_id: str, settlement: Settlement) -> None:
+        """Mark `user_id`'s delivery of the key ended: later attempts are answered from
+        `settlement` (from memory, on this replica, while writing it fails)."""
         try:
             await self._write_settlement(key, settlement)
         except BaseException:
-            self._settled_unwritten[key] = settlement
+            self._settled_unwritten[key] = _Ended(user_id, settlement)
             if len(self._settled_unwritten) > MAX_UNSETTLED_KEYS:
                 self._settled_unwritten.popitem(last=False)
             raise
@@ -241,16 +251,40 @@ class KeyStore:
         applied = (await execute(self._session, self._refresh, params)).one().applied
         return KeyHold(hold.accept_id, since) if applied else None
 
-    async def look(self, key: str) -> KeyClaim | None:
-        """The key as an attempt would find it, writing nothing: SETTLED, HELD_ELSEWHERE
-        (a live holder may still push it), or None (never recorded, released, or held
-        past the takeover bound)."""
-        if (ended := self._settled_unwritten.get(key)) is not None:
-            return KeyClaim(KeyState.SETTLED, None, ended)
+    async def look(self, key: str, user_id: str) -> KeyClaim | None:
+        """The key as `user_id`'s attempt would find it, writing nothing: SETTLED,
+        HELD_ELSEWHERE (a live holder may still push it), OTHER_USER, or None (never
+        recorded, released, or held past the takeover bound)."""
+        if (ended := self._remembered(key, user_id)) is not None:
+            return ended
         row = (await execute(self._session, self._read, (key,))).one()
-        return None if row is None else self._judge(_KeyRow.of(row), frozenset())
+        if row is None:
+            return None
+        found = _KeyRow.of(row)
+        if found.of_other_user(user_id):
+            return KeyClaim(KeyState.OTHER_USER, found.accept_id)
+        return self._judge(found, frozenset())
+
+    def _remembered(self, key: str, user_id: str) -> KeyClaim | None:
+        """The key's settlement that writing failed, as `user_id`'s attempt finds it."""
+        ended = self._settled_unwritten.get(key)
+        if ended is None:
+            return None
+        if ended.user_id != user_id:
+            return KeyClaim(KeyState.OTHER_USER, None)
+        return KeyClaim(KeyState.SETTLED, None, ended.settled_as)
 
     async def _record(
+        self, notification: Notification, accept_id: uuid.UUID, ours: frozenset[uuid.UUID]
+    ) -> KeyClaim:
+        try:
+            return await self._record_once(notification, accept_id, ours)
+        except KeyNotRecorded:
+            # A row refused our write and was gone when read: its holder released it (a
+            # notifier stopping) in between. Recorded afresh, not answered "unavailable".
+            return await self._record_once(notification, accept_id, ours)
+
+    async def _record_once(
         self, notification: Notification, accept_id: uuid.UUID, ours: frozenset[uuid.UUID]
     ) -> KeyClaim:
         key = notification.idempotency_key

@@ -566,6 +566,23 @@ def test_a_delivered_key_sent_again_past_its_expiry_is_a_duplicate_not_a_rejecti
     assert len(notifier.delivered(key=first.idempotency_key)) == 1
 
 
+def test_a_key_of_another_user_sent_past_its_expiry_is_refused_not_a_duplicate(
+    notifier: Client, user: str
+) -> None:
+    """An expired item is answered from the key's row: it was answered "duplicate" for
+    the other user, who was never pushed (the sender recorded a ring that never was)."""
+    first = item(user)
+    assert [r.outcome for r in notifier.send_batch(first)] == [ACCEPTED]
+    late = item(f"{user}-other", first.idempotency_key, expire_in=-timedelta(seconds=1))
+
+    [answer] = notifier.send_batch(late)
+
+    assert (answer.outcome, answer.reason) == (
+        REJECTED,
+        "idempotency_key already used for another user",
+    )
+
+
 def test_a_key_sent_again_past_its_expiry_while_its_delivery_runs_is_a_duplicate(
     notifier: Client, user: str
 ) -> None:

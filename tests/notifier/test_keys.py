@@ -5,6 +5,7 @@ holder's refresh of its hold."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -114,7 +115,7 @@ def test_a_settled_key_answers_its_settlement_to_every_later_attempt(
     async def steps(keys: Keys) -> list[KeyClaim]:
         for item, settlement in ((pushed, Settlement.PUSHED), (expired, Settlement.EXPIRED)):
             await keys.store.record(item, holder)
-            await keys.store.settle(item.idempotency_key, settlement)
+            await keys.store.settle(item.idempotency_key, item.user_id, settlement)
             await keys.age_hold(item.idempotency_key, TAKEOVER_AFTER * 10)  # never taken over
         return [await keys.store.record(pushed), await keys.store.record(expired)]
 
@@ -148,15 +149,20 @@ def test_a_key_whose_settlement_failed_to_write_answers_it_and_writes_it_on_the_
     async def steps(keys: Keys) -> tuple[list[KeyClaim], Settlement | None]:
         await keys.store.record(item)
         with pytest.raises(OperationTimedOut):
-            await keys.store.settle(key, Settlement.PUSHED)
+            await keys.store.settle(key, item.user_id, Settlement.PUSHED)
         await keys.age_hold(key, TAKEOVER_AFTER * 2)  # stale: would be taken over
+        another_users = dataclasses.replace(item, user_id=f"{item.user_id}-other")
+        others = await keys.store.record(another_users)  # from memory: refused too
         claims = [await keys.store.record(item), await keys.store.record(item)]
-        found = await keys.store.look(key)
-        return claims, None if found is None else found.settled_as
+        found = await keys.store.look(key, item.user_id)
+        return [others, *claims], None if found is None else found.settled_as
 
     claims, settled = with_keys(notifier_settings, steps, KeyStoreFailingOneSettle)
     # Answered from memory, then from the row it wrote.
-    assert [(c.state, c.settled_as) for c in claims] == [(KeyState.SETTLED, Settlement.PUSHED)] * 2
+    assert [(c.state, c.settled_as) for c in claims] == [
+        (KeyState.OTHER_USER, None),
+        *[(KeyState.SETTLED, Settlement.PUSHED)] * 2,
+    ]
     assert settled is Settlement.PUSHED
 
 
@@ -240,7 +246,7 @@ def test_a_slow_holders_settle_after_a_later_holder_released_the_key_reads_settl
         await keys.age_hold(item.idempotency_key, TAKEOVER_AFTER + timedelta(seconds=5))
         claims.append(await keys.store.record(item, taker))
         await keys.store.release(item.idempotency_key, taker)
-        await keys.store.settle(item.idempotency_key, Settlement.PUSHED)
+        await keys.store.settle(item.idempotency_key, item.user_id, Settlement.PUSHED)
         claims.append(await keys.store.record(item, later))
         return claims
 
@@ -372,9 +378,40 @@ def test_a_stopping_notifier_records_no_key_for_an_item_still_waiting_for_a_slot
         metrics = NotifierMetrics(CollectorRegistry())
         intake = Intake(keys.store, queue, metrics, limits, lambda: datetime.now(UTC))
         [answer] = await intake.accept_batch([item])
-        return answer, await keys.store.look(item.idempotency_key), keys.store.records
+        return answer, await keys.store.look(item.idempotency_key, item.user_id), keys.store.records
 
     answer, found, records = with_keys(notifier_settings, steps, _CountedRecords)
 
     assert answer.outcome is Outcome.RETRYABLE
     assert (found, records) == (None, 0)
+
+
+class ReleasedBeforeItsRead(KeyStore):
+    """The key's holder releases it (a notifier stopping) between this store's refused
+    insert and its read of the row: what a second notifier saw at a rolling restart."""
+
+    holder: uuid.UUID
+
+    async def _read_row(self, key: str) -> Any:
+        await KeyStore.release(self, key, self.holder)
+        return await super()._read_row(key)
+
+
+def test_a_key_released_between_a_refused_insert_and_its_read_is_recorded_afresh(
+    notifier_settings: NotifierSettings,
+) -> None:
+    """It was answered "storage unavailable (KeyNotRecorded)", storage being fine, and sent
+    an SRE after an outage that never was."""
+    item = notification()
+    holder = uuid.uuid4()
+
+    async def steps(keys: Keys) -> KeyClaim:
+        assert isinstance(keys.store, ReleasedBeforeItsRead)
+        keys.store.holder = holder
+        await keys.store.record(item, holder)  # the other notifier's hold
+        return await keys.store.record(item, attempt)
+
+    attempt = uuid.uuid4()
+    assert with_keys(notifier_settings, steps, ReleasedBeforeItsRead) == KeyClaim(
+        KeyState.RECORDED, attempt, fresh=True
+    )
