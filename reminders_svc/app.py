@@ -227,19 +227,32 @@ class RemindersApp:
     ) -> Reminder:
         if text is not None:
             validate_text(text, self._limits)
+        refusal: ScheduleError | None = None
         if schedule is not None:
-            # Before the row is looked up: a time that has passed is that whatever the id
-            # or version (the step checks again at its own now).
-            first_ring(schedule, self._clock())
+            # A schedule with no ring ahead is refused before the row is read (the step
+            # checks again at its own now); unless it is the reminder's own, sent back.
+            try:
+                first_ring(schedule, self._clock())
+            except ScheduleError as error:
+                refusal = error
 
         def step(current: Reminder, now: datetime) -> Reminder:
             new_text = current.text if text is None else text
-            if schedule is None:
+            if schedule is None or schedule == current.schedule:
+                # Unchanged (a whole reminder sent back, mask "*"): not a new schedule, so
+                # its snooze and a ring due or under way stay.
                 return steps.edit_text(current, new_text, now)
+            if refusal is not None:
+                raise refusal
             first = first_ring(schedule, now)
             return steps.edit_schedule(current, new_text, schedule, first, now)
 
-        return await self._apply(user_id, reminder_id, version, step)
+        try:
+            return await self._apply(user_id, reminder_id, version, step)
+        except (NotFound, VersionConflict):
+            if refusal is not None:
+                raise refusal from None  # bad input, whatever the id or version
+            raise
 
     async def snooze(
         self, user_id: str, reminder_id: uuid.UUID, until: datetime | timedelta, field: str

@@ -78,9 +78,12 @@ def test_create_returns_the_id_and_the_dst_correct_next_ring(api: Api, user: str
     assert created.schedule.repeat.canonical_rrule.startswith("FREQ=WEEKLY")
 
     api.clock.now = at("2026-10-27T00:00:00")  # after the Oct 26 ring, before Nov 1 DST
+    # A new schedule (a start of its own; sent back unchanged it would keep its rings).
+    restarted = weekly_monday_nine()
+    restarted.repeat.start_local_time = "2026-10-26T20:00:00"
     edited = api.reminders.UpdateReminder(
         pb.UpdateReminderRequest(
-            reminder=pb.Reminder(id=created.id, version=1, schedule=weekly_monday_nine()),
+            reminder=pb.Reminder(id=created.id, version=1, schedule=restarted),
             update_mask=FieldMask(paths=["schedule"]),
         ),
         metadata=api.as_user(user),
@@ -259,6 +262,38 @@ def test_an_update_mask_of_star_replaces_text_and_schedule(api: Api, user: str) 
     assert (replaced.text, replaced.version) == ("stand-up", 2)
     assert replaced.schedule.once.local_time == "2026-10-20T10:00:00"
     assert replaced.next_ring_time.ToDatetime(tzinfo=Z) == at("2026-10-20T14:00:00")
+
+
+def test_a_whole_reminder_sent_back_with_its_schedule_unchanged_keeps_its_rings(
+    api: Api, user: str
+) -> None:
+    """A client editing by sending back what GetReminder gave, mask "*": the schedule it
+    carries is not a new one. Taken for one, it dropped the snooze, and skipped a ring
+    that was due and not yet rung (or refused the edit, a one-off's time having passed)."""
+    md = api.as_user(user)
+    weekly = create(api, user, weekly_monday_nine())
+    api.reminders.SnoozeReminder(
+        pb.SnoozeReminderRequest(id=weekly.id, duration=Duration(seconds=600)), metadata=md
+    )
+    soon = create(api, user, one_off("2026-10-19T08:30:00"))
+    api.clock.advance(timedelta(hours=1))  # its time passed; no dispatcher rang it yet
+
+    def send_back(reminder_id: str, text: str) -> pb.Reminder:
+        got = api.reminders.GetReminder(pb.GetReminderRequest(id=reminder_id), metadata=md)
+        edited = pb.Reminder()
+        edited.CopyFrom(got)
+        edited.text = text
+        request = pb.UpdateReminderRequest(reminder=edited, update_mask=FieldMask(paths=["*"]))
+        updated = api.reminders.UpdateReminder(request, metadata=md)
+        assert (updated.text, updated.version) == (text, got.version + 1)
+        assert updated.next_ring_time == got.next_ring_time
+        assert updated.snooze_until_time == got.snooze_until_time
+        return updated
+
+    assert send_back(weekly.id, "call dad").snooze_until_time.ToDatetime(tzinfo=Z) == at(
+        "2026-10-19T12:10:00"
+    )
+    assert send_back(soon.id, "call the plumber").next_ring_time == soon.next_ring_time
 
 
 def test_update_needs_the_current_version(api: Api, user: str) -> None:

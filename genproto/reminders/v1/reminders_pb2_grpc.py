@@ -119,8 +119,10 @@ class RemindersServiceServicer:
 
     def UpdateReminder(self, request, context):
         """Changes text and/or schedule. Needs the version the caller last saw (ABORTED if
-        stale). A new schedule recomputes the next ring and clears a pending snooze. While
-        SENDING, the ring in flight cannot be recalled: it goes out with the old text.
+        stale). A new schedule recomputes the next ring and clears a pending snooze; the
+        reminder's own schedule sent back unchanged (an edit of the whole reminder, mask "*")
+        keeps its rings and its snooze. While SENDING, the ring in flight cannot be recalled:
+        it goes out with the old text.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

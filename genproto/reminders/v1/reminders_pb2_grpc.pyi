@@ -90,8 +90,10 @@ class RemindersServiceStub:
     """
     UpdateReminder: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.UpdateReminderRequest, _reminders_pb2.Reminder]
     """Changes text and/or schedule. Needs the version the caller last saw (ABORTED if
-    stale). A new schedule recomputes the next ring and clears a pending snooze. While
-    SENDING, the ring in flight cannot be recalled: it goes out with the old text.
+    stale). A new schedule recomputes the next ring and clears a pending snooze; the
+    reminder's own schedule sent back unchanged (an edit of the whole reminder, mask "*")
+    keeps its rings and its snooze. While SENDING, the ring in flight cannot be recalled:
+    it goes out with the old text.
     """
     DeleteReminder: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.DeleteReminderRequest, _reminders_pb2.DeleteReminderResponse]
     """Deletes a reminder. If a ring was already handed off (`was_sending`), it cannot be
@@ -139,8 +141,10 @@ class RemindersServiceAsyncStub(RemindersServiceStub):
     """
     UpdateReminder: _aio.UnaryUnaryMultiCallable[_reminders_pb2.UpdateReminderRequest, _reminders_pb2.Reminder]  # type: ignore[assignment]
     """Changes text and/or schedule. Needs the version the caller last saw (ABORTED if
-    stale). A new schedule recomputes the next ring and clears a pending snooze. While
-    SENDING, the ring in flight cannot be recalled: it goes out with the old text.
+    stale). A new schedule recomputes the next ring and clears a pending snooze; the
+    reminder's own schedule sent back unchanged (an edit of the whole reminder, mask "*")
+    keeps its rings and its snooze. While SENDING, the ring in flight cannot be recalled:
+    it goes out with the old text.
     """
     DeleteReminder: _aio.UnaryUnaryMultiCallable[_reminders_pb2.DeleteReminderRequest, _reminders_pb2.DeleteReminderResponse]  # type: ignore[assignment]
     """Deletes a reminder. If a ring was already handed off (`was_sending`), it cannot be
@@ -209,8 +213,10 @@ class RemindersServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_reminders_pb2.Reminder, _abc.Awaitable[_reminders_pb2.Reminder]]:
         """Changes text and/or schedule. Needs the version the caller last saw (ABORTED if
-        stale). A new schedule recomputes the next ring and clears a pending snooze. While
-        SENDING, the ring in flight cannot be recalled: it goes out with the old text.
+        stale). A new schedule recomputes the next ring and clears a pending snooze; the
+        reminder's own schedule sent back unchanged (an edit of the whole reminder, mask "*")
+        keeps its rings and its snooze. While SENDING, the ring in flight cannot be recalled:
+        it goes out with the old text.
         """
 
     @_abc_1.abstractmethod
