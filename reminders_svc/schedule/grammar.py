@@ -103,15 +103,28 @@ def _tokenize(expression: str) -> list[_Token]:
 _TWELVE_HOUR = re.compile(r"(\d{1,2}(:\d\d)?)?(am|pm|noon|midnight)")
 
 
-def _hint(*tokens: _Token | None) -> str:
-    """What a refusal of a common way of writing adds, from the token refused and the one
-    after it: 12-hour times ("9am" is 9 then am), days joined by 'and'."""
-    texts = ["" if token is None else token.text.lower() for token in tokens]
-    if any(_TWELVE_HOUR.fullmatch(text) for text in texts):
+def _hint(before: _Token | None, refused: _Token | None, after: _Token | None) -> str:
+    """What a refusal of a common way of writing adds, from the token refused and those
+    around it: 12-hour times ("9am" is 9 then am), days joined by 'and' or by spaces, a
+    day of the month in words, 'every other'."""
+    previous, text, following = (
+        "" if t is None else t.text.lower() for t in (before, refused, after)
+    )
+    if _TWELVE_HOUR.fullmatch(text) or _TWELVE_HOUR.fullmatch(following):
         return " (times are 24-hour: 21:30, not 9:30 pm)"
-    if texts[0] == "and":
+    if text == "and" or (text in _WEEKDAYS and previous in _WEEKDAYS):
         return " (days are listed with commas: Mon,Fri)"
+    if previous in _ORDINAL_WORDS and previous != "last":
+        return f" (a day of the month is a number: {_ORDINAL_WORDS[previous]}{_suffix(previous)})"
+    if text == "day" and before is not None and before.suffixed:
+        return f" (write {before.text} alone)"
+    if text == "other":
+        return " (every other day is every 2 days)"
     return ""
+
+
+def _suffix(ordinal_word: str) -> str:
+    return {"first": "st", "second": "nd", "third": "rd"}.get(ordinal_word, "th")
 
 
 class _Parser:
@@ -129,8 +142,10 @@ class _Parser:
             if token is None
             else (f"at character {token.position + 1} ({token.text!r})")
         )
-        following = self.tokens[self.index + 1 : self.index + 2]
-        return ScheduleError("repeat", f"{where}: expected {expected}{_hint(token, *following)}")
+        before = self.tokens[self.index - 1] if self.index > 0 else None
+        after = self.tokens[self.index + 1] if self.index + 1 < len(self.tokens) else None
+        hint = _hint(before, token, after)
+        return ScheduleError("repeat", f"{where}: expected {expected}{hint}")
 
     def take(self, kind: str, expected: str) -> _Token:
         token = self.peek()

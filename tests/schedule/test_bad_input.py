@@ -83,6 +83,16 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
      "at character 11 ('9'): expected a time HH:MM (times are 24-hour: 21:30, not 9:30 pm)"),
     ("days joined by and", repeat("every 2 weeks on Monday and Friday 09:00"), "repeat",
      "at character 25 ('and'): expected a time HH:MM (days are listed with commas: Mon,Fri)"),
+    ("days apart by spaces", repeat("every Mon Wed Fri 09:00"), "repeat",
+     "at character 11 ('wed'): expected a time HH:MM (days are listed with commas: Mon,Fri)"),
+    ("a day of the month in words", repeat("every month on the first at 09:00"), "repeat",
+     "at character 26 ('at'): expected a weekday (Mon..Sun) (a day of the month is a number:"
+     " 1st)"),
+    ("a day of the month as a day", repeat("every month on the 3rd day at 09:00"), "repeat",
+     "at character 24 ('day'): expected a time HH:MM (write 3rd alone)"),
+    ("every other", repeat("every other day at 09:00"), "repeat",
+     "at character 7 ('other'): expected a unit (hours, day, week, month, year) or a weekday"
+     " (every other day is every 2 days)"),
     # No BYSETPOS, but ~24 steps a ring walked from 1900 at every search (~90 ms each).
     ("a sparse COUNT rule started long ago",
      lambda: parse_rrule("FREQ=HOURLY;INTERVAL=47;COUNT=1000;BYHOUR=1", NY, datetime(1900, 1, 1)),
