@@ -9,6 +9,8 @@ from typing import Any
 import grpc
 import pytest
 
+from dispatcher.metrics import DispatcherMetrics
+from reminders_svc.config import Retention
 from reminders_svc.storage.parts import DEFAULT_PARTS
 from tests.monitoring.files import (
     OPERATIONS_DOC,
@@ -119,6 +121,24 @@ def test_lateness_objective_reads_the_60_second_bucket() -> None:
         # Both the client's spelling and Prometheus 3's normalized one.
         assert re.fullmatch(matcher.value, "60.0")
         assert re.fullmatch(matcher.value, "60")
+
+
+@pytest.mark.parametrize("histogram", ["claim_lateness", "handoff_lateness"])
+def test_a_ring_caught_up_at_the_end_of_its_entry_s_retention_is_in_a_finite_bucket(
+    histogram: str,
+) -> None:
+    """Past the last finite bucket a quantile reads as that bucket: after a day-long outage
+    the dashboard's lateness said 1 h."""
+    metrics = DispatcherMetrics()
+    getattr(metrics, histogram).observe(Retention().bucket.total_seconds())
+    name = f"reminders_dispatch_{histogram}_seconds"
+    finite = [
+        sample.value
+        for family in metrics.registry.collect()
+        for sample in family.samples
+        if sample.name == f"{name}_bucket" and sample.labels["le"] != "+Inf"
+    ]
+    assert finite[-1] == 1
 
 
 def test_expected_parts_follow_the_dispatchers_and_default_to_the_code_s() -> None:
