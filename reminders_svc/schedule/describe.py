@@ -21,6 +21,8 @@ _UNITS = {
     Freq.DAILY: "day",
     Freq.HOURLY: "hour",
 }
+# The days every year's month has (February has a 29th in leap years only).
+_DAYS_IN = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _WORKWEEK = tuple(ByDay(day) for day in range(5))
 _WEEKEND = (ByDay(5), ByDay(6))
 _PLURALS = {"weekday": "weekdays", "weekend day": "weekend days"}
@@ -61,11 +63,7 @@ def _every(rule: Rule, start: datetime) -> str:
     (and a yearly one its month) from the start."""
     unit = _UNITS[rule.freq]
     every = f"Every {rule.interval} {unit}s" if rule.interval > 1 else f"Every {unit}"
-    month_days, month_numbers = rule.by_month_day, rule.by_month
-    if not rule.by_day and not month_days and rule.freq in (Freq.MONTHLY, Freq.YEARLY):
-        month_days = (start.day,)
-        if rule.freq is Freq.YEARLY and not month_numbers:
-            month_numbers = (start.month,)
+    month_days, month_numbers = _month_days(rule, start)
     months = [_MONTH_NAMES[month - 1] for month in month_numbers]
     if rule.by_day or rule.freq is Freq.WEEKLY:
         # A weekly rule without days rings on the start's weekday.
@@ -94,6 +92,48 @@ def _every(rule: Rule, start: datetime) -> str:
     if months:
         every += " in " + _listing(months)
     return every
+
+
+def _month_days(rule: Rule, start: datetime) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The month days and months the rule rings on: a monthly or yearly rule without day
+    parts takes its day (and a yearly one its month) from the start."""
+    month_days, month_numbers = rule.by_month_day, rule.by_month
+    if not rule.by_day and not month_days and rule.freq in (Freq.MONTHLY, Freq.YEARLY):
+        month_days = (start.day,)
+        if rule.freq is Freq.YEARLY and not month_numbers:
+            month_numbers = (start.month,)
+    return month_days, month_numbers
+
+
+def _gaps(rule: Rule, start: datetime) -> str:
+    """The days the rule names that some of its months lack, which RFC 5545 skips: said,
+    so that a monthly 31st ringing seven times a year (every 2 months: as few as two) is
+    no surprise."""
+    if rule.by_set_pos:
+        return ""  # picks from what the period holds: nothing named is skipped
+    month_days, month_numbers = _month_days(rule, start)
+    months = month_numbers or tuple(range(1, 13))
+    if month_days:
+        named = [_ordinal(day) for day in month_days]
+        lacking = [_ordinal(d) for d in month_days if any(abs(d) > _DAYS_IN[m - 1] for m in months)]
+    elif rule.freq is Freq.MONTHLY or (rule.freq is Freq.YEARLY and month_numbers):
+        named = [f"{_ordinal(e.ordinal)} {_DAY_NAMES[e.weekday]}" for e in rule.by_day if e.ordinal]
+        # No month holds a sixth of a weekday; some hold a fifth.
+        lacking = [
+            name
+            for name, e in zip(named, rule.by_day, strict=False)
+            if e.ordinal and abs(e.ordinal) == 5
+        ]
+    else:
+        return ""
+    if not lacking:
+        return ""
+    if month_numbers == (2,) and month_days:
+        return ", only in leap years"
+    if len(named) == 1:
+        return ", skipped in months without one"
+    them = "one" if len(lacking) == 1 else "them"
+    return f", the {_listing(lacking)} skipped in months without {them}"
 
 
 def _times(rule: Rule, repeat: Repeat) -> str:
@@ -146,6 +186,7 @@ def describe(schedule: Schedule) -> str:
         return f"Once on {_one_off_time(schedule)}, {schedule.zone}"
     rule = parse_rule_text(schedule.rrule, load_zone(schedule.zone))
     text = f"{_every(rule, schedule.start)} {_times(rule, schedule)}"
+    text += _gaps(rule, schedule.start)
     if rule.by_set_pos:
         picked = _listing([_ordinal(position) for position in rule.by_set_pos])
         text += f", keeping the {picked} of each {_UNITS[rule.freq]}"

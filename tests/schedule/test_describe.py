@@ -40,15 +40,74 @@ START = datetime(2027, 1, 31, 9, 0)  # a Sunday, the 31st: short months show
         ("FREQ=MONTHLY;BYMONTHDAY=-1", "Every month on the last day"),
         ("FREQ=YEARLY;BYMONTH=10;BYMONTHDAY=26", "Every year on October 26"),
         # Without day parts, the day (and a yearly rule's month) is the start's.
-        ("FREQ=MONTHLY", "Every month on the 31st day"),
+        ("FREQ=MONTHLY", "Every month on the 31st day at 09:00, skipped in months without one"),
         ("FREQ=YEARLY", "Every year on January 31"),
         ("FREQ=YEARLY;BYMONTH=1,3", "Every year on the 31st day in January and March"),
     ],
 )
 def test_a_rule_is_described_as_it_rings(rrule: str, described: str) -> None:
-    assert describe(parse_rrule(rrule, "UTC", START)) == (
-        f"{described} at 09:00, from 2027-01-31, UTC"
-    )
+    if " at 09:00" not in described:
+        described += " at 09:00"
+    assert describe(parse_rrule(rrule, "UTC", START)) == f"{described}, from 2027-01-31, UTC"
+
+
+@pytest.mark.parametrize(
+    ("rrule", "described"),
+    [
+        (
+            "FREQ=MONTHLY;BYMONTHDAY=29",
+            "Every month on the 29th day at 09:00, skipped in months without one",
+        ),
+        ("FREQ=MONTHLY;BYMONTHDAY=28", "Every month on the 28th day at 09:00"),
+        (
+            "FREQ=MONTHLY;BYMONTHDAY=1,31",
+            "Every month on the 1st and 31st day at 09:00, the 31st skipped in months without one",
+        ),
+        (
+            "FREQ=MONTHLY;BYMONTHDAY=-30,-31",
+            "Every month on the 31st to last and 30th to last"
+            " day at 09:00, the 31st to last and 30th to last skipped in months without them",
+        ),
+        (
+            "FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=29",
+            "Every year on February 29 at 09:00, only in leap years",
+        ),
+        (
+            "FREQ=YEARLY;BYMONTH=1,3;BYMONTHDAY=31",
+            "Every year on the 31st day in January and March at 09:00",
+        ),
+        (
+            "FREQ=YEARLY;BYMONTH=3,4;BYMONTHDAY=31",
+            "Every year on the 31st day in March and April at 09:00, skipped in months without one",
+        ),
+        (
+            "FREQ=DAILY;BYMONTHDAY=31",
+            "Every day on the 31st day at 09:00, skipped in months without one",
+        ),
+        (
+            "FREQ=MONTHLY;BYDAY=5FR",
+            "Every month on the 5th Friday at 09:00, skipped in months without one",
+        ),
+        (
+            "FREQ=MONTHLY;BYDAY=1MO,-5FR",
+            "Every month on the 5th to last Friday and 1st Monday"
+            " at 09:00, the 5th to last Friday skipped in months without one",
+        ),
+        (
+            "FREQ=YEARLY;BYMONTH=10;BYDAY=5SU",
+            "Every year on the 5th Sunday in October at 09:00, skipped in months without one",
+        ),
+        # A set position picks from what each period holds: nothing named is skipped.
+        (
+            "FREQ=MONTHLY;BYMONTHDAY=30,31;BYSETPOS=-1",
+            "Every month on the 30th and 31st day at 09:00, keeping the last of each month",
+        ),
+    ],
+)
+def test_a_day_some_months_lack_is_said_to_be_skipped_in_them(rrule: str, described: str) -> None:
+    """RFC 5545 skips a day a month lacks: a monthly 31st rings 7 times a year, and every 2
+    months from the 31st of December rings in December and August, then October."""
+    assert describe(parse_rrule(rrule, "UTC", START)) == f"{described}, from 2027-01-31, UTC"
 
 
 @pytest.mark.parametrize(
