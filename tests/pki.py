@@ -135,9 +135,9 @@ def issue_pki(folder: Path) -> Pki:
     )
 
 
-def rsa_token_keys(folder: Path) -> tuple[str, str]:
+def rsa_token_keys(folder: Path, bits: int = 2048) -> tuple[str, str]:
     """A fresh RSA pair: (private PEM to sign tokens with, path of its public PEM file)."""
-    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = rsa.generate_private_key(public_exponent=65537, key_size=bits)
     private_pem = private.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,

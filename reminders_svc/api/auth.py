@@ -61,6 +61,10 @@ _PEM_PUBLIC_KEY = re.compile(
 )
 
 
+# NIST SP 800-131A's floor for RSA signatures.
+MIN_RSA_BITS = 2048
+
+
 @dataclass(frozen=True)
 class TokenKey:
     """One credential's verification key: an HS256 secret or an RS256 public key (PEM)."""
@@ -91,9 +95,12 @@ class AuthSettings:
         env = os.environ if environ is None else environ
         user = user_key_from_env(env)
         admin = admin_key_from_env(env)
-        if user.key.value == admin.key.value:
+        if user.can_sign() and admin.can_sign() and user.key.value == admin.key.value:
+            # A shared secret signs: whoever mints user tokens could mint admin ones. (An
+            # RS256 public key signs nothing; an identity provider's key may verify both
+            # kinds, which their audiences, and issuers when set, tell apart.)
             raise ConfigError(
-                "REMINDERS_ADMIN_JWT_* must differ from REMINDERS_JWT_*: "
+                "REMINDERS_ADMIN_JWT_SECRET must differ from REMINDERS_JWT_SECRET: "
                 "a user key must not be able to mint admin tokens"
             )
         if user.audience == admin.audience:
@@ -183,6 +190,12 @@ def _rsa_public_keys(pem: str, where: str) -> tuple[RSAPublicKey, ...]:
             raise ConfigError(f"{where}: key {number} is not a valid PEM public key") from None
         if not isinstance(key, RSAPublicKey):
             raise ConfigError(f"{where}: key {number} is not an RSA key (RS256)")
+        if key.key_size < MIN_RSA_BITS:
+            # A shorter modulus is factorable: whoever does it forges any token. (PyJWT
+            # only warns, where no log shows it.)
+            raise ConfigError(
+                f"{where}: key {number} has {key.key_size} bits, at least {MIN_RSA_BITS}"
+            )
         keys.append(key)
     return tuple(keys)
 

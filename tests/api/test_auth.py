@@ -222,6 +222,42 @@ def test_a_key_file_without_a_usable_key_is_refused_at_startup(
         )
 
 
+def test_an_rsa_key_shorter_than_2048_bits_is_refused_at_startup(tmp_path: Path) -> None:
+    """A 1024-bit modulus is within reach of factoring: whoever does it forges any token.
+    It was accepted, PyJWT's warning logged nowhere."""
+    _, short = rsa_token_keys(tmp_path, bits=1024)
+    with pytest.raises(ConfigError, match=r"REMINDERS_JWT_PUBLIC_KEY_FILE=.*1024 bits"):
+        AuthSettings.from_env(
+            {"REMINDERS_JWT_PUBLIC_KEY_FILE": short, "REMINDERS_ADMIN_JWT_SECRET": ADMIN_SECRET}
+        )
+
+
+def test_one_identity_providers_key_may_verify_both_kinds_which_their_audiences_tell_apart(
+    tmp_path: Path,
+) -> None:
+    """A public key signs nothing: one provider key for both credentials is allowed, in
+    whatever PEM spelling (refusing the same file alone was no protection: the same key in
+    another spelling passed). A user token then still never passes for an admin one."""
+    provider_pem, provider_public = rsa_token_keys(tmp_path)
+    auth = authenticator(
+        {
+            "REMINDERS_JWT_PUBLIC_KEY_FILE": provider_public,
+            "REMINDERS_ADMIN_JWT_PUBLIC_KEY_FILE": provider_public,
+        }
+    )
+    user_token = signed(claims(sub="alice"), key=provider_pem, algorithm="RS256")
+    admin_token = signed(
+        claims(sub="ops", aud="reminders-admin"), key=provider_pem, algorithm="RS256"
+    )
+
+    assert auth.user_id(bearer(user_token)) == "alice"
+    assert auth.require_admin(bearer(admin_token)) == "ops"
+    with pytest.raises(PermissionDenied):
+        auth.require_admin(bearer(user_token))
+    with pytest.raises(Unauthenticated, match="audience"):
+        auth.user_id(bearer(admin_token))
+
+
 def test_a_configured_issuer_is_required_and_checked(tmp_path: Path) -> None:
     """An identity provider signs for many services with one key: `iss` tells them apart."""
     private_pem, public_file = rsa_token_keys(tmp_path)
