@@ -331,9 +331,7 @@ class RemindersApp:
             )
             current = stored.reminder
             if version is not None and current.version != version:
-                raise VersionConflict(
-                    f"version {version} is not the reminder's: it is at version {current.version}"
-                )
+                raise VersionConflict(version, current.version)
             now = self._clock()
             changed = step(current, now)
             if changed is current:

@@ -67,7 +67,9 @@ def _details_of(error: errors.ReminderError) -> list[Message]:
     subject of a FAILED_PRECONDITION (PreconditionFailure), or the quota used up
     (QuotaFailure, for RESOURCE_EXHAUSTED)."""
     description = capped(error.description)
-    details: list[Message] = [error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN)]
+    details: list[Message] = [
+        error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=error.metadata)
+    ]
     if isinstance(error, errors.InvalidArgument):
         violation = error_details_pb2.BadRequest.FieldViolation(
             field=capped(error.field), description=description

@@ -106,15 +106,27 @@ class ApiSettings:
         skew = MinuteTiming.from_env(values).skew
         still_pushed_for = ring_expiry_from_env(values) + skew
         check_tz_override(values)  # the zones every due is computed in
+        shutdown_grace = env.seconds(
+            "REMINDERS_API_SHUTDOWN_GRACE_S",
+            max(cls.shutdown_grace, write_deadline),
+            low=0,
+            high=3600,
+        )
+        if shutdown_grace < write_deadline:
+            # A call cut at the stop answers UNAVAILABLE, its change perhaps made: the grace
+            # lets every write finish or reach its deadline (answered OUTCOME_UNKNOWN).
+            raise ConfigError(
+                f"REMINDERS_API_SHUTDOWN_GRACE_S={shutdown_grace.total_seconds():g} must be at"
+                f" least REMINDERS_API_WRITE_DEADLINE_S={write_deadline.total_seconds():g}:"
+                " a call cut mid-write is answered UNAVAILABLE though its change may be made"
+            )
         settings = cls(
             host=env.text("REMINDERS_API_HOST", "127.0.0.1"),
             port=env.port("REMINDERS_API_PORT", cls.port),
             metrics_port=env.port("REMINDERS_API_METRICS_PORT", cls.metrics_port),
             reflection=env.flag("REMINDERS_API_REFLECTION", dev),
             write_deadline=write_deadline,
-            shutdown_grace=env.seconds(
-                "REMINDERS_API_SHUTDOWN_GRACE_S", cls.shutdown_grace, low=0, high=3600
-            ),
+            shutdown_grace=shutdown_grace,
             limits=Limits(
                 max_active_per_user=env.integer(
                     "REMINDERS_MAX_ACTIVE_PER_USER", Limits.max_active_per_user, low=1, high=10**9

@@ -29,6 +29,8 @@ class ReminderError(Exception):
         self.description = message
         if reason is not None:
             self.reason = reason
+        # ErrorInfo's metadata: facts a client acts on, beside the reason.
+        self.metadata: dict[str, str] = {}
 
 
 class InvalidArgument(ReminderError):
@@ -49,9 +51,14 @@ class NotFound(ReminderError):
 
 
 class VersionConflict(ReminderError):
-    """The caller's version is stale: re-read and retry (gRPC ABORTED, HTTP 409)."""
+    """The caller's version is stale: re-read and retry (gRPC ABORTED, HTTP 409). The
+    reminder's version is in the metadata (`current_version`)."""
 
     reason = "VERSION_STALE"
+
+    def __init__(self, sent: int, current: int) -> None:
+        super().__init__(f"version {sent} is not the reminder's: it is at version {current}")
+        self.metadata["current_version"] = str(current)
 
 
 class FailedPrecondition(ReminderError):

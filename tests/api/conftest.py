@@ -154,6 +154,11 @@ def code_of(call: Callable[[], Any]) -> grpc.StatusCode:
 
 def reason_of(call: Callable[[], Any]) -> str:
     """The google.rpc.ErrorInfo reason of the error `call` raises (AIP-193)."""
+    return str(error_info_of(call).reason)
+
+
+def error_info_of(call: Callable[[], Any]) -> error_details_pb2.ErrorInfo:
+    """The google.rpc.ErrorInfo of the error `call` raises (AIP-193)."""
     try:
         call()
     except grpc.RpcError as error:
@@ -161,7 +166,7 @@ def reason_of(call: Callable[[], Any]) -> str:
         assert status is not None, "no google.rpc.Status in the trailers"
         info = error_details_pb2.ErrorInfo()
         assert status.details[0].Unpack(info), "the first detail is no ErrorInfo"
-        return str(info.reason)
+        return info
     raise AssertionError("the call succeeded")
 
 

@@ -1,12 +1,16 @@
-"""The proto contract: generated code is current, and `buf lint` is clean."""
+"""The proto contract: generated code is current, `buf lint` is clean, and the service
+config given to clients agrees with it."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+from genproto.reminders.v1 import reminders_pb2
 from tests.ci import unavailable
 from tests.pins import makefile_pin
 
@@ -43,3 +47,46 @@ def test_buf_lint_is_clean() -> None:
     assert printed == version, f"{buf} says {printed!r}, the Makefile pins {version}"
     result = subprocess.run([buf, "lint"], cwd=ROOT / "proto", capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+SERVICE_CONFIG = ROOT / "proto" / "reminders" / "v1" / "service_config.json"
+# The RPCs reminders.proto calls safe to repeat (Create: with the same request_id).
+SAFE_TO_REPEAT = {
+    "GetReminder",
+    "ListReminders",
+    "PreviewSchedule",
+    "ListDeliveries",
+    "CreateReminder",
+}
+
+
+def service_config() -> dict[str, Any]:
+    config: dict[str, Any] = json.loads(SERVICE_CONFIG.read_text())
+    return config
+
+
+def test_the_service_config_names_only_the_contract_s_services_and_methods() -> None:
+    services = {
+        service.full_name: {method.name for method in service.methods}
+        for service in reminders_pb2.DESCRIPTOR.services_by_name.values()
+    }
+    for method_config in service_config()["methodConfig"]:
+        for name in method_config["name"]:
+            assert name["service"] in services, name
+            if "method" in name:
+                assert name["method"] in services[name["service"]], name
+
+
+def test_the_service_config_retries_unavailable_on_exactly_the_rpcs_safe_to_repeat() -> None:
+    """gRPC's retry policy cannot see an ErrorInfo: UNAVAILABLE retried on a change would
+    repeat one that landed (a snooze by a duration, moving the ring twice)."""
+    retried = {
+        name.get("method")
+        for method_config in service_config()["methodConfig"]
+        if "retryPolicy" in method_config
+        for name in method_config["name"]
+    }
+    assert retried == SAFE_TO_REPEAT
+    for method_config in service_config()["methodConfig"]:
+        if "retryPolicy" in method_config:
+            assert method_config["retryPolicy"]["retryableStatusCodes"] == ["UNAVAILABLE"]

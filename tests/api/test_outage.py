@@ -33,10 +33,12 @@ from reminders_svc.storage.retry import is_conditional
 from reminders_svc.storage.session import CassandraConnection
 from tests.api.conftest import DEV_ENV, SEED_NOW, FakeClock, code_of, one_off, running_api
 from tests.api.serving import NOT_SERVING, SERVING, ServedApi, serve_api
-from tests.api.test_server import user_metadata
+from tests.api.test_contract import SERVICE_CONFIG
+from tests.api.test_server import Samples, metric_samples_once, user_metadata
 from tests.servers import ServerThread
 from tests.tcp_proxy import TcpProxy
 
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 # Seconds a call may take while the database is gone: it must fail fast, not hang.
 CALL_TIMEOUT_S = 15
 # Long enough for the driver to mark the node down and try it again several times.
@@ -432,4 +434,42 @@ def test_a_change_whose_outcome_storage_cannot_settle_is_answered_as_possibly_ap
         got = api.reminders.GetReminder(pb.GetReminderRequest(id=made.id), metadata=metadata)
         assert got.snooze_until_time.ToDatetime() == SEED_NOW.replace(tzinfo=None) + timedelta(
             minutes=10
+        )
+
+
+def test_a_channel_given_the_service_config_retries_a_read_and_never_a_change(
+    migrated_settings: CassandraSettings, proxy: TcpProxy
+) -> None:
+    """The server's UNAVAILABLE (storage gone) is retried for a Get, four attempts in all,
+    and never for a Snooze: a change is retried in code, by its reason, not by gRPC."""
+    through_proxy = dataclasses.replace(migrated_settings, port=proxy.port)
+    metadata = user_metadata(f"config-{uuid.uuid4().hex[:10]}")
+    options = [("grpc.service_config", SERVICE_CONFIG.read_text()), ("grpc.enable_retries", 1)]
+    with (
+        serve_api(through_proxy) as api,
+        grpc.insecure_channel(api.target, options=options) as channel,
+    ):
+        api.wait_for_health(SERVING)
+        stub = pb_grpc.RemindersServiceStub(channel)
+        created = stub.CreateReminder(create_request("r", "t"), metadata=metadata, timeout=10)
+        get = pb.GetReminderRequest(id=created.id)
+        snooze = pb.SnoozeReminderRequest(
+            id=created.id, duration=duration_pb2.Duration(seconds=600)
+        )
+        proxy.cut()
+        wait_for_health_of_every_service(api, NOT_SERVING, timeout_s=10)
+
+        assert code_of(lambda: stub.GetReminder(get, metadata=metadata)) == UNAVAILABLE
+        assert code_of(lambda: stub.SnoozeReminder(snooze, metadata=metadata)) == UNAVAILABLE
+
+        def unavailable(samples: Samples, method: str) -> float:
+            labels = {("method", f"/{REMINDERS_SERVICE}/{method}"), ("code", "UNAVAILABLE")}
+            return samples.get(("reminders_api_requests_total", frozenset(labels)), 0)
+
+        samples = metric_samples_once(
+            api.metrics_port, lambda s: unavailable(s, "SnoozeReminder") >= 1
+        )
+        assert (unavailable(samples, "GetReminder"), unavailable(samples, "SnoozeReminder")) == (
+            4,
+            1,
         )

@@ -284,7 +284,7 @@ def test_a_second_signal_exits_at_once_unless_it_is_the_same_stop_sent_twice(
     signals. Taken for Ctrl-C pressed twice, it cut the drain short at random (exit 130).
     An open reflection stream (a call still under way) holds the stop for its grace here."""
     unreachable = dataclasses.replace(CassandraSettings.from_env({}), port=free_port())
-    with serve_api(unreachable, REMINDERS_API_SHUTDOWN_GRACE_S="8") as api:
+    with serve_api(unreachable, REMINDERS_API_SHUTDOWN_GRACE_S="10") as api:
         api.wait_for_health(NOT_SERVING)
         with grpc.insecure_channel(api.target) as channel, open_reflection_stream(channel):
             api.process.send_signal(signal.SIGTERM)

@@ -58,6 +58,28 @@ def test_a_write_deadline_below_the_dispatchers_grace_minus_skew_is_accepted() -
 
 
 @pytest.mark.parametrize(
+    ("env", "accepted"),
+    [
+        ({"REMINDERS_API_SHUTDOWN_GRACE_S": "9"}, False),
+        ({"REMINDERS_API_SHUTDOWN_GRACE_S": "0"}, False),
+        ({"REMINDERS_API_SHUTDOWN_GRACE_S": "10"}, True),
+        ({"REMINDERS_API_SHUTDOWN_GRACE_S": "5", "REMINDERS_API_WRITE_DEADLINE_S": "5"}, True),
+    ],
+    ids=["below-the-deadline", "zero", "the-deadline", "both-shorter"],
+)
+def test_a_shutdown_grace_shorter_than_the_write_deadline_is_refused(
+    env: dict[str, str], accepted: bool
+) -> None:
+    """A call cut by the stop mid-write answers UNAVAILABLE, which the contract calls safe
+    to retry, though its change may have landed (a snooze then moved the ring twice)."""
+    if accepted:
+        assert ApiSettings.from_env(env).shutdown_grace.total_seconds() >= 5
+    else:
+        with pytest.raises(ConfigError, match=r"REMINDERS_API_SHUTDOWN_GRACE_S=.*at least"):
+            ApiSettings.from_env(env)
+
+
+@pytest.mark.parametrize(
     ("days", "message"),
     [
         ("0", "expected 1 to 30 days"),  # TTL 0: the records would never expire

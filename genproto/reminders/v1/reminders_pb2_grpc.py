@@ -544,7 +544,9 @@ class RemindersAdminServiceServicer:
         It finishes even if the caller goes away, and is safe to repeat after an error or a
         timeout: a repeat reaching the same server joins the deletion under way, one reaching
         another is UNAVAILABLE (PURGE_UNDER_WAY) until it has finished, and one made after a
-        deletion that died (a server killed) takes it over after 2 minutes.
+        deletion that died (a server killed) takes it over after 2 minutes. A repeat after
+        one that finished finds nothing left: its counts are zero (the first's are in the
+        server's audit log).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -16,7 +16,10 @@ Errors (AIP-193): every refusal by the service carries a google.rpc.ErrorInfo (d
 "reminders.v1") whose `reason` is stable: branch on it, never on the message. A status
 without one is gRPC's own (a transport failure, a server shutting down, the caller's
 own deadline, a request over the size limit, 64 KiB by default, or headers, the token
-among them, over 16 KiB, both RESOURCE_EXHAUSTED): handle it by its code.
+among them, over 16 KiB, both RESOURCE_EXHAUSTED): handle it by its code. On a change,
+UNAVAILABLE, CANCELLED or DEADLINE_EXCEEDED without an ErrorInfo (the connection broke,
+the server stopped, the caller's deadline passed) leaves the outcome unknown, as
+OUTCOME_UNKNOWN below: read before retrying.
 Codes and reasons:
 INVALID_ARGUMENT (INVALID_FIELD) carries a google.rpc.BadRequest naming the field at
   fault, e.g. "reminder.schedule.time_zone"; nothing was written;
@@ -30,9 +33,9 @@ FAILED_PRECONDITION: valid, but not in this state, with a google.rpc.Preconditio
   operator's DeleteUserData of the caller is under way);
 RESOURCE_EXHAUSTED (ACTIVE_REMINDERS_CAP, with a google.rpc.QuotaFailure): the per-user
   cap is reached (every reminder not deleted counts, done ones included);
-UNAVAILABLE (STORAGE_UNAVAILABLE, CONTENTION, and PURGE_UNDER_WAY on DeleteUserData):
-  retry with backoff; the retry is safe
-  (the change was not made, or is completed by the retry);
+UNAVAILABLE with STORAGE_UNAVAILABLE, CONTENTION, or PURGE_UNDER_WAY on DeleteUserData:
+  retry with backoff; the retry is safe (the change was not made, or is completed by
+  the retry);
 DEADLINE_EXCEEDED (OUTCOME_UNKNOWN) on a change: it may have been applied: read
   before retrying (a create: repeat it with the same request_id).
 
@@ -42,7 +45,12 @@ version) and Snooze to the time a reminder is already snoozed to change nothing 
 version).
 The others are not: a repeated Snooze by a duration moves the ring again (snooze to
 an absolute time to retry safely), a repeated Resume is NOT_PAUSED, a repeated Delete
-is NOT_FOUND, a repeated Update with the old version is ABORTED.
+is NOT_FOUND, a repeated Update with the old version is ABORTED (VERSION_STALE, its
+ErrorInfo metadata `current_version` the reminder's version now).
+reminders/v1/service_config.json is a gRPC service config that retries UNAVAILABLE on
+exactly the RPCs safe to repeat, with deadlines: give it to your channel as its default
+service config. gRPC's retry policy cannot see an ErrorInfo, so never add UNAVAILABLE
+to the others' automatic retries: retry them in code, by reason.
 """
 
 from collections import abc as _abc
@@ -297,7 +305,9 @@ class RemindersAdminServiceStub:
     It finishes even if the caller goes away, and is safe to repeat after an error or a
     timeout: a repeat reaching the same server joins the deletion under way, one reaching
     another is UNAVAILABLE (PURGE_UNDER_WAY) until it has finished, and one made after a
-    deletion that died (a server killed) takes it over after 2 minutes.
+    deletion that died (a server killed) takes it over after 2 minutes. A repeat after
+    one that finished finds nothing left: its counts are zero (the first's are in the
+    server's audit log).
     """
 
 @_typing.type_check_only
@@ -313,7 +323,9 @@ class RemindersAdminServiceAsyncStub(RemindersAdminServiceStub):
     It finishes even if the caller goes away, and is safe to repeat after an error or a
     timeout: a repeat reaching the same server joins the deletion under way, one reaching
     another is UNAVAILABLE (PURGE_UNDER_WAY) until it has finished, and one made after a
-    deletion that died (a server killed) takes it over after 2 minutes.
+    deletion that died (a server killed) takes it over after 2 minutes. A repeat after
+    one that finished finds nothing left: its counts are zero (the first's are in the
+    server's audit log).
     """
 
 class RemindersAdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -332,7 +344,9 @@ class RemindersAdminServiceServicer(metaclass=_abc_1.ABCMeta):
         It finishes even if the caller goes away, and is safe to repeat after an error or a
         timeout: a repeat reaching the same server joins the deletion under way, one reaching
         another is UNAVAILABLE (PURGE_UNDER_WAY) until it has finished, and one made after a
-        deletion that died (a server killed) takes it over after 2 minutes.
+        deletion that died (a server killed) takes it over after 2 minutes. A repeat after
+        one that finished finds nothing left: its counts are zero (the first's are in the
+        server's audit log).
         """
 
 def add_RemindersAdminServiceServicer_to_server(servicer: RemindersAdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
