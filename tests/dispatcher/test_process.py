@@ -193,3 +193,21 @@ def test_a_dispatcher_started_before_its_schema_files_are_applied_waits_until_th
         assert len(stack.wait_for_pushes(1, user, created.id)) == 1
         log = "".join(p.read_text() for p in stack.logs.glob("dispatch-early-*.log"))
         assert f"lacks schema files {migrations[-1].label}" in log
+
+
+def test_the_demo_waits_for_the_hand_off_a_lost_reply_delays(
+    cassandra_settings: CassandraSettings,
+) -> None:
+    """The notifier pushes, its reply is lost, and the dispatcher records the ring only
+    once its retry is answered (duplicate). The demo read the record at the push: it
+    printed no hand-off, and said OK."""
+    with closing(Stack(cassandra_settings)) as stack:
+        stack.start_api()
+        stack.start_notifier(REMINDERS_NOTIFIER_FAULTS="drop_reply:5")
+        stack.start_dispatcher("d")
+        demo = run_demo(stack, "--in", "4", "--timeout", "60")
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    report = json.loads(demo.stdout)
+    assert report["pushes"] == 1
+    assert report["handed_off"] is not None, demo.stdout
+    assert re.fullmatch(r"[\d.]+s", report["lateness"]), demo.stdout

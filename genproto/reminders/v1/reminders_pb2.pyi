@@ -767,7 +767,7 @@ class Delivery(_message.Message):
     class _AnswerEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[Delivery._Answer.ValueType], _builtins.type):
         DESCRIPTOR: _descriptor.EnumDescriptor
         ANSWER_UNSPECIFIED: Delivery._Answer.ValueType  # 0
-        """Not answered yet."""
+        """Never sent: every entry is written with its answer."""
         ANSWER_ACCEPTED: Delivery._Answer.ValueType  # 1
         """Delivered: pushed to the user's devices (or the user has none registered)."""
         ANSWER_DUPLICATE: Delivery._Answer.ValueType  # 2
@@ -783,7 +783,7 @@ class Delivery(_message.Message):
         """What became of the hand-off."""
 
     ANSWER_UNSPECIFIED: Delivery.Answer.ValueType  # 0
-    """Not answered yet."""
+    """Never sent: every entry is written with its answer."""
     ANSWER_ACCEPTED: Delivery.Answer.ValueType  # 1
     """Delivered: pushed to the user's devices (or the user has none registered)."""
     ANSWER_DUPLICATE: Delivery.Answer.ValueType  # 2
@@ -818,7 +818,10 @@ class Delivery(_message.Message):
 
     @_builtins.property
     def hand_off_time(self) -> _timestamp_pb2.Timestamp:
-        """When the notification service answered."""
+        """When the notification service answered. For ANSWER_DUPLICATE, when it answered the
+        hand-off that found the ring already delivered: the first, whose answer was lost,
+        came earlier (so lateness and late are upper bounds).
+        """
 
     @_builtins.property
     def lateness(self) -> _duration_pb2.Duration:

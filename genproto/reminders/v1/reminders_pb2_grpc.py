@@ -173,7 +173,11 @@ class RemindersServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListDeliveries(self, request, context):
-        """The delivery history of one of the caller's reminders, newest first.
+        """The delivery history of one of the caller's reminders, newest first: one entry per
+        ring, written once the notification service has answered it (a ring under way shows
+        as the reminder's STATE_SENDING, not here). A deleted reminder's history is
+        NOT_FOUND, as the reminder is; it is kept for the history retention (90 days by
+        default), and removed at once by DeleteUserData.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

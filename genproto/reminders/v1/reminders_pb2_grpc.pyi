@@ -127,7 +127,12 @@ class RemindersServiceStub:
     PreviewSchedule: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.PreviewScheduleRequest, _reminders_pb2.PreviewScheduleResponse]
     """Computes the occurrences of a schedule without storing anything."""
     ListDeliveries: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.ListDeliveriesRequest, _reminders_pb2.ListDeliveriesResponse]
-    """The delivery history of one of the caller's reminders, newest first."""
+    """The delivery history of one of the caller's reminders, newest first: one entry per
+    ring, written once the notification service has answered it (a ring under way shows
+    as the reminder's STATE_SENDING, not here). A deleted reminder's history is
+    NOT_FOUND, as the reminder is; it is kept for the history retention (90 days by
+    default), and removed at once by DeleteUserData.
+    """
 
 @_typing.type_check_only
 class RemindersServiceAsyncStub(RemindersServiceStub):
@@ -178,7 +183,12 @@ class RemindersServiceAsyncStub(RemindersServiceStub):
     PreviewSchedule: _aio.UnaryUnaryMultiCallable[_reminders_pb2.PreviewScheduleRequest, _reminders_pb2.PreviewScheduleResponse]  # type: ignore[assignment]
     """Computes the occurrences of a schedule without storing anything."""
     ListDeliveries: _aio.UnaryUnaryMultiCallable[_reminders_pb2.ListDeliveriesRequest, _reminders_pb2.ListDeliveriesResponse]  # type: ignore[assignment]
-    """The delivery history of one of the caller's reminders, newest first."""
+    """The delivery history of one of the caller's reminders, newest first: one entry per
+    ring, written once the notification service has answered it (a ring under way shows
+    as the reminder's STATE_SENDING, not here). A deleted reminder's history is
+    NOT_FOUND, as the reminder is; it is kept for the history retention (90 days by
+    default), and removed at once by DeleteUserData.
+    """
 
 class RemindersServiceServicer(metaclass=_abc_1.ABCMeta):
     """Reminders owned by the calling user."""
@@ -286,7 +296,12 @@ class RemindersServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _reminders_pb2.ListDeliveriesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_reminders_pb2.ListDeliveriesResponse, _abc.Awaitable[_reminders_pb2.ListDeliveriesResponse]]:
-        """The delivery history of one of the caller's reminders, newest first."""
+        """The delivery history of one of the caller's reminders, newest first: one entry per
+        ring, written once the notification service has answered it (a ring under way shows
+        as the reminder's STATE_SENDING, not here). A deleted reminder's history is
+        NOT_FOUND, as the reminder is; it is kept for the history retention (90 days by
+        default), and removed at once by DeleteUserData.
+        """
 
 def add_RemindersServiceServicer_to_server(servicer: RemindersServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
