@@ -128,6 +128,13 @@ class Replication:
         items = [f"'class': '{self.strategy}'"] + [f"'{k}': {v}" for k, v in self.factors]
         return "{" + ", ".join(items) + "}"
 
+    def matches(self, found: Mapping[str, str]) -> bool:
+        """Whether a keyspace's replication as system_schema.keyspaces holds it (the class
+        in full, the factors as text) is this one."""
+        strategy = found.get("class", "").rsplit(".", 1)[-1]
+        factors = {key: value for key, value in found.items() if key != "class"}
+        return strategy == self.strategy and factors == {k: str(v) for k, v in self.factors}
+
 
 @dataclass(frozen=True)
 class PemFile:
@@ -364,13 +371,14 @@ def _is_local_host(host: str) -> bool:
         return False
 
 
-def _in_development(environ: Mapping[str, str]) -> bool:
+def in_development(environ: Mapping[str, str]) -> bool:
+    """REMINDERS_ENV=dev: development defaults and exemptions apply."""
     return environ.get("REMINDERS_ENV", "") == "dev"
 
 
 def plaintext_off_host_allowed(environ: Mapping[str, str]) -> bool:
     """Development, or a mesh said to encrypt pod-to-pod traffic."""
-    return _in_development(environ) or Env(environ).flag(MESH_VARIABLE, False)
+    return in_development(environ) or Env(environ).flag(MESH_VARIABLE, False)
 
 
 def require_protected(
@@ -385,7 +393,7 @@ def require_protected(
     tokens or passwords cross in plaintext off this host, unless a mesh protects it
     (`REMINDERS_PLAINTEXT_IN_MESH=true`): a deployment that forgot its TLS variables must
     not start and carry them readable."""
-    exempt = _in_development(environ) and not in_development_too
+    exempt = in_development(environ) and not in_development_too
     if protected or exempt or is_local(address):
         return
     if Env(environ).flag(MESH_VARIABLE, False):

@@ -34,7 +34,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 
-from reminders_svc.config import ConfigError, Env, PemFile, Secret, secret_setting
+from reminders_svc.config import ConfigError, Env, PemFile, Secret, in_development, secret_setting
 from reminders_svc.domain.errors import PermissionDenied, Unauthenticated
 from reminders_svc.domain.reminder import MAX_USER_ID_BYTES
 
@@ -134,10 +134,6 @@ def admin_key_from_env(env: Mapping[str, str]) -> TokenKey:
     )
 
 
-def _is_dev(env: Mapping[str, str]) -> bool:
-    return env.get("REMINDERS_ENV", "") == "dev"
-
-
 def _token_key(
     env: Mapping[str, str], *, prefix: str, audience: str, dev_secret: str, max_lifetime_s: float
 ) -> TokenKey:
@@ -152,7 +148,7 @@ def _token_key(
             # key from the issuer's, and would hide a development secret from the check.
             raise ConfigError(f"{prefix}SECRET: starts or ends with whitespace (a newline?)")
         published = secret in _DEVELOPMENT_SECRETS
-        if published and not _is_dev(env):
+        if published and not in_development(env):
             # Anyone can forge tokens with it; the message names the variable, never the value.
             raise ConfigError(
                 f"{prefix}SECRET is a development secret: refused unless REMINDERS_ENV=dev"
@@ -166,7 +162,7 @@ def _token_key(
         pem = PemFile.load(f"{prefix}PUBLIC_KEY_FILE", key_file).data.decode("ascii", "replace")
         public_keys = _rsa_public_keys(pem, f"{prefix}PUBLIC_KEY_FILE={key_file!r}")
         return TokenKey("RS256", Secret(pem), audience, False, max_lifetime_s, issuer, public_keys)
-    if _is_dev(env):
+    if in_development(env):
         return TokenKey("HS256", Secret(dev_secret), audience, True, max_lifetime_s, issuer)
     raise ConfigError(
         f"no token key: set {prefix}SECRET or {prefix}PUBLIC_KEY_FILE "

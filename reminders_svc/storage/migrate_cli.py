@@ -8,6 +8,7 @@ deleted mid-run does not leave the next migrator waiting out the lock's TTL.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -16,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from reminders_svc import logs
-from reminders_svc.config import CassandraSettings, ConfigError
+from reminders_svc.config import CassandraSettings, ConfigError, in_development
 from reminders_svc.storage.errors import StorageUnavailable
 from reminders_svc.storage.migrations import (
     MigrationError,
@@ -24,6 +25,7 @@ from reminders_svc.storage.migrations import (
     default_cql_dir,
     load_migrations,
     migrate,
+    replication_warnings,
 )
 from reminders_svc.storage.session import connect
 
@@ -62,12 +64,17 @@ def run(args: argparse.Namespace) -> int:
         migrations = load_migrations(args.cql_dir or default_cql_dir())
         with _stopped_by_signals() as stopping, connect(settings, keyspace="") as connection:
             report = migrate(connection.session, settings, migrations, stopping=stopping)
+            warnings = replication_warnings(
+                connection.session, settings, in_development(os.environ)
+            )
     except MigrationStopped as stopped:
         print(f"reminders migrate: {stopped}; run it again to finish", file=sys.stderr)
         return EXIT_STOPPED
     except (ConfigError, MigrationError, StorageUnavailable) as error:
         print(f"reminders migrate: {error}", file=sys.stderr)
         return 1
+    for warning in warnings:
+        print(f"reminders migrate: warning: {warning}", file=sys.stderr)
     for label in report.applied:
         print(f"applied {label}")
     for label in report.already_applied:

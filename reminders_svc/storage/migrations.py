@@ -154,6 +154,36 @@ def _bootstrap(session: Session, settings: CassandraSettings) -> None:
     )
 
 
+def replication_warnings(
+    session: Session, settings: CassandraSettings, development: bool
+) -> list[str]:
+    """What an operator must hear of the keyspace's replication: the setting is applied
+    only when the keyspace is created, so a keyspace made with another (a first run
+    without it: one replica) keeps it silently; and one replica outside development."""
+    ks = settings.keyspace
+    row = session.execute(
+        "SELECT replication FROM system_schema.keyspaces WHERE keyspace_name = %s", (ks,)
+    ).one()
+    if row is None:
+        return []
+    found: dict[str, str] = dict(row.replication)
+    warnings = []
+    if not settings.replication.matches(found):
+        warnings.append(
+            f"keyspace {ks} is replicated {found}, not as REMINDERS_CASSANDRA_REPLICATION"
+            " says: that setting applies only when the keyspace is created. To change it:"
+            f" ALTER KEYSPACE {ks} WITH replication = {settings.replication.cql()}, then a"
+            " full repair (nodetool repair --full) on every node"
+        )
+    if found.get("class", "").endswith("SimpleStrategy") and not development:
+        warnings.append(
+            f"keyspace {ks} uses SimpleStrategy outside REMINDERS_ENV=dev: production needs"
+            " NetworkTopologyStrategy with a factor per data centre (3 for LOCAL_QUORUM to"
+            " survive a node)"
+        )
+    return warnings
+
+
 class _Lock:
     def __init__(self, session: Session, keyspace: str, owner: str) -> None:
         self._session = session

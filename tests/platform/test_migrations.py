@@ -246,3 +246,31 @@ def test_tables_written_only_with_ttls_keep_expired_cells_hours_not_days(
         )
         gc_grace = {row.table_name: row.gc_grace_seconds for row in rows}
     assert gc_grace["dispatcher_members"] == gc_grace["due_buckets"] == 3 * 3600
+
+
+def test_migrate_warns_of_a_keyspace_replicated_other_than_asked_or_by_one_replica(
+    fresh_keyspace: CassandraSettings,
+) -> None:
+    """The replication setting applies only when the keyspace is made: a first run without
+    it made one replica (SimpleStrategy:1), and a later run with the production setting
+    said nothing and changed nothing."""
+    env = {**os.environ, "REMINDERS_CASSANDRA_KEYSPACE": fresh_keyspace.keyspace}
+    env.pop("REMINDERS_ENV", None)
+    env.pop("REMINDERS_CASSANDRA_REPLICATION", None)
+
+    def migrate_with(**more: str) -> subprocess.CompletedProcess[str]:
+        command = [REMINDERS, "migrate"]
+        return subprocess.run(command, env={**env, **more}, capture_output=True, text=True)
+
+    first = migrate_with()
+    again = migrate_with(REMINDERS_CASSANDRA_REPLICATION="NetworkTopologyStrategy:datacenter1=3")
+    in_dev = migrate_with(REMINDERS_ENV="dev")
+
+    assert (first.returncode, again.returncode, in_dev.returncode) == (0, 0, 0)
+    assert "uses SimpleStrategy outside REMINDERS_ENV=dev" in first.stderr
+    assert "not as REMINDERS_CASSANDRA_REPLICATION says" not in first.stderr
+    assert (
+        f"ALTER KEYSPACE {fresh_keyspace.keyspace} WITH replication = "
+        "{'class': 'NetworkTopologyStrategy', 'datacenter1': 3}"
+    ) in again.stderr
+    assert "warning" not in in_dev.stderr
