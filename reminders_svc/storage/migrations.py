@@ -25,13 +25,14 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from cassandra import ConsistencyLevel, DriverException, InvalidRequest
+from cassandra import DriverException, InvalidRequest
 from cassandra.cluster import Session
 from cassandra.protocol import ErrorMessage
 from cassandra.query import SimpleStatement
 
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage.errors import StorageUnavailable
+from reminders_svc.storage.session import serial_read_level
 
 _FILE_PATTERN = re.compile(r"^(\d{4})_([a-z0-9_]+)\.cql$")
 log = logging.getLogger(__name__)
@@ -232,7 +233,9 @@ class _Lock:
 def _recorded(session: Session, keyspace: str) -> dict[int, tuple[str, str]]:
     statement = SimpleStatement(
         f"SELECT version, name, checksum FROM {keyspace}.schema_migrations",
-        consistency_level=ConsistencyLevel.SERIAL,
+        # At the LWTs' serial level: a SERIAL read where they are LOCAL_SERIAL fails with
+        # a data centre gone, and every pod restarting in the others would wait NOT_SERVING.
+        consistency_level=serial_read_level(session),
     )
     return {row.version: (row.name, row.checksum) for row in session.execute(statement)}
 

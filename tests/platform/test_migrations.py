@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -9,6 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from cassandra import ConsistencyLevel
+from cassandra.cluster import ResponseFuture
 
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage.errors import STORAGE_ERRORS
@@ -274,3 +277,25 @@ def test_migrate_warns_of_a_keyspace_replicated_other_than_asked_or_by_one_repli
         "{'class': 'NetworkTopologyStrategy', 'datacenter1': 3}"
     ) in again.stderr
     assert "warning" not in in_dev.stderr
+
+
+def test_the_schema_is_read_at_the_serial_level_the_settings_name(
+    fresh_keyspace: CassandraSettings,
+) -> None:
+    """It was always SERIAL: with LOCAL_SERIAL configured (a data centre may be lost), the
+    read every process makes at its start failed with one gone, and every pod restarting
+    in the others waited NOT_SERVING."""
+    local = dataclasses.replace(fresh_keyspace, serial_consistency="LOCAL_SERIAL")
+    levels: list[int] = []
+
+    def seen(future: ResponseFuture) -> None:
+        if "schema_migrations" in str(getattr(future.query, "query_string", "")):
+            levels.append(future.query.consistency_level)
+
+    with connect(local, keyspace="") as connection:
+        migrate(connection.session, local, load_migrations(default_cql_dir()))
+        connection.session.add_request_init_listener(seen)
+        require_current_schema(connection.session, local.keyspace)
+
+    assert levels
+    assert set(levels) == {ConsistencyLevel.LOCAL_SERIAL}
