@@ -64,7 +64,11 @@ async def _migrated(session: Session, settings: NotifierSettings) -> MigrationRe
     leave the schema lock to expire (5 minutes), and the next start would wait for it."""
     stopping = threading.Event()
     attempt = asyncio.ensure_future(
-        asyncio.to_thread(apply_notifier_schema, session, settings.cassandra, stopping)
+        # A notifier rolled back serves on a newer schema (the migration at its start must
+        # not crash-loop it), as the other processes of an older release do.
+        asyncio.to_thread(
+            apply_notifier_schema, session, settings.cassandra, stopping, ahead_ok=True
+        )
     )
     try:
         return await asyncio.shield(attempt)

@@ -29,8 +29,13 @@ def migrate_notifier(settings: CassandraSettings) -> MigrationReport:
 
 
 def apply_notifier_schema(
-    session: Session, settings: CassandraSettings, stopping: threading.Event | None = None
+    session: Session,
+    settings: CassandraSettings,
+    stopping: threading.Event | None = None,
+    *,
+    ahead_ok: bool = False,
 ) -> MigrationReport:
     """`migrate_notifier` on a session already connected (with or without a keyspace);
-    `stopping` as `migrate` takes it."""
-    return migrate(session, settings, load_migrations(notifier_cql_dir()), stopping=stopping)
+    `stopping` and `ahead_ok` as `migrate` takes them."""
+    migrations = load_migrations(notifier_cql_dir())
+    return migrate(session, settings, migrations, stopping=stopping, ahead_ok=ahead_ok)

@@ -257,11 +257,32 @@ def require_current_schema(
         raise SchemaBehind(
             f"keyspace {keyspace!r} has no schema_migrations table: run `reminders migrate`"
         ) from None
+    for migration in shipped:
+        _check_recorded_as_shipped(migration, recorded)
     missing = [m.label for m in shipped if m.version not in recorded]
     if missing:
         raise SchemaBehind(
             f"keyspace {keyspace!r} lacks schema files {', '.join(missing)} of this release:"
             " run `reminders migrate`"
+        )
+
+
+def _check_recorded_as_shipped(migration: Migration, recorded: dict[int, tuple[str, str]]) -> None:
+    """MigrationError if the database applied another file under `migration`'s version (a
+    release of another branch), or this file as it was before an edit: waiting cannot
+    mend either."""
+    if migration.version not in recorded:
+        return
+    name, checksum = recorded[migration.version]
+    if name != migration.name:
+        raise MigrationError(
+            f"schema version {migration.version} was applied as {name}, but this release"
+            f" ships {migration.label}: the database was migrated by another release's files"
+        )
+    if checksum != migration.checksum:
+        raise MigrationError(
+            f"{migration.label}.cql changed after it was applied (as {name}); "
+            "applied files are immutable: add a new file instead"
         )
 
 
@@ -273,10 +294,15 @@ def migrate(
     owner: str | None = None,
     lock_timeout_s: float = 600.0,
     stopping: threading.Event | None = None,
+    ahead_ok: bool = False,
 ) -> MigrationReport:
     """Apply the migrations not yet recorded, in order, under the schema lock. Once
     `stopping` is set it gives up (MigrationStopped) at the next safe point: while waiting
-    for the lock, or between two statements, releasing the lock."""
+    for the lock, or between two statements, releasing the lock.
+
+    A database with versions `migrations` lacks (a newer release's) is refused, unless
+    `ahead_ok` and every one of `migrations` is applied: a process rolled back to an
+    older release serves on the newer schema, as each release's schema allows."""
     stopping = stopping or threading.Event()
     owner = owner or f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     _bootstrap(session, settings)
@@ -286,22 +312,20 @@ def migrate(
     already: list[str] = []
     try:
         recorded = _recorded(session, settings.keyspace)
+        for migration in migrations:
+            _check_recorded_as_shipped(migration, recorded)
         known = {m.version for m in migrations}
         unknown = sorted(set(recorded) - known)
-        if unknown:
+        if unknown and not (ahead_ok and known <= set(recorded)):
             raise MigrationError(
                 f"the database has schema versions {unknown} that this release does not know: "
                 "is an older release migrating a newer schema?"
             )
+        if unknown:
+            log.warning("the schema is ahead of this release (versions %s): serving on it", unknown)
         session.set_keyspace(settings.keyspace)
         for migration in migrations:
             if migration.version in recorded:
-                name, checksum = recorded[migration.version]
-                if checksum != migration.checksum:
-                    raise MigrationError(
-                        f"{migration.label}.cql changed after it was applied (as {name}); "
-                        "applied files are immutable: add a new file instead"
-                    )
                 already.append(migration.label)
                 continue
             for number, statement in enumerate(migration.statements, start=1):

@@ -169,6 +169,7 @@ def test_a_new_file_is_applied_and_a_changed_applied_file_is_refused(
 ) -> None:
     cql = tmp_path / "cql"
     shutil.copytree(default_cql_dir(), cql)
+    ks = fresh_keyspace.keyspace
     with connect(fresh_keyspace, keyspace="") as connection:
         migrate(connection.session, fresh_keyspace, load_migrations(cql))
         (cql / "9001_extra.cql").write_text(
@@ -183,6 +184,31 @@ def test_a_new_file_is_applied_and_a_changed_applied_file_is_refused(
         )
         with pytest.raises(MigrationError, match=r"9001_extra\.cql changed after it was applied"):
             migrate(connection.session, fresh_keyspace, load_migrations(cql))
+        # A process checks the files too, not their numbers alone (it then failed on the
+        # first statement naming what the other file made), and stops: waiting cannot mend.
+        with pytest.raises(MigrationError, match=r"9001_extra\.cql changed after it was applied"):
+            require_current_schema(connection.session, ks, load_migrations(cql))
+        (cql / "9001_extra.cql").rename(cql / "9001_label.cql")
+        with pytest.raises(MigrationError, match="9001 was applied as extra, but this release"):
+            require_current_schema(connection.session, ks, load_migrations(cql))
+
+
+def test_a_process_of_an_older_release_serves_on_a_newer_schema_but_never_migrates_it(
+    fresh_keyspace: CassandraSettings, tmp_path: Path
+) -> None:
+    """A notifier rolled back (it migrates at its start) crash-looped on a schema one file
+    ahead; `reminders migrate` of the older release still refuses it."""
+    newer = tmp_path / "cql"
+    shutil.copytree(default_cql_dir(), newer)
+    (newer / "9003_newer.cql").write_text("CREATE TABLE IF NOT EXISTS newer (k int PRIMARY KEY);")
+    older = load_migrations(default_cql_dir())
+    with connect(fresh_keyspace, keyspace="") as connection:
+        migrate(connection.session, fresh_keyspace, load_migrations(newer))
+        with pytest.raises(MigrationError, match=r"versions \[9003\] that this release does not"):
+            migrate(connection.session, fresh_keyspace, older)
+        report = migrate(connection.session, fresh_keyspace, older, ahead_ok=True)
+    assert report.applied == ()
+    assert report.already_applied == tuple(m.label for m in older)
 
 
 def test_a_failing_file_is_not_recorded_and_applies_once_fixed(
