@@ -191,7 +191,7 @@ async def storage_floor(settings: CassandraSettings, notifier_keyspace: str, cou
             key = dispatch.idempotency_key(claimed)
             await keys.record(Notification(key, user_id, Priority.URGENT, "Reminder", "x"))
             await devices.list(user_id)  # the notifier's fan-out looks the user's devices up
-            await keys.settle(key, Settlement.PUSHED)
+            await keys.settle(key, user_id, Settlement.PUSHED)
             await history.record(
                 Delivery(
                     user_id=user_id,
