@@ -807,7 +807,10 @@ class Delivery(_message.Message):
     reason: _builtins.str
     """Why, when rejected."""
     late: _builtins.bool
-    """Rang late under the misfire policy (after an outage)."""
+    """Handed off more than the dispatchers' late bound (60 s by default) after its due,
+    whatever the cause: an outage caught up, a busy minute draining, a notification
+    service retried.
+    """
     @_builtins.property
     def due_time(self) -> _timestamp_pb2.Timestamp:
         """The ring's due time; with the reminder id it is the idempotency key."""
