@@ -436,6 +436,19 @@ class Ringer:
                 else:
                     await to_the_end(self._let_go(claimed_row))
 
+    @contextlib.asynccontextmanager
+    async def _slot_given_up(self) -> AsyncIterator[None]:
+        """This ring's slot for others while it waits to retry: one user's rings the
+        notifier keeps answering "retry" (a push service throttling a device, for up to an
+        hour) held every slot, their backoffs included, and no other ring was claimed."""
+        self._capacity.release()
+        try:
+            yield
+        finally:
+            # Taken back even if cancelled meanwhile: the `async with` holding the slot
+            # releases it on the way out, and must not release one it does not hold.
+            await asyncio.shield(self._capacity.acquire())
+
     async def _hand_off(self, row: Reminder, shift: Shift) -> Answer | None:
         """The notifier's final answer; RETRYABLE when the claim was taken while retrying;
         None when the shift ended before a final answer."""
@@ -461,8 +474,9 @@ class Ringer:
             if answer.outcome is not Outcome.RETRYABLE:
                 return answer
             self._metrics.notifier_errors.inc()
-            if not await shift.sleep(backoff.next()):
-                return None
+            async with self._slot_given_up():
+                if not await shift.sleep(backoff.next()):
+                    return None
             if not await self._set_claim_expiry(
                 row, self._clock.now() + self._settings.claim_lease
             ):

@@ -68,10 +68,12 @@ def snooze_an_hour(row: Reminder, now: datetime) -> Reminder:
 
 
 class Notifier(npb_grpc.NotificationServiceServicer):
-    """Answers every item retryable while `down`, accepted otherwise."""
+    """Answers every item retryable while `down` (those of `down_for`'s users always),
+    accepted otherwise."""
 
     def __init__(self) -> None:
         self.down = False
+        self.down_for: set[str] = set()
         self.accepted: list[str] = []
         self.refused = 0
         self.received = 0  # items, as soon as they arrive
@@ -86,15 +88,17 @@ class Notifier(npb_grpc.NotificationServiceServicer):
         for item in request.notifications:
             self.first_sent[item.idempotency_key].add(item.first_send_time.ToDatetime(tzinfo=UTC))
         await asyncio.sleep(self.answer_after_s)
-        if self.down:
-            self.refused += len(keys)
-            outcome = npb.SendResult.OUTCOME_RETRYABLE
-        else:
-            self.accepted.extend(keys)
-            outcome = npb.SendResult.OUTCOME_ACCEPTED
-        return npb.SendBatchResponse(
-            results=[npb.SendResult(idempotency_key=key, outcome=outcome) for key in keys]
-        )
+        results = []
+        for item in request.notifications:
+            key = item.idempotency_key
+            if self.down or item.user_id in self.down_for:
+                self.refused += 1
+                outcome = npb.SendResult.OUTCOME_RETRYABLE
+            else:
+                self.accepted.append(key)
+                outcome = npb.SendResult.OUTCOME_ACCEPTED
+            results.append(npb.SendResult(idempotency_key=key, outcome=outcome))
+        return npb.SendBatchResponse(results=results)
 
 
 class RacedStore(ReminderStore):
@@ -746,6 +750,35 @@ async def _claimed_and_waiting_to_retry(
     rings = [part.ring(reminder) for reminder in reminders]
     await _until(lambda: part.notifier.refused >= count, 10)
     return reminders, rings
+
+
+def test_rings_waiting_to_retry_leave_their_slots_to_rings_not_yet_claimed(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """A notifier answering "retry" for one user's rings (a push service throttling one
+    device, for up to an hour): each held its slot from its read to its finalize, backoffs
+    included, so `max_in_flight` of them left every other ring unclaimed meanwhile."""
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace, max_in_flight=2, lease=_LONG_WORK) as part:
+            part.notifier.down_for = {"u-throttled"}
+            due = _just_due()
+            throttled = [await part.due_reminder("u-throttled", due) for _ in range(2)]
+            retrying = [part.ring(reminder) for reminder in throttled]
+            await _until(lambda: part.notifier.refused >= 2, 20)
+            other = await part.due_reminder("u-other", due)
+
+            async with asyncio.timeout(20):
+                assert await part.ring(other)
+
+            assert len(part.notifier.accepted) == 1
+            assert (await part.row(other)).status is Status.DONE
+            part.notifier.down_for = set()
+            async with asyncio.timeout(60):
+                assert await asyncio.gather(*retrying) == [True, True]
+            assert len(set(part.notifier.accepted)) == 3
+
+    asyncio.run(scenario())
 
 
 def test_one_users_rings_due_at_once_all_go_out_with_one_lwt_at_a_time_on_its_partition(
