@@ -26,4 +26,12 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES),
 )
 
-CLIENT_OPTIONS: tuple[tuple[str, str], ...] = (("grpc.lb_policy_name", "round_robin"),)
+# A server back after an outage is reached within seconds: gRPC's own reconnect backoff
+# grows to 2 minutes, and rings held back by a notifier outage waited that much more.
+MAX_RECONNECT_BACKOFF_MS = 2000
+
+CLIENT_OPTIONS: tuple[tuple[str, str | int], ...] = (
+    ("grpc.lb_policy_name", "round_robin"),
+    ("grpc.initial_reconnect_backoff_ms", 500),
+    ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
+)

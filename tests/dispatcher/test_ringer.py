@@ -39,6 +39,7 @@ from reminders_svc.api.settings import HANDOFF_WINDOW, Limits
 from reminders_svc.app import RemindersApp
 from reminders_svc.concurrency import to_the_end
 from reminders_svc.config import Retention
+from reminders_svc.connections import MAX_RECONNECT_BACKOFF_MS
 from reminders_svc.domain.delivery import Answer as HistoryAnswer
 from reminders_svc.domain.delivery import Delivery
 from reminders_svc.domain.reminder import (
@@ -59,6 +60,7 @@ from reminders_svc.storage.purge import UserPurge
 from reminders_svc.storage.reminders_store import ReminderStore, StoredReminder
 from reminders_svc.storage.session import CassandraConnection
 from tests.dispatcher.stack import room_wait_s
+from tests.platform.helpers import free_port
 
 UserChange = Callable[[Reminder, datetime], Reminder]
 
@@ -1453,3 +1455,39 @@ def test_a_part_whose_lease_ran_out_unrenewed_stops_and_counts_it_lost(
             return part.count("reminders_dispatch_leases_lost_total")
 
     assert asyncio.run(scenario()) == 1
+
+
+def test_a_notifier_back_after_a_long_outage_is_reached_within_seconds() -> None:
+    """gRPC's reconnect backoff grows to 2 minutes: rings held back by a notifier outage
+    waited up to that long once it was back (80 s after a 200 s outage)."""
+
+    async def scenario() -> tuple[float, int]:
+        port = free_port()
+        client = NotifierClient(f"127.0.0.1:{port}")
+        now = datetime.now(UTC)
+        ring = Ring("k/1", "u-back", "ring", now, now + timedelta(minutes=5), now)
+        down_until = time.monotonic() + 20
+        tries = 0
+        while time.monotonic() < down_until:  # the dispatcher's retries meanwhile
+            [answer] = (await client.send([ring])).values()
+            assert answer.outcome is Outcome.RETRYABLE
+            tries += 1
+            await asyncio.sleep(0.5)
+        notifier = Notifier()  # type: ignore[abstract]  # only SendBatch is served
+        server = grpc.aio.server()
+        npb_grpc.add_NotificationServiceServicer_to_server(notifier, server)
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        back = time.monotonic()
+        try:
+            while not notifier.accepted:
+                await client.send([ring])
+                await asyncio.sleep(0.1)
+            return time.monotonic() - back, tries
+        finally:
+            await client.close()
+            await server.stop(None)
+
+    reached_after_s, tries = asyncio.run(scenario())
+    assert tries > 10
+    assert reached_after_s < MAX_RECONNECT_BACKOFF_MS / 1000 * 1.2 + 1
