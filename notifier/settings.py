@@ -105,18 +105,13 @@ class NotifierSettings:
             return env.integer(name, default, low=1, high=100_000)
 
         cassandra = CassandraSettings.from_env(values)
-        keyspace = env.identifier("KEYSPACE", "notifier")
-        if keyspace == cassandra.keyspace:
-            # Its schema history would be the reminders' (refused as "a newer schema").
-            raise ConfigError(
-                f"{PREFIX}KEYSPACE={keyspace!r} is REMINDERS_CASSANDRA_KEYSPACE's: the"
-                " notifier's tables live in a keyspace of their own"
-            )
         settings = cls(
             host=env.text("HOST", cls.host),
             port=env.port("PORT", cls.port),
             metrics_port=env.port("METRICS_PORT", cls.metrics_port),
-            cassandra=dataclasses.replace(cassandra, keyspace=keyspace),
+            cassandra=dataclasses.replace(
+                cassandra, keyspace=env.identifier("KEYSPACE", "notifier")
+            ),
             key_ttl=env.days("KEY_TTL_DAYS", cls.key_ttl, low=1, high=365),
             key_takeover_after=seconds("KEY_TAKEOVER_AFTER_S", cls.key_takeover_after, low=1),
             adapter=env.choice("ADAPTER", "recording", ("recording", "logging")),

@@ -174,15 +174,6 @@ def test_faults_are_off_unless_named_and_unknown_ones_refused() -> None:
             Faults.parse(text)
 
 
-def test_the_notifier_s_keyspace_may_not_be_the_reminders_one() -> None:
-    """Its schema history would be the reminders': the notifier then refused to start,
-    calling it "an older release migrating a newer schema"."""
-    shared = {"REMINDERS_ENV": "dev", "REMINDERS_CASSANDRA_KEYSPACE": "shared"}
-    with pytest.raises(ConfigError, match="REMINDERS_NOTIFIER_KEYSPACE='shared' is REMIND"):
-        NotifierSettings.from_env({**shared, "REMINDERS_NOTIFIER_KEYSPACE": "shared"})
-    assert NotifierSettings.from_env(shared).cassandra.keyspace == "notifier"
-
-
 def test_a_dispatcher_spreads_its_hand_offs_over_every_notifier_its_target_names(
     notifier_settings: NotifierSettings, user: str
 ) -> None:
