@@ -112,7 +112,7 @@ class ProcessHealth:
         )
         await self._set_services(status)
 
-    async def _set_services(self, status: health_pb2.HealthCheckResponse.int) -> None:
+    async def _set_services(self, status: int) -> None:
         for service in self._services:
             await self.servicer.set(service, status)
 

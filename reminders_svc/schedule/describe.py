@@ -28,11 +28,12 @@ _WEEKEND = (ByDay(5), ByDay(6))
 _PLURALS = {"weekday": "weekdays", "weekend day": "weekend days"}
 
 
-def _ordinal(number: int) -> str:
+def ordinal(number: int) -> str:
+    """1st, 2nd, 23rd, 11th; last, 2nd to last (an RRULE's negative positions)."""
     if number == -1:
         return "last"
     if number < 0:
-        return f"{_ordinal(-number)} to last"
+        return f"{ordinal(-number)} to last"
     teen = 10 <= number % 100 <= 20
     suffix = "th" if teen else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
     return f"{number}{suffix}"
@@ -50,7 +51,7 @@ def _days(rule: Rule) -> str:
     names = [
         _DAY_NAMES[entry.weekday]
         if entry.ordinal is None
-        else f"{_ordinal(entry.ordinal)} {_DAY_NAMES[entry.weekday]}"
+        else f"{ordinal(entry.ordinal)} {_DAY_NAMES[entry.weekday]}"
         for entry in rule.by_day
     ]
     return _listing(names)
@@ -88,7 +89,7 @@ def _every(rule: Rule, start: datetime) -> str:
         if rule.freq is Freq.YEARLY and not months and not rule.by_day:
             # The days of every month of the year.
             every = "Every month" if rule.interval == 1 else f"Every month of {every.lower()}"
-        every += f" on the {_listing([_ordinal(day) for day in month_days])} day"
+        every += f" on the {_listing([ordinal(day) for day in month_days])} day"
     if months:
         every += " in " + _listing(months)
     return every
@@ -114,15 +115,15 @@ def _gaps(rule: Rule, start: datetime) -> str:
     month_days, month_numbers = _month_days(rule, start)
     months = month_numbers or tuple(range(1, 13))
     if month_days:
-        named = [_ordinal(day) for day in month_days]
-        lacking = [_ordinal(d) for d in month_days if any(abs(d) > _DAYS_IN[m - 1] for m in months)]
+        listed = len(month_days)
+        lacking = [ordinal(d) for d in month_days if any(abs(d) > _DAYS_IN[m - 1] for m in months)]
     elif rule.freq is Freq.MONTHLY or (rule.freq is Freq.YEARLY and month_numbers):
-        named = [f"{_ordinal(e.ordinal)} {_DAY_NAMES[e.weekday]}" for e in rule.by_day if e.ordinal]
+        listed = len(rule.by_day)
         # No month holds a sixth of a weekday; some hold a fifth.
         lacking = [
-            name
-            for name, e in zip(named, rule.by_day, strict=False)
-            if e.ordinal and abs(e.ordinal) == 5
+            f"{ordinal(e.ordinal)} {_DAY_NAMES[e.weekday]}"
+            for e in rule.by_day
+            if e.ordinal is not None and abs(e.ordinal) == 5
         ]
     else:
         return ""
@@ -130,7 +131,7 @@ def _gaps(rule: Rule, start: datetime) -> str:
         return ""
     if month_numbers == (2,) and month_days:
         return ", only in leap years"
-    if len(named) == 1:
+    if listed == 1:
         return ", skipped in months without one"
     them = "one" if len(lacking) == 1 else "them"
     return f", the {_listing(lacking)} skipped in months without {them}"
@@ -188,7 +189,7 @@ def describe(schedule: Schedule) -> str:
     text = f"{_every(rule, schedule.start)} {_times(rule, schedule)}"
     text += _gaps(rule, schedule.start)
     if rule.by_set_pos:
-        picked = _listing([_ordinal(position) for position in rule.by_set_pos])
+        picked = _listing([ordinal(position) for position in rule.by_set_pos])
         text += f", keeping the {picked} of each {_UNITS[rule.freq]}"
     text += f", from {schedule.start:%Y-%m-%d}"
     if rule.count is not None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 
 from reminders_svc.schedule.build import repeat_from_rule
+from reminders_svc.schedule.describe import ordinal
 from reminders_svc.schedule.errors import ScheduleError
 from reminders_svc.schedule.model import Repeat
 from reminders_svc.schedule.rule import (
@@ -115,16 +116,12 @@ def _hint(before: _Token | None, refused: _Token | None, after: _Token | None) -
     if text == "and" or (text in _WEEKDAYS and previous in _WEEKDAYS):
         return " (days are listed with commas: Mon,Fri)"
     if previous in _ORDINAL_WORDS and previous != "last":
-        return f" (a day of the month is a number: {_ORDINAL_WORDS[previous]}{_suffix(previous)})"
+        return f" (a day of the month is a number: {ordinal(_ORDINAL_WORDS[previous])})"
     if text == "day" and before is not None and before.suffixed:
         return f" (write {before.text} alone)"
     if text == "other":
         return " (every other day is every 2 days)"
     return ""
-
-
-def _suffix(ordinal_word: str) -> str:
-    return {"first": "st", "second": "nd", "third": "rd"}.get(ordinal_word, "th")
 
 
 class _Parser:
