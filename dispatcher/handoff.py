@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -60,6 +61,9 @@ def _stamp(instant: datetime) -> Timestamp:
     return stamp
 
 
+# Channel states no wait for a connection outlasts: connected, or closed for good.
+_SETTLED = frozenset({grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.SHUTDOWN})
+
 # How often a TLS channel's files are looked at again (a stat of each, before a call).
 TLS_LOOK_EVERY_S = 1.0
 
@@ -113,6 +117,25 @@ class NotifierClient:
         closing = asyncio.create_task(retired.close(grace=self._timeout_s))
         self._retiring.add(closing)
         closing.add_done_callback(self._retiring.discard)
+
+    def connection_failing(self) -> bool:
+        """Whether the notifier is known unreachable: the channel's attempts to connect fail
+        (gRPC keeps TRANSIENT_FAILURE until one succeeds, trying at least every
+        MAX_RECONNECT_BACKOFF_MS). An idle channel is asked to connect."""
+        state = self._channel.get_state(try_to_connect=True)
+        return state is grpc.ChannelConnectivity.TRANSIENT_FAILURE
+
+    async def until_connected(self, wait_s: float) -> bool:
+        """Whether the channel is connected, waiting up to `wait_s` for it to be (an idle
+        one is asked to connect)."""
+        channel = self._channel
+        state = channel.get_state(try_to_connect=True)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait_s):
+                while state not in _SETTLED:
+                    await channel.wait_for_state_change(state)
+                    state = channel.get_state(try_to_connect=True)
+        return state is grpc.ChannelConnectivity.READY
 
     async def close(self) -> None:
         await self._channel.close()

@@ -104,6 +104,12 @@ class DispatcherMetrics:
             "Rings answered retryable or failed calls to the notifier.",
             registry=r,
         )
+        self.notifier_reachable = Gauge(
+            "reminders_dispatch_notifier_reachable",
+            "0 while this dispatcher's attempts to connect to the notifier fail (rings due"
+            " meanwhile are left unclaimed until it is back), 1 otherwise.",
+            registry=r,
+        )
         self.catch_up_backlog = Gauge(
             "reminders_dispatch_catch_up_backlog_minutes",
             "Minutes behind the current one, summed over the parts held.",

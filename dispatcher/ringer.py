@@ -8,7 +8,9 @@ stays bounded however many entries a minute holds (a task per entry costs ~4 KB;
 minute's waiting entries are kept as data).
 
 `Ringer.ring(entry, horizon, shift)`:
-1. at max(entry due, now), take one of `max_in_flight` slots, and the reminder's own
+1. at max(entry due, now), once the notifier's channel is connected (while the notifier
+   cannot be reached nothing is claimed: rings due meanwhile wait, unclaimed, and go when
+   it is back), take one of `max_in_flight` slots, and the reminder's own
    (one of its entries in hand at a time), read the row fresh and `decide` (the row
    decides); both are held to the finalize, neither while waiting for a later due the
    row holds;
@@ -18,7 +20,8 @@ minute's waiting entries are kept as data).
    moved on by one LWT, never claimed);
 3. hand it off in a batch (SendBatch), only while the part's lease is held, retrying with
    backoff and jitter while the notifier answers retryable (each attempt with an expiry
-   of its own), renewing the claim before each retry and stopping if that fails;
+   of its own; a backoff ends early when the notifier, unreachable, is back), renewing
+   the claim before each retry and stopping if that fails;
 4. finalize by LWT; if it loses, re-read: the claim still ours (only a snooze or a text
    edit landed) -> recompute and retry, with backoff, as long as the part is ours; the
    claim gone -> the user's change wins.
@@ -40,6 +43,7 @@ import logging
 import os
 import random
 import signal
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -146,6 +150,12 @@ class HandoffBatcher:
         except asyncio.CancelledError:
             self._queue = [queued for queued in self._queue if queued is not pending]
             raise
+
+    def connection_failing(self) -> bool:
+        return self._client.connection_failing()
+
+    async def until_connected(self, wait_s: float) -> bool:
+        return await self._client.until_connected(wait_s)
 
     def sending(self, key: str) -> bool:
         """Whether a batch holding the ring of `key` is cut for sending or with the
@@ -287,6 +297,13 @@ class Ringer:
             if not self._clock.ready():
                 # Never early: no hand-off on an unchecked clock. The service re-measures it.
                 await shift.sleep(1.0)
+                continue
+            if not await self._batcher.until_connected(LOOK_EVERY_S):
+                # No claim while the notifier cannot be reached: a claimed ring would be
+                # retried, its claim renewed by an LWT each time, for the whole outage (an
+                # hour's rings, thousands of LWTs a second), and would stand in the way of
+                # its user's changes. Unclaimed, it waits here (its minute open, nothing
+                # written) and goes as soon as the notifier is back.
                 continue
             # One slot from the fresh read to the finalize: at most max_in_flight rings in
             # hand, taken in due order, each read just before its claim (a minute of 20,000
@@ -475,7 +492,7 @@ class Ringer:
                 return answer
             self._metrics.notifier_errors.inc()
             async with self._slot_given_up():
-                if not await shift.sleep(backoff.next()):
+                if not await self._pause_to_retry(shift, backoff.next()):
                     return None
             if not await self._set_claim_expiry(
                 row, self._clock.now() + self._settings.claim_lease
@@ -485,6 +502,19 @@ class Ringer:
                 self._metrics.claims_lost.inc()
                 return Answer(Outcome.RETRYABLE, "claim lost while retrying")
         return None
+
+    async def _pause_to_retry(self, shift: Shift, delay_s: float) -> bool:
+        """`delay_s` of backoff, cut short once a notifier that could not be reached when it
+        began is connected again: the rings claimed before the outage go first when it is
+        over, not up to a backoff's 30 s after the rings due since. True while the shift is
+        on."""
+        if not self._batcher.connection_failing():
+            return await shift.sleep(delay_s)
+        until = time.monotonic() + delay_s
+        while shift.on() and (left_s := until - time.monotonic()) > 0:
+            if await self._batcher.until_connected(min(left_s, LOOK_EVERY_S)):
+                break
+        return shift.on()
 
     def _missed(self, stored: StoredReminder | None, now: datetime, found_at: datetime) -> bool:
         """Under skip_missed, whether the ring a claim would hand off was older than the

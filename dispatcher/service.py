@@ -357,6 +357,7 @@ class Dispatcher:
         self.metrics.catch_up_backlog.set(
             sum(max(0.0, (now - m) / timedelta(minutes=1) - 2) for m in unfinished)
         )
+        self.metrics.notifier_reachable.set(0 if self._notifier.connection_failing() else 1)
         claims = self._ringer.claimed_since.values()
         self.metrics.oldest_claim.set(max(((now - c).total_seconds() for c in claims), default=0))
 

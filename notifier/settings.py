@@ -19,7 +19,7 @@ PREFIX = "REMINDERS_NOTIFIER_"
 @dataclass(frozen=True)
 class Faults:
     """Fault injection for the dispatcher's tests; all off unless REMINDERS_NOTIFIER_FAULTS
-    names them, e.g. `drop_reply:2`, `crash_before_push` or `reject`."""
+    names them, e.g. `drop_reply:2`, `crash_before_push`, `reject` or `retry`."""
 
     # The first N SendBatch calls are processed in full but answered UNAVAILABLE.
     drop_reply: int = 0
@@ -29,6 +29,9 @@ class Faults:
     # Every SendBatch item is answered REJECTED ("fault injected"), nothing recorded or
     # pushed: an answer the notifier gives for good (an expired item, say) on demand.
     reject: bool = False
+    # Every SendBatch item is answered RETRYABLE ("fault injected"), nothing recorded or
+    # pushed: a notifier its senders reach that cannot deliver (its push service down).
+    retry: bool = False
 
     @classmethod
     def parse(cls, text: str) -> Faults:

@@ -47,7 +47,10 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
         self._devices = devices
         self._adapter = adapter
         self._replies_to_drop = faults.drop_reply
-        self._reject_all = faults.reject
+        # The answer a fault gives every item, if one is on.
+        self._fault_outcome = (
+            Outcome.REJECTED if faults.reject else Outcome.RETRYABLE if faults.retry else None
+        )
 
     @translated
     async def Send(self, request: pb.SendRequest, context: Context) -> pb.SendResponse:
@@ -64,10 +67,11 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"notifications: {count} items, expected 1 to {MAX_BATCH_ITEMS}",
             )
-        if self._reject_all:
-            log.warning("fault reject: rejecting a SendBatch of %d", count)
+        if self._fault_outcome is not None:
+            log.warning("fault: answering a SendBatch of %d %s", count, self._fault_outcome)
             results = [
-                self._refused(message, "fault injected") for message in request.notifications
+                self._counted(message, self._fault_outcome, "fault injected")
+                for message in request.notifications
             ]
         else:
             results = await self._answer(request.notifications, context)
@@ -88,7 +92,7 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
             try:
                 read.append(convert.notification(message))
             except convert.InvalidTimestamp as error:
-                read.append(self._refused(message, str(error)))
+                read.append(self._counted(message, Outcome.REJECTED, str(error)))
         readable = [item for item in read if isinstance(item, Notification)]
         remaining_s = context.time_remaining()
         # (A deadline too short for the margin: half of it, not none.)
@@ -98,9 +102,9 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
         accepted = iter(await self._intake.accept_batch(readable, within_s) if readable else [])
         return [next(accepted) if isinstance(item, Notification) else item for item in read]
 
-    def _refused(self, message: pb.Notification, reason: str) -> ItemResult:
-        """An item rejected before the intake sees it, counted like those it rejects."""
-        result = ItemResult(message.idempotency_key, Outcome.REJECTED, reason)
+    def _counted(self, message: pb.Notification, outcome: Outcome, reason: str) -> ItemResult:
+        """An item answered before the intake sees it, counted like those it answers."""
+        result = ItemResult(message.idempotency_key, outcome, reason)
         self._intake.count(result)
         return result
 

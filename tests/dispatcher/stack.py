@@ -192,6 +192,13 @@ class Stack:
         wait_serving(f"127.0.0.1:{self.notifier_port}")
         return process
 
+    def restart_notifier(
+        self, running: subprocess.Popen[bytes], **env: str
+    ) -> subprocess.Popen[bytes]:
+        """`running` stopped and a notifier started in its place, with `env`."""
+        self.stop(running)
+        return self.start_notifier(**env)
+
     def start_dispatcher(self, name: str = "d", **env: str) -> subprocess.Popen[bytes]:
         return self.spawn(f"dispatch-{name}", "dispatch", REMINDERS_DISPATCH_ID=name, **env)
 

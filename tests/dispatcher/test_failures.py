@@ -1,9 +1,9 @@
 """Crashes, frozen dispatchers, lost replies, outages, a notifier that is down or killed.
 
 Every test runs its own stack of real processes (see stack.py): dispatchers are killed
-with SIGKILL through the fault hooks, frozen with SIGSTOP, and the notifier is stopped
-and started again, while the reminders' rows and the notifier's recorded pushes say what
-happened.
+with SIGKILL through the fault hooks, frozen with SIGSTOP, and the notifier is stopped,
+made to answer "retry", and started again, while the reminders' rows and the notifier's
+recorded pushes say what happened.
 """
 
 from __future__ import annotations
@@ -118,13 +118,14 @@ def test_sigterm_lets_go_of_unsent_claims_and_leases_at_once(stack: Stack) -> No
     notifier = stack.start_notifier()
     leaving = stack.start_dispatcher("leaving", **LONG_HOLDS)
     wait_owning(stack, {"leaving"})
-    stack.stop(notifier)
+    # Reachable, answering every item "retry": rings are claimed and retried.
+    notifier = stack.restart_notifier(notifier, REMINDERS_NOTIFIER_FAULTS="retry")
     # Room in the minute for the ring and the stop, so that waiting for the minute's end
     # (plus the 4 s grace) would take as long as the shutdown grace (20 s) cutting it short.
     time.sleep(room_wait_s(25))
     user = new_user()
     created = stack.create_at(user, soon(3))
-    # Claimed; the notifier is down.
+    # Claimed; the notifier answers "retry".
     assert stack.wait_status(user, created.id, "sending").status == "sending"  # type: ignore[attr-defined]
 
     started = time.monotonic()
@@ -133,7 +134,7 @@ def test_sigterm_lets_go_of_unsent_claims_and_leases_at_once(stack: Stack) -> No
     shutdown_grace_s = float(LONG_HOLDS["REMINDERS_DISPATCH_SHUTDOWN_GRACE_S"])
     assert time.monotonic() - started < shutdown_grace_s / 2
     assert {owner for owner, _ in owners(stack).values()} == {None}
-    stack.start_notifier()
+    stack.restart_notifier(notifier)
     stack.start_dispatcher("heir", **LONG_HOLDS)
 
     wait_owning(stack, {"heir"})
@@ -182,7 +183,8 @@ def test_parts_handed_over_let_go_of_their_unsent_claims_at_once(stack: Stack) -
     first = {"REMINDERS_DISPATCH_METRICS_PORT": str(metrics_port), **LONG_HOLDS}
     stack.start_dispatcher("first", **first)
     wait_owning(stack, {"first"})
-    stack.stop(notifier)
+    # Reachable, answering every item "retry": rings are claimed and retried.
+    notifier = stack.restart_notifier(notifier, REMINDERS_NOTIFIER_FAULTS="retry")
     users = [user_in(part) for part in range(PARTS)]
     due = soon(3)
     created = {user: stack.create_at(user, due).id for user in users}
@@ -191,7 +193,7 @@ def test_parts_handed_over_let_go_of_their_unsent_claims_at_once(stack: Stack) -
 
     stack.start_dispatcher("second", **LONG_HOLDS)  # "first" hands half of its parts over
     wait_owning(stack, {"first", "second"}, timeout_s=30)  # inside the 60 s leases
-    stack.start_notifier()
+    stack.restart_notifier(notifier)
 
     # The rings of the parts handed over are re-claimed and sent by "second", those of the
     # parts kept by "first", each once.
@@ -501,30 +503,42 @@ def test_a_row_the_dispatcher_cannot_handle_is_set_aside_and_its_part_goes_on(
     assert "words never logged" not in log
 
 
-def test_nothing_is_lost_while_the_notifier_is_down(stack: Stack) -> None:
+def test_nothing_is_lost_or_claimed_while_the_notifier_is_down(stack: Stack) -> None:
     notifier = stack.start_notifier()
-    # The outage outlasts a ring's expiry: the ring is late, not expired.
-    stack.start_dispatcher("d", REMINDERS_DISPATCH_RING_EXPIRY_S="4")
+    metrics_port = free_port()
+    stack.start_dispatcher("d", REMINDERS_DISPATCH_METRICS_PORT=str(metrics_port))
     wait_owning(stack, {"d"})
     stack.stop(notifier)
     user = new_user()
-    created = stack.create_at(user, soon(3))
-    # Due, claimed, then retried against a notifier that is not there past its expiry.
-    claimed = stack.wait_status(user, created.id, "sending", timeout_s=30)
-    assert claimed.status == "sending"  # type: ignore[attr-defined]
-    time.sleep(6)
-    assert stack.row(user, created.id).status == "sending"  # type: ignore[attr-defined]
+    due = soon(3)
+    created = stack.create_at(user, due)
+
+    # Due, and left unclaimed (free for its user's changes, no LWT renewing a claim) while
+    # the dispatcher cannot reach the notifier; its metrics say so.
+    _wait_for_sample(metrics_port, "reminders_dispatch_notifier_reachable", 0)
+    time.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()) + 5)
+    assert stack.row(user, created.id).status == "pending"  # type: ignore[attr-defined]
 
     stack.start_notifier()
 
     assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=60)) == 1
     assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
+    _wait_for_sample(metrics_port, "reminders_dispatch_notifier_reachable", 1)
+
+
+def _wait_for_sample(metrics_port: int, name: str, value: float, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while scrape(metrics_port).get(name) != value:
+        assert time.monotonic() < deadline, f"{name} never read {value}"
+        time.sleep(0.25)
 
 
 def test_a_waiting_claim_is_aged_from_its_claim_and_its_minute_from_the_minute(
     stack: Stack,
 ) -> None:
-    """The gauges SREs alert on, with a ring due 90 s ago claimed and the notifier down."""
+    """The gauges SREs alert on, with a ring due 90 s ago claimed and the notifier
+    answering "retry"."""
+    stack.start_notifier(REMINDERS_NOTIFIER_FAULTS="retry")
     user = new_user()
     created = stack.create_at(user, soon(3600))
     missed_at = (datetime.now(UTC) - timedelta(seconds=90)).replace(microsecond=0)
@@ -555,10 +569,9 @@ def test_a_waiting_claim_is_aged_from_its_claim_and_its_minute_from_the_minute(
 
 
 def test_while_ringing_a_snooze_rings_later_and_a_delete_stops_the_series(stack: Stack) -> None:
-    """Rings held in `sending` (the notifier is down) while their users act."""
-    notifier = stack.start_notifier()
+    """Rings held in `sending` (the notifier answers "retry") while their users act."""
+    notifier = stack.start_notifier(REMINDERS_NOTIFIER_FAULTS="retry")
     stack.start_dispatcher("d")
-    stack.stop(notifier)
     start = (datetime.now(UTC) - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:00")
     reminders = {}
     for action in ("snooze", "delete"):
@@ -580,7 +593,7 @@ def test_while_ringing_a_snooze_rings_later_and_a_delete_stops_the_series(stack:
         pb.DeleteReminderRequest(id=deleted.id), metadata=stack.md(delete_user)
     )
     assert gone.was_sending  # the API says the ring in flight cannot be recalled
-    stack.start_notifier()
+    stack.restart_notifier(notifier)
 
     # The snooze: the ring in flight goes out, then the snooze rings, then the series goes on.
     pushes = stack.wait_for_pushes(2, snooze_user, snoozed.id, timeout_s=120)

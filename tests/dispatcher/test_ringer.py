@@ -81,6 +81,7 @@ class Notifier(npb_grpc.NotificationServiceServicer):
         self.received = 0  # items, as soon as they arrive
         self.answer_after_s = 0.0  # a slow push: the answer (and the push) this much later
         self.first_sent: dict[str, set[datetime]] = collections.defaultdict(set)  # by key
+        self.expiries: dict[str, list[datetime]] = collections.defaultdict(list)  # by key
 
     async def SendBatch(  # noqa: N802 (the gRPC method's name)
         self, request: npb.SendBatchRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -89,6 +90,7 @@ class Notifier(npb_grpc.NotificationServiceServicer):
         self.received += len(keys)
         for item in request.notifications:
             self.first_sent[item.idempotency_key].add(item.first_send_time.ToDatetime(tzinfo=UTC))
+            self.expiries[item.idempotency_key].append(item.expire_time.ToDatetime(tzinfo=UTC))
         await asyncio.sleep(self.answer_after_s)
         results = []
         for item in request.notifications:
@@ -192,6 +194,8 @@ class Part:
     leases: PartLeases
     ringer: Ringer
     shift: Shift
+    notifier_port: int
+    notifier_server: grpc.aio.Server
 
     def count(self, name: str, **labels: str) -> float:
         return self.metrics.registry.get_sample_value(name, labels) or 0.0
@@ -201,6 +205,13 @@ class Part:
         reminder = new_reminder(user, "ring", one_off_instant(due), due, due)
         assert await self.store.create(reminder, await self.store.active_count(user), 1000)
         return reminder
+
+    async def cut_notifier(self) -> None:
+        """The notifier gone: connections to it refused until `restore_notifier()`."""
+        await self.notifier_server.stop(None)
+
+    async def restore_notifier(self) -> None:
+        self.notifier_server = await serve_notifier(self.notifier, self.notifier_port)
 
     def ring(self, reminder: Reminder, shift: Shift | None = None) -> asyncio.Task[bool | datetime]:
         """Ring the reminder's bucket entry, in this part's shift or in `shift`."""
@@ -232,6 +243,14 @@ async def worker_from(part: Part, session: Session, minute: datetime) -> PartWor
     )
 
 
+async def serve_notifier(notifier: Notifier, port: int) -> grpc.aio.Server:
+    server = grpc.aio.server()
+    npb_grpc.add_NotificationServiceServicer_to_server(notifier, server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    return server
+
+
 @contextlib.asynccontextmanager
 async def leased_part(
     connection: CassandraConnection,
@@ -240,10 +259,8 @@ async def leased_part(
     **settings_changes: Any,
 ) -> AsyncIterator[Part]:
     notifier = Notifier()  # type: ignore[abstract]  # only SendBatch is served
-    server = grpc.aio.server()
-    npb_grpc.add_NotificationServiceServicer_to_server(notifier, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
+    port = free_port()
+    server = await serve_notifier(notifier, port)
     client = NotifierClient(f"127.0.0.1:{port}")
     session = connection.session
     settings = DispatcherSettings(
@@ -259,11 +276,15 @@ async def leased_part(
     leases = PartLeases(session, settings.dispatcher_id, settings.lease)
     lease = await leases.try_take(part)
     assert lease is not None
+    shift = Shift(lease)
+    leased = Part(
+        store, history, notifier, metrics, settings, clock, leases, ringer, shift, port, server
+    )
     try:
-        yield Part(store, history, notifier, metrics, settings, clock, leases, ringer, Shift(lease))
+        yield leased
     finally:
         await client.close()
-        await server.stop(None)
+        await leased.notifier_server.stop(None)
 
 
 async def _until(condition: Callable[[], bool], timeout_s: float) -> None:
@@ -779,6 +800,89 @@ def test_rings_waiting_to_retry_leave_their_slots_to_rings_not_yet_claimed(
             async with asyncio.timeout(60):
                 assert await asyncio.gather(*retrying) == [True, True]
             assert len(set(part.notifier.accepted)) == 3
+
+    asyncio.run(scenario())
+
+
+def test_nothing_is_claimed_while_the_notifier_cannot_be_reached_and_all_ring_once_it_is_back(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """Rings due while the notifier is unreachable were each claimed and retried, their
+    claims renewed by an LWT at every retry for the whole outage: an hour's rings cost the
+    database thousands of LWTs a second. They now wait unclaimed, and go when it is back."""
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace, lease=_LONG_WORK) as part:
+            await part.cut_notifier()
+            due = _just_due()
+            reminders = [await part.due_reminder(f"u-unreached-{n}", due) for n in range(3)]
+            rings = [part.ring(reminder) for reminder in reminders]
+            await asyncio.sleep(3)
+
+            assert [(await part.row(r)).status for r in reminders] == [Status.PENDING] * 3
+            assert part.count("reminders_dispatch_notifier_errors_total") == 0
+
+            await part.restore_notifier()
+            back = time.monotonic()
+            async with asyncio.timeout(15):
+                assert await asyncio.gather(*rings) == [True] * 3
+            assert time.monotonic() - back < MAX_RECONNECT_BACKOFF_MS / 1000 + 2
+            assert len(part.notifier.accepted) == len(set(part.notifier.accepted)) == 3
+            assert [(await part.row(r)).status for r in reminders] == [Status.DONE] * 3
+
+    asyncio.run(scenario())
+
+
+def test_a_ring_retrying_when_the_notifier_went_away_goes_out_as_soon_as_it_is_back(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """A ring claimed before the outage waited out its backoff (up to 30 s) after the
+    notifier was back, behind the rings due since."""
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace, lease=_LONG_WORK) as part:
+            part.notifier.down = True
+            reminder = await part.due_reminder("u-retrying", _just_due())
+            ring = part.ring(reminder)
+            # Five "retry" answers: the backoff's next delays are 4 to 8 s, then 8 to 16 s.
+            await _until(lambda: part.notifier.refused >= 5, 30)
+            await part.cut_notifier()
+            part.notifier.down = False
+            errors = part.count("reminders_dispatch_notifier_errors_total")
+            # Its next attempt finds no notifier; the backoff after it is 8 s or more.
+            await _until(
+                lambda: part.count("reminders_dispatch_notifier_errors_total") > errors, 30
+            )
+            await asyncio.sleep(0.5)
+            await part.restore_notifier()
+            back = time.monotonic()
+            async with asyncio.timeout(30):
+                assert await ring
+            assert time.monotonic() - back < MAX_RECONNECT_BACKOFF_MS / 1000 + 2
+            assert len(part.notifier.accepted) == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_ring_retried_past_its_expiry_is_sent_late_with_an_expiry_of_its_own(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """Each attempt's expiry counts from the attempt: a ring the notifier kept answering
+    "retry" longer than the expiry is late (the misfire policy's business), not expired."""
+
+    async def scenario() -> None:
+        expiry = timedelta(seconds=2)
+        async with leased_part(own_keyspace, lease=_LONG_WORK, ring_expiry=expiry) as part:
+            part.notifier.down = True
+            due = _just_due()
+            ring = part.ring(await part.due_reminder("u-expiring", due))
+            await _until(lambda: part.notifier.refused >= 4, 30)
+            part.notifier.down = False
+            async with asyncio.timeout(30):
+                assert await ring
+
+            [key] = part.notifier.accepted
+            assert part.notifier.expiries[key][-1] > due + expiry + timedelta(seconds=2)
 
     asyncio.run(scenario())
 
@@ -1474,10 +1578,7 @@ def test_a_notifier_back_after_a_long_outage_is_reached_within_seconds() -> None
             tries += 1
             await asyncio.sleep(0.5)
         notifier = Notifier()  # type: ignore[abstract]  # only SendBatch is served
-        server = grpc.aio.server()
-        npb_grpc.add_NotificationServiceServicer_to_server(notifier, server)
-        server.add_insecure_port(f"127.0.0.1:{port}")
-        await server.start()
+        server = await serve_notifier(notifier, port)
         back = time.monotonic()
         try:
             while not notifier.accepted:
