@@ -55,7 +55,7 @@ from dispatcher.metrics import DispatcherMetrics
 from dispatcher.ratelimit import RateLimiter
 from dispatcher.settings import DispatcherSettings, MisfirePolicy
 from dispatcher.shift import LOOK_EVERY_S, Shift
-from reminders_svc.concurrency import UserLocks, to_the_end
+from reminders_svc.concurrency import UserLocks, backoff_s, to_the_end
 from reminders_svc.domain import dispatch
 from reminders_svc.domain.delivery import Answer as HistoryAnswer
 from reminders_svc.domain.delivery import Delivery
@@ -97,16 +97,16 @@ def _freeze_if(faults: frozenset[str], name: str) -> None:
 
 
 class _Backoff:
-    """Delays with jitter, each drawn from [d/2, d], d doubling from `first` up to `cap`."""
+    """Delays for successive retries (`backoff_s`): doubling from `first` up to `cap`."""
 
     def __init__(self, first: float, cap: float) -> None:
-        self._delay = first
+        self._first = first
         self._cap = cap
+        self._attempts = 0
 
     def next(self) -> float:
-        delay = random.uniform(self._delay / 2, self._delay)
-        self._delay = min(self._delay * 2, self._cap)
-        return delay
+        self._attempts += 1
+        return backoff_s(self._first, self._attempts, self._cap)
 
 
 @dataclass

@@ -9,7 +9,14 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
 
-from reminders_svc.config import CassandraSettings, ConfigError, Env, Retention, require_protected
+from reminders_svc.config import (
+    CassandraSettings,
+    ConfigError,
+    Env,
+    Retention,
+    in_development,
+    require_protected,
+)
 from reminders_svc.tls import NOTIFIER_SERVER_PREFIX, ServerTls
 
 AdapterName = Literal["recording", "logging"]
@@ -99,7 +106,7 @@ class NotifierSettings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> NotifierSettings:
         values = os.environ if environ is None else environ
         env = Env(values, PREFIX)
-        dev = values.get("REMINDERS_ENV", "") == "dev"
+        dev = in_development(values)
 
         def seconds(name: str, default: timedelta, low: float = 0.05) -> timedelta:
             return env.seconds(name, default, low=low, high=3600)

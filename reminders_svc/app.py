@@ -71,11 +71,6 @@ def validate_text(text: str, limits: Limits, field: str = "reminder.text") -> st
     return text
 
 
-def first_ring(schedule: Schedule, now: datetime) -> datetime:
-    """The first ring at or after now; a ScheduleError names the schedule input at fault."""
-    return validate_new(schedule, now)
-
-
 class RemindersApp:
     def __init__(
         self,
@@ -105,7 +100,7 @@ class RemindersApp:
         now = self._clock()
         payload_hash = hashlib.sha256(payload).digest()
         try:
-            first = first_ring(schedule, now)
+            first = validate_new(schedule, now)
         except ScheduleError:
             if (made := await self.replayed(user_id, request_id, payload)) is not None:
                 return made
@@ -232,7 +227,7 @@ class RemindersApp:
             # A schedule with no ring ahead is refused before the row is read (the step
             # checks again at its own now); unless it is the reminder's own, sent back.
             try:
-                first_ring(schedule, self._clock())
+                validate_new(schedule, self._clock())
             except ScheduleError as error:
                 refusal = error
 
@@ -244,7 +239,7 @@ class RemindersApp:
                 return steps.edit_text(current, new_text, now)
             if refusal is not None:
                 raise refusal
-            first = first_ring(schedule, now)
+            first = validate_new(schedule, now)
             return steps.edit_schedule(current, new_text, schedule, first, now)
 
         try:

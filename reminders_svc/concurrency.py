@@ -8,10 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import random
 from collections.abc import AsyncIterator, Awaitable
 from typing import TypeVar
 
 T = TypeVar("T")
+
+
+def backoff_s(first_s: float, attempt: int, cap_s: float = math.inf) -> float:
+    """Seconds to wait before retry number `attempt` (from 1): d = `first_s` doubled at
+    each attempt, up to `cap_s`, drawn from [d/2, d] so that the retries of one burst do
+    not come back in step. The exponent is bounded: 2 ** n overflows a float long before
+    an outage ends."""
+    delay_s = min(first_s * 2 ** min(attempt - 1, 32), cap_s)
+    return random.uniform(delay_s / 2, delay_s)
 
 
 class UserLocks:

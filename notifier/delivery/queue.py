@@ -65,9 +65,6 @@ class DeliveryQueue:
         """The workers have stopped: nothing more is taken."""
         return self._closed
 
-    def depth(self, priority: Priority) -> int:
-        return self._depth[priority]
-
     def put(self, item: QueuedNotification) -> None:
         """Raises QueueClosed once the workers have stopped."""
         self._begin()

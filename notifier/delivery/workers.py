@@ -11,7 +11,6 @@ import dataclasses
 import logging
 import math
 import os
-import random
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from notifier.domain.push import PushAdapter, PushResult, push_message
 from notifier.metrics import NotifierMetrics, Undeliverable
 from notifier.storage.devices import DeviceStore
 from notifier.storage.keys import KeyStore
+from reminders_svc.concurrency import backoff_s
 from reminders_svc.storage.errors import STORAGE_ERRORS
 
 log = logging.getLogger(__name__)
@@ -281,12 +281,8 @@ class PushWorkers:
         self._queue.put_after(again, self._backoff(failures, MAX_STORAGE_RETRY_DELAY_S))
 
     def _backoff(self, retry: int, cap_s: float = math.inf) -> float:
-        """Seconds before the `retry`th retry: doubling up to `cap_s`, with full jitter so
-        that the retries of one burst do not come back in step."""
-        # The exponent is bounded too: 2 ** n overflows a float long before an outage ends.
-        doubled = self._policy.retry_backoff.total_seconds() * 2 ** min(retry - 1, 32)
-        backoff = min(doubled, cap_s)
-        return random.uniform(backoff / 2, backoff)
+        """Seconds before the `retry`th retry, from the policy's first backoff."""
+        return backoff_s(self._policy.retry_backoff.total_seconds(), retry, cap_s)
 
     def _end(self, item: QueuedNotification, end: Settlement | HandBack) -> None:
         """End the item's delivery, once; a HandBack hands it back undelivered (its caller

@@ -9,6 +9,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from genproto.notification.v1 import notification_pb2 as pb
 from notifier.delivery.adapters import DeliveredPush
 from notifier.domain.model import Device, ItemResult, Notification, Outcome, Platform, Priority
+from reminders_svc.timestamps import timestamp
 
 _PRIORITY_FROM_PB = {pb.PRIORITY_URGENT: Priority.URGENT}
 _PRIORITY_TO_PB = {Priority.URGENT: pb.PRIORITY_URGENT, Priority.BULK: pb.PRIORITY_BULK}
@@ -37,14 +38,6 @@ def _instant(message: pb.Notification, name: str) -> datetime | None:
         return stamp.ToDatetime(tzinfo=UTC)
     except (ValueError, OverflowError):
         raise InvalidTimestamp(name) from None
-
-
-def _stamp(instant: datetime | None) -> Timestamp | None:
-    if instant is None:
-        return None
-    stamp = Timestamp()
-    stamp.FromDatetime(instant)
-    return stamp
 
 
 def notification(message: pb.Notification) -> Notification:
@@ -86,7 +79,7 @@ def device_message(value: Device) -> pb.Device:
             if value.platform is not None
             else pb.Device.PLATFORM_UNSPECIFIED
         ),
-        register_time=_stamp(value.register_time),
+        register_time=timestamp(value.register_time),
     )
 
 
@@ -97,7 +90,7 @@ def delivered_message(push: DeliveredPush) -> pb.Delivered:
         device_token=push.device_token,
         title=push.title,
         body=push.body,
-        push_time=_stamp(push.push_time),
-        due_time=_stamp(push.due_time),
+        push_time=timestamp(push.push_time),
+        due_time=timestamp(push.due_time),
         priority=_PRIORITY_TO_PB[push.priority],
     )

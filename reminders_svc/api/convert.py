@@ -35,6 +35,7 @@ from reminders_svc.schedule import (
     parse_rrule,
 )
 from reminders_svc.schedule.zones import start_from
+from reminders_svc.timestamps import timestamp
 
 _STATES = {
     Status.PENDING: pb.Reminder.STATE_PENDING,
@@ -56,14 +57,6 @@ MAX_ZONE_CHARS = 64
 MAX_LOCAL_TIME_CHARS = 32
 MAX_EXPRESSION_CHARS = 256
 MAX_RRULE_CHARS = 1024
-
-
-def timestamp(instant: datetime | None) -> Timestamp | None:
-    if instant is None:
-        return None
-    stamp = Timestamp()
-    stamp.FromDatetime(instant.astimezone(UTC))
-    return stamp
 
 
 def instant_of(stamp: Timestamp, field: str) -> datetime:

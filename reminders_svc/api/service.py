@@ -31,6 +31,7 @@ from reminders_svc.storage.migrations import require_current_schema
 from reminders_svc.storage.purge import PURGE_UNDER_WAY, UserPurge
 from reminders_svc.storage.reminders_store import ReminderStore
 from reminders_svc.storage.session import CassandraConnection
+from reminders_svc.timestamps import timestamp
 
 audit = logging.getLogger("reminders.audit")
 
@@ -281,7 +282,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         return pb.PreviewScheduleResponse(
             occurrences=[
                 pb.Occurrence(
-                    time=convert.timestamp(instant),
+                    time=timestamp(instant),
                     local_time=instant.astimezone(zone).isoformat(),
                 )
                 for instant in found

@@ -14,6 +14,7 @@ from reminders_svc.config import (
     MinuteTiming,
     Retention,
     check_tz_override,
+    in_development,
     require_protected,
     ring_expiry_from_env,
 )
@@ -96,7 +97,7 @@ class ApiSettings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ApiSettings:
         values = os.environ if environ is None else environ
         env = Env(values)
-        dev = env.text("REMINDERS_ENV", "") == "dev"
+        dev = in_development(values)
         write_deadline = env.seconds(
             "REMINDERS_API_WRITE_DEADLINE_S", cls.write_deadline, low=0, high=3600
         )

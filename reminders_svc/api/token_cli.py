@@ -12,7 +12,7 @@ import sys
 
 from reminders_svc.api.auth import admin_key_from_env, mint_token, user_key_from_env
 from reminders_svc.api.client_cli import positive_seconds, user_id
-from reminders_svc.config import ConfigError, secret_setting
+from reminders_svc.config import ConfigError, in_development, secret_setting
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     env = os.environ
     prefix = "REMINDERS_ADMIN_JWT_" if args.admin else "REMINDERS_JWT_"
     try:
-        if secret_setting(env, f"{prefix}SECRET") is None and env.get("REMINDERS_ENV") != "dev":
+        if secret_setting(env, f"{prefix}SECRET") is None and not in_development(env):
             # Said here, not by the key's loader: a server may verify with a public key
             # file, but nothing here can sign with one.
             print(

@@ -2,7 +2,8 @@
 
 Each step takes the row as read and returns the row to write (or raises a domain error);
 the storage layer writes it with an LWT conditioned on what was read, so a step computed
-from a stale read never lands. The dispatcher's steps (claim, finalize) live with it.
+from a stale read never lands. The dispatcher's steps (claim, finalize) live in
+`domain/dispatch.py`.
 
 Rules every step keeps:
 - `due` is always the earlier of `occurrence` and `snooze_until` while the reminder can

@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -73,7 +73,6 @@ class Migration:
 class MigrationReport:
     applied: tuple[str, ...] = ()
     already_applied: tuple[str, ...] = ()
-    waited_for_lock_s: float = field(default=0.0, compare=False)
 
 
 def default_cql_dir() -> Path:
@@ -191,7 +190,7 @@ class _Lock:
         self._ks = keyspace
         self.owner = owner
 
-    def acquire(self, timeout_s: float, stopping: threading.Event) -> float:
+    def acquire(self, timeout_s: float, stopping: threading.Event) -> None:
         started = time.monotonic()
         said = False
         while True:
@@ -203,7 +202,7 @@ class _Lock:
                 (_LOCK_NAME, self.owner, _LOCK_TTL_S),
             ).one()
             if row.applied:
-                return time.monotonic() - started
+                return
             if time.monotonic() - started > timeout_s:
                 raise MigrationError(
                     f"another migrator ({row.owner}) has held the schema lock for over "
@@ -307,7 +306,7 @@ def migrate(
     owner = owner or f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     _bootstrap(session, settings)
     lock = _Lock(session, settings.keyspace, owner)
-    waited = lock.acquire(lock_timeout_s, stopping)
+    lock.acquire(lock_timeout_s, stopping)
     applied: list[str] = []
     already: list[str] = []
     try:
@@ -353,4 +352,4 @@ def migrate(
             applied.append(migration.label)
     finally:
         lock.release()
-    return MigrationReport(tuple(applied), tuple(already), waited)
+    return MigrationReport(tuple(applied), tuple(already))

@@ -27,7 +27,6 @@ The fence is the user's static `active_count`, set to `PURGE_FENCE` by LWT toget
 from __future__ import annotations
 
 import asyncio
-import random
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -35,6 +34,7 @@ from typing import Any
 
 from cassandra.cluster import Session
 
+from reminders_svc.concurrency import backoff_s
 from reminders_svc.domain.errors import Unavailable
 from reminders_svc.domain.reminder import may_be_in_flight
 from reminders_svc.storage import aio
@@ -141,8 +141,7 @@ class UserPurge:
             try:
                 return await self._run_once(user_id, purge_id, now, tally)
             except STORAGE_ERRORS:
-                backoff = _FIRST_BACKOFF_S * 2**run
-                await asyncio.sleep(random.uniform(backoff / 2, backoff))
+                await asyncio.sleep(backoff_s(_FIRST_BACKOFF_S, run + 1))
         return await self._run_once(user_id, purge_id, now, tally)  # its failure is final
 
     async def _run_once(
