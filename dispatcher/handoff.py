@@ -12,11 +12,11 @@ from datetime import datetime
 from enum import StrEnum
 
 import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
 from reminders_svc.connections import CLIENT_OPTIONS
+from reminders_svc.timestamps import timestamp
 from reminders_svc.tls import ClientTls, TlsFiles
 
 log = logging.getLogger(__name__)
@@ -55,15 +55,6 @@ _OUTCOMES = {
 }
 
 
-def _stamp(instant: datetime) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromDatetime(instant)
-    return stamp
-
-
-# Channel states no wait for a connection outlasts: connected, or closed for good.
-_SETTLED = frozenset({grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.SHUTDOWN})
-
 # How often a TLS channel's files are looked at again (a stat of each, before a call).
 TLS_LOOK_EVERY_S = 1.0
 
@@ -86,6 +77,8 @@ class NotifierClient:
         self._tls_files = None if tls is None else TlsFiles(tls)
         self._next_look = time.monotonic() + TLS_LOOK_EVERY_S
         self._retiring: set[asyncio.Task[None]] = set()
+        self._connected = asyncio.Event()  # set by `_watch` once the channel is connected
+        self._watch: asyncio.Task[None] | None = None
         self._channel = self._open()
         self._stub = npb_grpc.NotificationServiceStub(self._channel)
         log.info(
@@ -118,6 +111,10 @@ class NotifierClient:
         self._retiring.add(closing)
         closing.add_done_callback(self._retiring.discard)
 
+    def connect(self) -> None:
+        """Connect now, not at the first ring (which would wait for the handshake)."""
+        self._channel.get_state(try_to_connect=True)
+
     def connection_failing(self) -> bool:
         """Whether the notifier is known unreachable: the channel's attempts to connect fail
         (gRPC keeps TRANSIENT_FAILURE until one succeeds, trying at least every
@@ -127,17 +124,37 @@ class NotifierClient:
 
     async def until_connected(self, wait_s: float) -> bool:
         """Whether the channel is connected, waiting up to `wait_s` for it to be (an idle
-        one is asked to connect)."""
-        channel = self._channel
-        state = channel.get_state(try_to_connect=True)
+        one is asked to connect). Every waiter shares one watch of the channel: a
+        dispatcher holds back up to a thousand rings during an outage, and each watching
+        on its own cost twice the CPU (0.062 of a core against 0.034, for 1,024)."""
+        if self._channel.get_state(try_to_connect=True) is grpc.ChannelConnectivity.READY:
+            return True
+        if self._watch is None or self._watch.done():
+            self._connected.clear()
+            self._watch = asyncio.create_task(self._watch_until_connected())
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(wait_s):
-                while state not in _SETTLED:
+                await self._connected.wait()
+        return self._channel.get_state(try_to_connect=False) is grpc.ChannelConnectivity.READY
+
+    async def _watch_until_connected(self) -> None:
+        """Sets `_connected` once the channel is (or a renewal's new channel is)."""
+        while True:
+            channel = self._channel
+            state = channel.get_state(try_to_connect=True)
+            if state is grpc.ChannelConnectivity.READY:
+                self._connected.set()
+                return
+            if state is grpc.ChannelConnectivity.SHUTDOWN and channel is self._channel:
+                return  # closed: waiters time out
+            # Bounded, so a channel retired by a renewal meanwhile is left for the new one.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(TLS_LOOK_EVERY_S):
                     await channel.wait_for_state_change(state)
-                    state = channel.get_state(try_to_connect=True)
-        return state is grpc.ChannelConnectivity.READY
 
     async def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
         await self._channel.close()
         await asyncio.gather(*self._retiring)
 
@@ -152,9 +169,9 @@ class NotifierClient:
                     title="Reminder",
                     body=ring.text,
                     data={"reminder_key": ring.key},
-                    due_time=_stamp(ring.due),
-                    expire_time=_stamp(ring.expires),
-                    first_send_time=_stamp(ring.first_sent),
+                    due_time=timestamp(ring.due),
+                    expire_time=timestamp(ring.expires),
+                    first_send_time=timestamp(ring.first_sent),
                 )
                 for ring in rings
             ]

@@ -138,6 +138,7 @@ class Dispatcher:
         self._notifier = NotifierClient(
             self.settings.notifier_target, tls=self.settings.notifier_tls
         )
+        self._notifier.connect()
         batcher = HandoffBatcher(
             self._notifier, self.settings.batch_size, faults=self.settings.faults
         )

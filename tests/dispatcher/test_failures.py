@@ -154,7 +154,9 @@ def test_a_stopping_dispatchers_released_parts_are_taken_while_it_still_drains(
     wait_owning(stack, {"staying", "leaving"})
     held = min(part for part, (owner, _) in owners(stack).items() if owner == "leaving")
     user = user_in(held)
-    notifier.send_signal(signal.SIGSTOP)  # a hand-off that hangs: the drain waits for it
+    # A hand-off that hangs, the drain waiting for it: the dispatcher connected as it
+    # started, so its channel is up and the call is made (and never answered).
+    notifier.send_signal(signal.SIGSTOP)
     try:
         created = stack.create_at(user, soon(3))
         assert stack.wait_status(user, created.id, "sending").status == "sending"  # type: ignore[attr-defined]
