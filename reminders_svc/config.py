@@ -128,12 +128,19 @@ class Replication:
         items = [f"'class': '{self.strategy}'"] + [f"'{k}': {v}" for k, v in self.factors]
         return "{" + ", ".join(items) + "}"
 
+    @staticmethod
+    def strategy_of(found: Mapping[str, str]) -> str:
+        """The strategy's short name in a keyspace's replication as system_schema.keyspaces
+        holds it (the class in full: org.apache.cassandra.locator.SimpleStrategy)."""
+        return found.get("class", "").rsplit(".", 1)[-1]
+
     def matches(self, found: Mapping[str, str]) -> bool:
-        """Whether a keyspace's replication as system_schema.keyspaces holds it (the class
-        in full, the factors as text) is this one."""
-        strategy = found.get("class", "").rsplit(".", 1)[-1]
+        """Whether a keyspace's replication as system_schema.keyspaces holds it (the
+        factors as text) is this one."""
         factors = {key: value for key, value in found.items() if key != "class"}
-        return strategy == self.strategy and factors == {k: str(v) for k, v in self.factors}
+        return self.strategy_of(found) == self.strategy and factors == {
+            k: str(v) for k, v in self.factors
+        }
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from cassandra.cluster import Session
 from cassandra.protocol import ErrorMessage
 from cassandra.query import SimpleStatement
 
-from reminders_svc.config import CassandraSettings
+from reminders_svc.config import CassandraSettings, Replication
 from reminders_svc.storage.errors import StorageUnavailable
 from reminders_svc.storage.session import serial_read_level
 
@@ -175,7 +175,7 @@ def replication_warnings(
             f" ALTER KEYSPACE {ks} WITH replication = {settings.replication.cql()}, then a"
             " full repair (nodetool repair --full) on every node"
         )
-    if found.get("class", "").endswith("SimpleStrategy") and not development:
+    if Replication.strategy_of(found) == "SimpleStrategy" and not development:
         warnings.append(
             f"keyspace {ks} uses SimpleStrategy outside REMINDERS_ENV=dev: production needs"
             " NetworkTopologyStrategy with a factor per data centre (3 for LOCAL_QUORUM to"
