@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from reminders_svc.api.settings import HANDOFF_WINDOW, Limits
 from reminders_svc.concurrency import UserLocks
+from reminders_svc.config import HANDOFF_WINDOW
 from reminders_svc.domain import reminder as steps
 from reminders_svc.domain.errors import (
     FailedPrecondition,
@@ -28,6 +28,7 @@ from reminders_svc.domain.errors import (
     UserDataBeingDeleted,
     VersionConflict,
 )
+from reminders_svc.domain.limits import Limits
 from reminders_svc.domain.reminder import Reminder, Status
 from reminders_svc.schedule import Schedule, ScheduleError, validate_new
 from reminders_svc.schedule.zones import round_up, upcoming_utc
@@ -63,14 +64,6 @@ def _reused(request_id: str) -> FailedPrecondition:
     )
 
 
-def validate_text(text: str, limits: Limits, field: str = "reminder.text") -> str:
-    if not text.strip():
-        raise InvalidArgument(field, "must not be empty")
-    if len(text) > limits.max_text_chars:
-        raise InvalidArgument(field, f"at most {limits.max_text_chars} characters")
-    return text
-
-
 class RemindersApp:
     def __init__(
         self,
@@ -96,7 +89,7 @@ class RemindersApp:
         """
         if not 1 <= len(request_id) <= 128:
             raise InvalidArgument("request_id", "1 to 128 characters required")
-        validate_text(text, self._limits)
+        self._limits.check_text(text)
         now = self._clock()
         payload_hash = hashlib.sha256(payload).digest()
         try:
@@ -221,7 +214,7 @@ class RemindersApp:
         schedule: Schedule | None,
     ) -> Reminder:
         if text is not None:
-            validate_text(text, self._limits)
+            self._limits.check_text(text)
         refusal: ScheduleError | None = None
         if schedule is not None:
             # A schedule with no ring ahead is refused before the row is read (the step

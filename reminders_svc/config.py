@@ -487,6 +487,11 @@ def ring_expiry_from_env(env: Mapping[str, str]) -> timedelta:
     return read.seconds("RING_EXPIRY_S", RING_EXPIRY, low=1, high=7 * 86_400)
 
 
+# How long after a hand-off attempt its ring may still be pushed, by default: the ring
+# expiry, and the clock-skew allowance of a notifier's clock.
+HANDOFF_WINDOW = RING_EXPIRY + MinuteTiming.skew
+
+
 @dataclass(frozen=True)
 class Env:
     """Typed, bounded reads of one process's environment. An unset or empty variable takes

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from reminders_svc.domain.reminder import MAX_USER_ID_BYTES
+from reminders_svc.domain.reminder import user_id_problem as reminders_user_id_problem
 
 MAX_BATCH_ITEMS = 500
 # Keys are "<reminder_id>/<due as RFC 3339>" for reminders (64 bytes); anything much
@@ -223,11 +223,8 @@ def data_bytes(data: Mapping[str, str]) -> int:
 
 def user_id_problem(user_id: str) -> str | None:
     """Why `user_id` names no user (the API refuses such a subject too), or None."""
-    if not user_id:
-        return "user_id is required"
-    if len(user_id.encode()) > MAX_USER_ID_BYTES:
-        return f"user_id is longer than {MAX_USER_ID_BYTES} bytes"
-    return None
+    problem = reminders_user_id_problem(user_id)
+    return None if problem is None else f"user_id: {problem}"
 
 
 def device_problem(user_id: str, device: Device) -> str | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,18 +21,18 @@ from reminders_svc.api.auth import Authenticator
 from reminders_svc.api.errors import MAY_HAVE_BEEN_APPLIED, translated
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.app import Clock, RemindersApp, utc_now
-from reminders_svc.domain.errors import DeadlineExceeded, InvalidArgument, Unavailable
-from reminders_svc.domain.reminder import MAX_USER_ID_BYTES, Reminder, Status
+from reminders_svc.deliveries import DeliveryRecords
+from reminders_svc.domain.errors import DeadlineExceeded, InvalidArgument
+from reminders_svc.domain.reminder import Reminder, Status
+from reminders_svc.erasure import UserDataEraser
 from reminders_svc.schedule import Schedule, ScheduleError, occurrences, tzdata_version
 from reminders_svc.schedule.zones import MAX_YEAR, MIN_YEAR, load_zone
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.migrations import require_current_schema
-from reminders_svc.storage.purge import PURGE_UNDER_WAY, UserPurge
+from reminders_svc.storage.purge import UserPurge
 from reminders_svc.storage.reminders_store import ReminderStore
 from reminders_svc.storage.session import CassandraConnection
 from reminders_svc.timestamps import timestamp
-
-audit = logging.getLogger("reminders.audit")
 
 Context = grpc.aio.ServicerContext[Any, Any]
 _UPDATABLE = frozenset({"text", "schedule"})
@@ -55,14 +54,14 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
     def __init__(
         self,
         app: RemindersApp,
-        history: DeliveryHistory,
+        deliveries: DeliveryRecords,
         auth: Authenticator,
         settings: ApiSettings,
         clock: Clock = utc_now,
     ) -> None:
         self._app = app
         self._clock = clock
-        self._history = history
+        self._deliveries = deliveries
         self._auth = auth
         self._limits = settings.limits
         self._write_deadline = settings.write_deadline.total_seconds()
@@ -306,11 +305,10 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
     ) -> pb.ListDeliveriesResponse:
         user = self._user(context)
         target = convert.reminder_id(request.reminder_id, "reminder_id")
-        await self._app.get(user, target)  # NOT_FOUND for what the caller does not own
         pages = paging.Pages(f"deliveries:{target}", convert.utc_instant, datetime.isoformat)
         before = pages.cursor(request.page_token)
         size = self._page_size(request.page_size)
-        page, next_before = await self._history.list_page(user, target, before, size)
+        page, next_before = await self._deliveries.page(user, target, before, size)
         return pb.ListDeliveriesResponse(
             deliveries=[convert.delivery_to_proto(d) for d in page],
             next_page_token=pages.token(next_before),
@@ -318,93 +316,26 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
 
 
 class AdminServicer(pb_grpc.RemindersAdminServiceServicer):
-    def __init__(
-        self, purge: UserPurge, history: DeliveryHistory, auth: Authenticator, clock: Clock
-    ) -> None:
-        self._purge = purge
-        self._history = history
+    def __init__(self, eraser: UserDataEraser, auth: Authenticator) -> None:
+        self._eraser = eraser
         self._auth = auth
-        self._clock = clock
-        # Purges under way in this process, by user. Each runs in a task of its own, so
-        # that it finishes (fence lifted, count right) when its caller goes away or its
-        # deadline passes; a caller retrying here joins it.
-        self._purges: dict[str, asyncio.Task[pb.DeleteUserDataResponse]] = {}
 
     @translated
     async def DeleteUserData(
         self, request: pb.DeleteUserDataRequest, context: Context
     ) -> pb.DeleteUserDataResponse:
         operator = self._auth.require_admin(metadata_of(context))
-        if not request.user_id:
-            raise InvalidArgument("user_id", "required")
-        if len(request.user_id.encode()) > MAX_USER_ID_BYTES:
-            raise InvalidArgument("user_id", f"at most {MAX_USER_ID_BYTES} bytes")
-        purge = self._purges.get(request.user_id)
-        if purge is None:
-            purge = asyncio.create_task(self._purge_user(operator, request.user_id))
-            self._purges[request.user_id] = purge
-            purge.add_done_callback(functools.partial(self._purged, operator, request.user_id))
-        return await asyncio.shield(purge)
+        erased = await self._eraser.erase(operator, request.user_id)
+        return pb.DeleteUserDataResponse(
+            reminders_deleted=erased.reminders,
+            deliveries_deleted=erased.deliveries,
+            requests_deleted=erased.requests,
+            rings_in_flight=erased.rings_in_flight,
+        )
 
     async def finish(self, timeout_s: float) -> None:
-        """Let the purges under way finish, for up to `timeout_s` (a shutdown's grace);
-        cancel the rest, so the audit trail says which to run again before the process
-        is killed."""
-        if not self._purges:
-            return
-        _, unfinished = await asyncio.wait(set(self._purges.values()), timeout=timeout_s)
-        for purge in unfinished:
-            purge.cancel()
-        if unfinished:
-            await asyncio.wait(unfinished)
-
-    async def _purge_user(self, operator: str, user_id: str) -> pb.DeleteUserDataResponse:
-        # An audit trail of who wiped whose account, asked and done (ids only, no texts).
-        audit.info("operator %r deletes all data of user %r", operator, user_id)
-        purged = await self._purge.run(user_id, self._clock())
-        # After the rows: a dispatcher whose ring was in flight finds its row gone and
-        # removes the record it wrote (refinement 29); one it wrote before is removed here.
-        deliveries = await self._history.purge_user(user_id)
-        audit.info(
-            "operator %r deleted all data of user %r: %d reminders (%d rings in flight),"
-            " %d create records, %d deliveries",
-            operator,
-            user_id,
-            purged.reminders,
-            purged.rings_in_flight,
-            purged.requests,
-            deliveries,
-        )
-        return pb.DeleteUserDataResponse(
-            reminders_deleted=purged.reminders,
-            deliveries_deleted=deliveries,
-            requests_deleted=purged.requests,
-            rings_in_flight=purged.rings_in_flight,
-        )
-
-    def _purged(
-        self, operator: str, user_id: str, purge: asyncio.Task[pb.DeleteUserDataResponse]
-    ) -> None:
-        del self._purges[user_id]
-        error = None if purge.cancelled() else purge.exception()
-        if isinstance(error, Unavailable) and error.reason == PURGE_UNDER_WAY:
-            # Not a failure: the purge holding the fence finishes the work.
-            audit.info(
-                "operator %r's deletion of all data of user %r found another under way (on"
-                " another server): that one finishes it",
-                operator,
-                user_id,
-            )
-        elif purge.cancelled() or error is not None:
-            # Its caller may be gone: the audit trail says it did not finish.
-            audit.warning(
-                "operator %r's deletion of all data of user %r failed (%s); run it again:"
-                " the user's creates stay refused until a deletion finishes (a new run"
-                " takes this one's fence over 2 minutes after its last refresh)",
-                operator,
-                user_id,
-                "the server stopped" if purge.cancelled() else type(error).__name__,
-            )
+        """Let the erasures under way finish within `timeout_s` (a shutdown's grace)."""
+        await self._eraser.finish(timeout_s)
 
 
 @dataclass(frozen=True)
@@ -429,10 +360,12 @@ def build_servicers(
     )
     history = DeliveryHistory(connection.session, settings.retention.history)
     app = RemindersApp(store, settings.limits, clock, settings.still_pushed_for)
-    purge = UserPurge(connection.session, settings.still_pushed_for)
+    eraser = UserDataEraser(
+        UserPurge(connection.session, settings.still_pushed_for), history, clock
+    )
     return ApiServicers(
-        reminders=RemindersServicer(app, history, auth, settings, clock),
-        admin=AdminServicer(purge, history, auth, clock),
+        reminders=RemindersServicer(app, DeliveryRecords(app, history), auth, settings, clock),
+        admin=AdminServicer(eraser, auth),
     )
 
 

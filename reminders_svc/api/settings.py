@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from reminders_svc.config import (
-    RING_EXPIRY,
+    HANDOFF_WINDOW,
     ConfigError,
     Env,
     MinuteTiming,
@@ -18,54 +18,11 @@ from reminders_svc.config import (
     require_protected,
     ring_expiry_from_env,
 )
-from reminders_svc.domain.errors import InvalidArgument
-from reminders_svc.storage.reminders_store import LIST_SCAN_ROWS
+from reminders_svc.domain.limits import Limits
 from reminders_svc.tls import API_PREFIX, ServerTls
 
-# The dispatchers' and the notifier's defaults: the ring expiry, and the clock-skew
-# allowance of a notifier's clock.
-HANDOFF_WINDOW = RING_EXPIRY + MinuteTiming.skew
 # The test hooks REMINDERS_API_FAULTS may name: the host clock seen 30 s ahead.
 API_FAULTS = frozenset({"wall_clock_ahead"})
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_text_chars: int = 500
-    max_active_per_user: int = 5000
-    max_page_size: int = 500
-    default_page_size: int = 50
-    # The shortest snooze (the contract's minute); end-to-end tests lower it so a snooze
-    # rings within seconds instead of a minute.
-    min_snooze: timedelta = timedelta(minutes=1)
-    max_snooze: timedelta = timedelta(days=7)
-    max_message_bytes: int = 64 * 1024
-    # The most rows of a user's partition one List call reads (a short page with a token
-    # when it comes first).
-    list_scan_rows: int = LIST_SCAN_ROWS
-    # A List page is cut short (with a token) past this many bytes: half a client's default
-    # 4 MiB receive limit, which 500 reminders of the longest texts and rules come within
-    # 7% of.
-    max_page_bytes: int = 2 * 1024 * 1024
-
-    @property
-    def snooze_range(self) -> str:
-        """The snoozes allowed, as a refusal says them: "1 minute to 7 days"."""
-        return f"{_spoken(self.min_snooze)} to {_spoken(self.max_snooze)}"
-
-    def check_snooze(self, span: timedelta, field: str) -> None:
-        """A snooze `span` from now, else InvalidArgument on `field`."""
-        if not self.min_snooze <= span <= self.max_snooze:
-            raise InvalidArgument(field, f"must be {self.snooze_range} from now")
-
-
-def _spoken(span: timedelta) -> str:
-    seconds = span.total_seconds()
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
-        if seconds >= size and seconds % size == 0:
-            count = int(seconds // size)
-            return f"{count} {unit}" if count == 1 else f"{count} {unit}s"
-    return f"{seconds:g} seconds"
 
 
 @dataclass(frozen=True)

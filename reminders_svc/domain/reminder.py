@@ -31,6 +31,15 @@ from reminders_svc.schedule import OneOff, Schedule, next_after
 MAX_USER_ID_BYTES = 256
 
 
+def user_id_problem(user_id: str) -> str | None:
+    """Why `user_id` names no user any token could carry, or None."""
+    if not user_id:
+        return "required"
+    if len(user_id.encode()) > MAX_USER_ID_BYTES:
+        return f"at most {MAX_USER_ID_BYTES} bytes"
+    return None
+
+
 class Status(StrEnum):
     PENDING = "pending"
     SENDING = "sending"

@@ -30,6 +30,7 @@ from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStat
 
 from reminders_svc.config import Retention
 from reminders_svc.domain.errors import QuotaExceeded, UserDataBeingDeleted
+from reminders_svc.domain.limits import LIST_SCAN_ROWS
 from reminders_svc.domain.reminder import Claim, Reminder, Status
 from reminders_svc.storage import aio
 from reminders_svc.storage.errors import WriteOutcomeUnknown
@@ -40,10 +41,6 @@ from reminders_svc.storage.session import prepare_serial
 
 Executor = Callable[[Session, Any, Any], Awaitable[ResultSet]]
 
-# The most rows of a user's partition one List call reads (rows the filter skips and
-# deleted ones, kept 30 days, included), so a call's cost is bounded whatever the
-# partition holds. It exceeds the largest page (500) with its look-ahead row.
-LIST_SCAN_ROWS = 2000
 # Rows per query once rows may be skipped: a few round trips cover the scan bound.
 _LIST_CHUNK_ROWS = 500
 

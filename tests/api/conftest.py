@@ -26,8 +26,9 @@ from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
 from reminders_svc.api.auth import Authenticator, AuthSettings, mint_token
 from reminders_svc.api.server import ApiServer
 from reminders_svc.api.service import build_servicers
-from reminders_svc.api.settings import ApiSettings, Limits
+from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import CassandraSettings
+from reminders_svc.domain.limits import Limits
 from reminders_svc.storage.session import CassandraConnection
 from tests.servers import ServerThread
 

@@ -26,11 +26,11 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from genproto.reminders.v1 import reminders_pb2 as pb
-from reminders_svc.api.settings import Limits
 from reminders_svc.app import RemindersApp
 from reminders_svc.config import CassandraSettings, Retention
 from reminders_svc.domain import dispatch
 from reminders_svc.domain.errors import QuotaExceeded, VersionConflict
+from reminders_svc.domain.limits import Limits
 from reminders_svc.domain.reminder import Reminder, Status
 from reminders_svc.schedule import parse_repeat
 from reminders_svc.storage.errors import WriteOutcomeUnknown

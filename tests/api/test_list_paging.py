@@ -18,8 +18,9 @@ from cassandra.cluster import Session
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.api.auth import Authenticator
 from reminders_svc.api.service import ApiServicers, build_servicers
-from reminders_svc.api.settings import ApiSettings, Limits
+from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import CassandraSettings
+from reminders_svc.domain.limits import Limits
 from reminders_svc.storage.session import CassandraConnection
 from tests.api.conftest import SEED_NOW, Api, FakeClock, code_of, running_api, weekly_monday_nine
 

@@ -24,10 +24,12 @@ from cassandra.cluster import Session
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.api.auth import Authenticator
 from reminders_svc.api.service import AdminServicer, ApiServicers, build_servicers
-from reminders_svc.api.settings import HANDOFF_WINDOW, ApiSettings, Limits
+from reminders_svc.api.settings import ApiSettings
 from reminders_svc.app import RemindersApp
-from reminders_svc.config import CassandraSettings, Retention
+from reminders_svc.config import HANDOFF_WINDOW, CassandraSettings, Retention
 from reminders_svc.domain.errors import Unavailable
+from reminders_svc.domain.limits import Limits
+from reminders_svc.erasure import UserDataEraser
 from reminders_svc.schedule import parse_repeat
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.purge import PURGE_FENCE, UserPurge
@@ -161,7 +163,7 @@ def serving_a_held_purge(
         servicers = build_servicers(connection, auth, api, clock)
         purges.append(PurgeHeldAtItsFirstRow(connection.session))
         history = DeliveryHistory(connection.session, api.retention.history)
-        admin = AdminServicer(purges[-1], history, auth, clock)
+        admin = AdminServicer(UserDataEraser(purges[-1], history, clock), auth)
         return dataclasses.replace(servicers, admin=admin)
 
     clock = FakeClock(SEED_NOW)

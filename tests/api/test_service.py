@@ -13,9 +13,9 @@ from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from genproto.reminders.v1 import reminders_pb2 as pb
-from reminders_svc.api.settings import HANDOFF_WINDOW, Limits
-from reminders_svc.config import CassandraSettings, Retention
+from reminders_svc.config import HANDOFF_WINDOW, CassandraSettings, Retention
 from reminders_svc.domain.delivery import Answer, Delivery
+from reminders_svc.domain.limits import Limits
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.parts import PartCounts, floor_minute, part_of
 from reminders_svc.storage.session import CassandraConnection

@@ -35,13 +35,13 @@ from dispatcher.settings import DispatcherSettings, MisfirePolicy
 from dispatcher.shift import Shift
 from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
-from reminders_svc.api.settings import HANDOFF_WINDOW, Limits
 from reminders_svc.app import RemindersApp
 from reminders_svc.concurrency import to_the_end
-from reminders_svc.config import Retention
+from reminders_svc.config import HANDOFF_WINDOW, Retention
 from reminders_svc.connections import MAX_RECONNECT_BACKOFF_MS
 from reminders_svc.domain.delivery import Answer as HistoryAnswer
 from reminders_svc.domain.delivery import Delivery
+from reminders_svc.domain.limits import Limits
 from reminders_svc.domain.reminder import (
     Reminder,
     Status,

@@ -121,7 +121,7 @@ def test_results_in_request_order_with_rejections(notifier: Client, user: str) -
     assert outcomes[10:13] == [
         (REJECTED, "expired"),
         (REJECTED, "idempotency_key is required"),
-        (REJECTED, "user_id is required"),
+        (REJECTED, "user_id: required"),
     ]
     assert {outcome for outcome, _ in outcomes[:10] + outcomes[13:]} == {ACCEPTED}
     notifier.wait_delivered(20, user)
@@ -788,7 +788,7 @@ def test_items_no_push_could_carry_are_rejected_on_their_own_naming_the_field(
         (ACCEPTED, ""),
         (REJECTED, "due_time is not a valid timestamp"),
         (REJECTED, "expire_time is not a valid timestamp"),
-        (REJECTED, "user_id is longer than 256 bytes"),
+        (REJECTED, "user_id: at most 256 bytes"),
         (REJECTED, "title, body and data are longer than 4096 bytes"),
         (REJECTED, "idempotency_key has characters that are not printable"),
         (REJECTED, "data key 'from' is reserved by the push services"),

@@ -149,9 +149,9 @@ def test_device_removal_refuses_bad_input_naming_the_field_and_removes_nothing(
     unregister = notifier.stub.UnregisterDevice
     delete = notifier.stub.DeleteUserDevices
     cases: list[tuple[str, Callable[..., Any], Message]] = [
-        ("user_id is required", unregister, pb.UnregisterDeviceRequest(device_token=phone)),
+        ("user_id: required", unregister, pb.UnregisterDeviceRequest(device_token=phone)),
         (
-            "user_id is longer than 256 bytes",
+            "user_id: at most 256 bytes",
             unregister,
             pb.UnregisterDeviceRequest(user_id="u" * 257, device_token=phone),
         ),
@@ -166,9 +166,9 @@ def test_device_removal_refuses_bad_input_naming_the_field_and_removes_nothing(
             unregister,
             pb.UnregisterDeviceRequest(user_id=user, device_token=f"auto:{user}"),
         ),
-        ("user_id is required", delete, pb.DeleteUserDevicesRequest()),
+        ("user_id: required", delete, pb.DeleteUserDevicesRequest()),
         (
-            "user_id is longer than 256 bytes",
+            "user_id: at most 256 bytes",
             delete,
             pb.DeleteUserDevicesRequest(user_id="u" * 257),
         ),
