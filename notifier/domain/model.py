@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from reminders_svc.domain.errors import InvalidArgument
 from reminders_svc.domain.reminder import user_id_problem as reminders_user_id_problem
 
 MAX_BATCH_ITEMS = 500
@@ -190,7 +191,7 @@ def rejection(notification: Notification) -> ItemResult | None:
         return rejected("idempotency_key has characters that are not printable")
     user_problem = user_id_problem(notification.user_id)
     if user_problem is not None:
-        return rejected(user_problem)
+        return rejected(user_problem.message)
     if content_bytes(notification) > MAX_CONTENT_BYTES:
         return rejected(f"title, body and data are longer than {MAX_CONTENT_BYTES} bytes")
     reserved = sorted(key for key in notification.data if _is_reserved_data_key(key))
@@ -221,13 +222,13 @@ def data_bytes(data: Mapping[str, str]) -> int:
     return sum(len(key.encode()) + len(value.encode()) for key, value in data.items())
 
 
-def user_id_problem(user_id: str) -> str | None:
+def user_id_problem(user_id: str) -> InvalidArgument | None:
     """Why `user_id` names no user (the API refuses such a subject too), or None."""
     problem = reminders_user_id_problem(user_id)
-    return None if problem is None else f"user_id: {problem}"
+    return None if problem is None else InvalidArgument("user_id", problem)
 
 
-def device_problem(user_id: str, device: Device) -> str | None:
+def device_problem(user_id: str, device: Device) -> InvalidArgument | None:
     """Why a device cannot be registered, or None."""
     problem = device_token_problem(user_id, device.device_token, field="device.device_token")
     if problem is not None:
@@ -235,22 +236,22 @@ def device_problem(user_id: str, device: Device) -> str | None:
     if not device.device_token.isprintable() or not device.device_token.strip():
         # APNs and FCM tokens are printable; one with a line break would forge log lines.
         # (Checked at registration only: a token stored before can still be removed.)
-        return "device.device_token must be printable and not blank"
+        return InvalidArgument("device.device_token", "must be printable and not blank")
     if device.platform is None:
-        return "device.platform must be APNS or FCM"
+        return InvalidArgument("device.platform", "must be APNS or FCM")
     return None
 
 
-def device_token_problem(user_id: str, device_token: str, *, field: str) -> str | None:
+def device_token_problem(user_id: str, device_token: str, *, field: str) -> InvalidArgument | None:
     """Why (`user_id`, `device_token`) names no device a user could have registered, or
-    None; `field` is where the request carries the token, for the message."""
+    None; `field` is where the request carries the token."""
     user_problem = user_id_problem(user_id)
     if user_problem is not None:
         return user_problem
     if not device_token:
-        return f"{field} is required"
+        return InvalidArgument(field, "required")
     if len(device_token.encode()) > MAX_DEVICE_TOKEN_BYTES:
-        return f"{field} is longer than {MAX_DEVICE_TOKEN_BYTES} bytes"
+        return InvalidArgument(field, f"at most {MAX_DEVICE_TOKEN_BYTES} bytes")
     if is_implicit_token(device_token):
-        return f"{field}: tokens starting with {AUTO_DEVICE_PREFIX!r} are reserved"
+        return InvalidArgument(field, f"tokens starting with {AUTO_DEVICE_PREFIX!r} are reserved")
     return None

@@ -22,6 +22,7 @@ from notifier.domain.model import Priority
 from notifier.domain.push import PushAdapter
 from notifier.intake import Intake, IntakeLimits
 from notifier.metrics import NotifierMetrics
+from notifier.rpc.errors import NOTIFIER
 from notifier.rpc.servicer import NotificationServicer
 from notifier.settings import NotifierSettings
 from notifier.storage.devices import DeviceStore
@@ -143,7 +144,9 @@ class NotifierServer:
         intake = Intake(keys, queue, self._metrics, limits, self._clock)
         self._intake = intake
 
-        server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[TolerantRequests()])
+        server = grpc.aio.server(
+            options=SERVER_OPTIONS, interceptors=[TolerantRequests(NOTIFIER.name)]
+        )
         servicer = NotificationServicer(intake, devices, self.adapter, settings.faults)
         notification_pb2_grpc.add_NotificationServiceServicer_to_server(servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health.servicer, server)

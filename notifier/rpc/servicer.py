@@ -24,10 +24,11 @@ from notifier.domain.model import (
 from notifier.domain.push import PushAdapter
 from notifier.intake import Intake
 from notifier.rpc import convert
+from notifier.rpc.errors import translated
 from notifier.settings import Faults
 from notifier.storage.devices import DeviceStore
-from reminders_svc.api.errors import translated
 from reminders_svc.api.paging import Pages, page_size
+from reminders_svc.domain.errors import FailedPrecondition, InvalidArgument
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +64,8 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
     ) -> pb.SendBatchResponse:
         count = len(request.notifications)
         if not 1 <= count <= MAX_BATCH_ITEMS:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"notifications: {count} items, expected 1 to {MAX_BATCH_ITEMS}",
+            raise InvalidArgument(
+                "notifications", f"{count} items, expected 1 to {MAX_BATCH_ITEMS}"
             )
         if self._fault_outcome is not None:
             log.warning("fault: answering a SendBatch of %d %s", count, self._fault_outcome)
@@ -113,7 +113,7 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
         self, request: pb.RegisterDeviceRequest, context: Context
     ) -> pb.RegisterDeviceResponse:
         device = convert.device(request.device)
-        await _refuse_if(device_problem(request.user_id, device), context)
+        _refuse_if(device_problem(request.user_id, device))
         registered = await self._devices.register(request.user_id, device)
         return pb.RegisterDeviceResponse(device=convert.device_message(registered))
 
@@ -121,7 +121,7 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
     async def ListDevices(
         self, request: pb.ListDevicesRequest, context: Context
     ) -> pb.ListDevicesResponse:
-        await _refuse_if(user_id_problem(request.user_id), context)
+        _refuse_if(user_id_problem(request.user_id))
         devices = await self._devices.list(request.user_id)
         return pb.ListDevicesResponse(devices=[convert.device_message(d) for d in devices])
 
@@ -130,7 +130,7 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
         self, request: pb.UnregisterDeviceRequest, context: Context
     ) -> pb.UnregisterDeviceResponse:
         problem = device_token_problem(request.user_id, request.device_token, field="device_token")
-        await _refuse_if(problem, context)
+        _refuse_if(problem)
         await self._devices.remove(request.user_id, request.device_token)
         return pb.UnregisterDeviceResponse()
 
@@ -138,7 +138,7 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
     async def DeleteUserDevices(
         self, request: pb.DeleteUserDevicesRequest, context: Context
     ) -> pb.DeleteUserDevicesResponse:
-        await _refuse_if(user_id_problem(request.user_id), context)
+        _refuse_if(user_id_problem(request.user_id))
         await self._devices.remove_all(request.user_id)
         return pb.DeleteUserDevicesResponse()
 
@@ -147,10 +147,11 @@ class NotificationServicer(pb_grpc.NotificationServiceServicer):
         self, request: pb.ListDeliveredRequest, context: Context
     ) -> pb.ListDeliveredResponse:
         if not isinstance(self._adapter, RecordingPushAdapter):
-            await context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION,
+            raise FailedPrecondition(
                 f"the {self._adapter.name} push adapter keeps no record; "
                 "run with REMINDERS_NOTIFIER_ADAPTER=recording",
+                field="adapter",
+                reason="NO_DELIVERY_RECORD",
             )
         # The filters are in the token: a token of one listing is refused by another.
         pages = Pages(f"delivered:{request.user_id}:{request.idempotency_key}", _push_number, str)
@@ -171,8 +172,8 @@ def _push_number(text: str) -> int:
     return number
 
 
-async def _refuse_if(problem: str | None, context: Context) -> None:
-    """Ends the call INVALID_ARGUMENT, before anything is read or written, when the
-    request has a problem (its message names the field)."""
+def _refuse_if(problem: InvalidArgument | None) -> None:
+    """Ends the call INVALID_ARGUMENT, naming the field at fault, before anything is read
+    or written, when the request has a problem."""
     if problem is not None:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        raise problem

@@ -14,6 +14,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -28,12 +29,24 @@ log = logging.getLogger(__name__)
 # Characters of one message or description: the status travels twice (grpc-message and the
 # details trailer, base64), far below gRPC's default 8 KiB metadata limit.
 MAX_MESSAGE_CHARS = 300
-# ErrorInfo's domain: the service that names the reasons (AIP-193).
-DOMAIN = "reminders.v1"
 # A change storage may or may not have applied (past the write deadline, or unsettled).
 MAY_HAVE_BEEN_APPLIED = (
     "may have been applied: read the reminder before retrying"
     " (a create: repeat it with its request_id)"
+)
+
+
+@dataclass(frozen=True)
+class ErrorDomain:
+    """A service answering through this module: the ErrorInfo domain that names its
+    reasons (AIP-193), and what it tells a caller of a write storage did not confirm."""
+
+    name: str
+    unconfirmed: str
+
+
+REMINDERS = ErrorDomain(
+    "reminders.v1", f"storage did not confirm the change, which {MAY_HAVE_BEEN_APPLIED}"
 )
 
 _CODES: dict[type[errors.ReminderError], grpc.StatusCode] = {
@@ -61,14 +74,14 @@ def capped(text: str, longest: int = MAX_MESSAGE_CHARS) -> str:
     return text if len(text) <= longest else text[: longest - 1] + "…"
 
 
-def _details_of(error: errors.ReminderError) -> list[Message]:
+def _details_of(error: errors.ReminderError, domain: str) -> list[Message]:
     """The google.rpc details the status carries (AIP-193): always an ErrorInfo with the
     error's reason; then the field at fault of an INVALID_ARGUMENT (BadRequest), the
     subject of a FAILED_PRECONDITION (PreconditionFailure), or the quota used up
     (QuotaFailure, for RESOURCE_EXHAUSTED)."""
     description = capped(error.description)
     details: list[Message] = [
-        error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=error.metadata)
+        error_details_pb2.ErrorInfo(reason=error.reason, domain=domain, metadata=error.metadata)
     ]
     if isinstance(error, errors.InvalidArgument):
         violation = error_details_pb2.BadRequest.FieldViolation(
@@ -88,20 +101,22 @@ def _details_of(error: errors.ReminderError) -> list[Message]:
     return details
 
 
-def status_of(error: errors.ReminderError) -> grpc.Status:
+def status_of(error: errors.ReminderError, domain: str = REMINDERS.name) -> grpc.Status:
     """The status answering `error`: its code and message, and its details."""
     code = code_of(error)
     status = status_pb2.Status(code=getattr(code_pb2, code.name), message=capped(error.message))
-    for detail in _details_of(error):
+    for detail in _details_of(error, domain):
         status.details.add().Pack(detail)
     answer: grpc.Status = rpc_status.to_status(status)  # untyped: packs the details trailer
     return answer
 
 
 async def abort(
-    context: grpc.aio.ServicerContext[Any, Any], error: errors.ReminderError
+    context: grpc.aio.ServicerContext[Any, Any],
+    error: errors.ReminderError,
+    domain: str = REMINDERS.name,
 ) -> NoReturn:
-    status = status_of(error)
+    status = status_of(error, domain)
     await context.abort(status.code, status.details, status.trailing_metadata)
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
@@ -109,31 +124,40 @@ async def abort(
 Handler = TypeVar("Handler", bound=Callable[..., Awaitable[Any]])
 
 
-def translated(method: Handler) -> Handler:
-    """Answer every failure of an RPC handler with the status code that says what it is."""
+def translated_in(domain: ErrorDomain) -> Callable[[Handler], Handler]:
+    """Answer every failure of a `domain` RPC handler with the status code that says what
+    it is."""
 
-    @functools.wraps(method)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        try:
-            return await method(self, request, context)
-        except errors.ReminderError as error:
-            await abort(context, error)
-        except WriteOutcomeUnknown:
-            log.warning(
-                "%s: a write's outcome is unknown: not settled, or hidden by later changes",
-                method.__name__,
-            )
-            unsettled = f"storage did not confirm the change, which {MAY_HAVE_BEEN_APPLIED}"
-            await abort(context, errors.DeadlineExceeded(unsettled))
-        except STORAGE_ERRORS as error:
-            log.warning("%s: storage unavailable: %s", method.__name__, type(error).__name__)
-            await abort(context, errors.Unavailable("storage unavailable; retry with backoff"))
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            if isinstance(error, grpc.aio.AbortError):
+    def translated(method: Handler) -> Handler:
+        @functools.wraps(method)
+        async def wrapper(
+            self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+        ) -> Any:
+            try:
+                return await method(self, request, context)
+            except errors.ReminderError as error:
+                await abort(context, error, domain.name)
+            except WriteOutcomeUnknown:
+                log.warning(
+                    "%s: a write's outcome is unknown: not settled, or hidden by later changes",
+                    method.__name__,
+                )
+                await abort(context, errors.DeadlineExceeded(domain.unconfirmed), domain.name)
+            except STORAGE_ERRORS as error:
+                log.warning("%s: storage unavailable: %s", method.__name__, type(error).__name__)
+                unavailable = errors.Unavailable("storage unavailable; retry with backoff")
+                await abort(context, unavailable, domain.name)
+            except asyncio.CancelledError:
                 raise
-            log.exception("%s failed", method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+            except Exception as error:
+                if isinstance(error, grpc.aio.AbortError):
+                    raise
+                log.exception("%s failed", method.__name__)
+                await context.abort(grpc.StatusCode.INTERNAL, "internal error")
 
-    return wrapper  # type: ignore[return-value]
+        return wrapper  # type: ignore[return-value]
+
+    return translated
+
+
+translated = translated_in(REMINDERS)

@@ -168,6 +168,7 @@ class MetricsInterceptor(TolerantRequests):
     the latency of quiet replicas)."""
 
     def __init__(self, metrics: ApiMetrics) -> None:
+        super().__init__()
         self._metrics = metrics
 
     def observer(self, method: str) -> Observe | None:

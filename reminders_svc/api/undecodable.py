@@ -17,7 +17,7 @@ import grpc
 import grpc.aio
 from google.protobuf.message import DecodeError
 
-from reminders_svc.api.errors import abort
+from reminders_svc.api.errors import REMINDERS, abort
 from reminders_svc.domain.errors import InvalidArgument
 
 # What a call is observed in (metrics), given its context; None observes nothing.
@@ -44,15 +44,21 @@ def _tolerant(parse: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | 
     return parsed_or_undecodable
 
 
-async def _refuse_undecodable(method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+async def _refuse_undecodable(
+    method: str, context: grpc.aio.ServicerContext[Any, Any], domain: str
+) -> None:
     name = method.rsplit("/", 1)[-1]
-    await abort(context, InvalidArgument("request", f"not a valid {name} request"))
+    await abort(context, InvalidArgument("request", f"not a valid {name} request"), domain)
 
 
 def tolerant_handler(
-    handler: grpc.RpcMethodHandler[Any, Any], method: str, observe: Observe | None = None
+    handler: grpc.RpcMethodHandler[Any, Any],
+    method: str,
+    observe: Observe | None = None,
+    domain: str = REMINDERS.name,
 ) -> grpc.RpcMethodHandler[Any, Any]:
-    """`handler` answering undecodable requests INVALID_ARGUMENT, each call in `observe`."""
+    """`handler` answering undecodable requests INVALID_ARGUMENT (an ErrorInfo of
+    `domain`), each call in `observe`."""
 
     def observed_in(context: grpc.aio.ServicerContext[Any, Any]) -> AbstractContextManager[None]:
         return nullcontext() if observe is None else observe(context)
@@ -61,7 +67,7 @@ def tolerant_handler(
         async def observed(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             with observed_in(context):
                 if request is _UNDECODABLE:
-                    await _refuse_undecodable(method, context)
+                    await _refuse_undecodable(method, context, domain)
                 result = behavior(request, context)
                 return await result if inspect.isawaitable(result) else result
 
@@ -76,7 +82,7 @@ def tolerant_handler(
             ) -> AsyncIterator[Any]:
                 with observed_in(context):
                     if request is _UNDECODABLE:
-                        await _refuse_undecodable(method, context)
+                        await _refuse_undecodable(method, context, domain)
                     async for response in behavior(request, context):
                         yield response
 
@@ -105,7 +111,11 @@ def tolerant_handler(
 
 
 class TolerantRequests(grpc.aio.ServerInterceptor):
-    """Installs `tolerant_handler` on every method, observed as `observer` says."""
+    """Installs `tolerant_handler` on every method, observed as `observer` says; its
+    refusals name `domain`'s errors."""
+
+    def __init__(self, domain: str = REMINDERS.name) -> None:
+        self._domain = domain
 
     def observer(self, method: str) -> Observe | None:
         """What `method`'s calls are observed in (a server's metrics); here nothing."""
@@ -122,4 +132,4 @@ class TolerantRequests(grpc.aio.ServerInterceptor):
         if handler is None:  # an unknown method: UNIMPLEMENTED, as gRPC answers it
             return None
         method = handler_call_details.method
-        return tolerant_handler(handler, method, self.observer(method))
+        return tolerant_handler(handler, method, self.observer(method), self._domain)

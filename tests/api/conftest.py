@@ -17,9 +17,7 @@ from typing import Any
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_status import rpc_status
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
@@ -30,6 +28,7 @@ from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import CassandraSettings
 from reminders_svc.domain.limits import Limits
 from reminders_svc.storage.session import CassandraConnection
+from tests.grpc_errors import error_info_of
 from tests.servers import ServerThread
 
 DEV_ENV = {"REMINDERS_ENV": "dev"}
@@ -158,19 +157,6 @@ def reason_of(call: Callable[[], Any]) -> str:
     return str(error_info_of(call).reason)
 
 
-def error_info_of(call: Callable[[], Any]) -> error_details_pb2.ErrorInfo:
-    """The google.rpc.ErrorInfo of the error `call` raises (AIP-193)."""
-    try:
-        call()
-    except grpc.RpcError as error:
-        status = rpc_status.from_call(error)
-        assert status is not None, "no google.rpc.Status in the trailers"
-        info = error_details_pb2.ErrorInfo()
-        assert status.details[0].Unpack(info), "the first detail is no ErrorInfo"
-        return info
-    raise AssertionError("the call succeeded")
-
-
 def weekly_monday_nine(zone: str = "America/New_York") -> pb.Schedule:
     return pb.Schedule(
         time_zone=zone,
@@ -191,26 +177,3 @@ def snapshot_of(cassandra: CassandraConnection, user: str) -> list[tuple[Any, ..
         "SELECT * FROM due_buckets WHERE user_id = %s ALLOW FILTERING",
     ]
     return [tuple(row) for query in queries for row in cassandra.session.execute(query, (user,))]
-
-
-def assert_refused(error: grpc.RpcError, code: grpc.StatusCode, field: str, reason: str) -> None:
-    """`error` has `code`, an ErrorInfo with `reason`, and names just `field`: in a
-    google.rpc.BadRequest (INVALID_ARGUMENT) or as a PreconditionFailure's subject."""
-    assert error.code() == code, error.details()
-    status = rpc_status.from_call(error)
-    assert status is not None, "no google.rpc.Status in the trailers"
-    info, about_field = error_details_pb2.ErrorInfo(), _FIELD_DETAIL[code]()
-    assert len(status.details) == 2
-    assert status.details[0].Unpack(info)
-    assert status.details[1].Unpack(about_field)
-    assert (info.reason, info.domain) == (reason, "reminders.v1")
-    if isinstance(about_field, error_details_pb2.BadRequest):
-        assert [v.field for v in about_field.field_violations] == [field]
-    else:
-        assert [(v.type, v.subject) for v in about_field.violations] == [(reason, field)]
-
-
-_FIELD_DETAIL: dict[grpc.StatusCode, type[Any]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: error_details_pb2.BadRequest,
-    grpc.StatusCode.FAILED_PRECONDITION: error_details_pb2.PreconditionFailure,
-}

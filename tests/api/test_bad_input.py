@@ -17,7 +17,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.storage.session import CassandraConnection
-from tests.api.conftest import Api, assert_refused, one_off, snapshot_of, weekly_monday_nine
+from tests.api.conftest import Api, one_off, snapshot_of, weekly_monday_nine
+from tests.grpc_errors import assert_refused
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 NY = "America/New_York"

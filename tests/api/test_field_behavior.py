@@ -19,7 +19,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.storage.session import CassandraConnection
-from tests.api.conftest import Api, assert_refused, code_of, snapshot_of, weekly_monday_nine
+from tests.api.conftest import Api, code_of, snapshot_of, weekly_monday_nine
+from tests.grpc_errors import assert_refused
 
 REQUIRED = field_behavior_pb2.FieldBehavior.REQUIRED
 OUTPUT_ONLY = field_behavior_pb2.FieldBehavior.OUTPUT_ONLY

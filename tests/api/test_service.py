@@ -25,12 +25,12 @@ from tests.api.conftest import (
     Api,
     FakeClock,
     code_of,
-    error_info_of,
     one_off,
     running_api,
     weekly_monday_nine,
 )
 from tests.api.test_bad_input import COSTLY
+from tests.grpc_errors import error_info_of
 from tests.tracing import scanned
 
 Z = UTC

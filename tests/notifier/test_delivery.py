@@ -21,6 +21,7 @@ from notifier.domain.push import PushMessage, PushResult
 from notifier.settings import Faults, NotifierSettings
 from reminders_svc.config import Retention
 from reminders_svc.storage.session import connect
+from tests.grpc_errors import assert_refused
 from tests.notifier.conftest import (
     ACCEPTED,
     DUPLICATE,
@@ -33,6 +34,8 @@ from tests.notifier.conftest import (
     reminder_key,
     running_notifier,
 )
+
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_accepted_then_duplicate_and_pushed_once(notifier: Client, user: str) -> None:
@@ -163,7 +166,7 @@ def test_batch_size_is_1_to_500_the_dispatchers_largest(notifier: Client, user: 
     for size in (0, MAX_BATCH_SIZE + 1):
         with pytest.raises(grpc.RpcError) as refused:
             notifier.send_batch(*(item(user) for _ in range(size)))
-        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert_refused(refused.value, INVALID, "notifications", "INVALID_FIELD", "notification.v1")
     batch = [item(user) for _ in range(MAX_BATCH_SIZE)]
     assert len(notifier.send_batch(*batch)) == MAX_BATCH_SIZE
 
@@ -676,33 +679,56 @@ def test_a_user_keeps_the_50_most_recently_registered_devices(notifier: Client, 
     assert {d.device_token for d in listed} == {*tokens[2:], f"fcm-new-{user}"} - {tokens[3]}
 
 
-def test_register_device_refuses_bad_input(notifier: Client, user: str) -> None:
+def test_register_device_refuses_bad_input_naming_the_field(notifier: Client, user: str) -> None:
     apns = pb.Device.PLATFORM_APNS
     cases = [
-        pb.RegisterDeviceRequest(user_id="", device=pb.Device(device_token="t", platform=apns)),
-        pb.RegisterDeviceRequest(user_id=user, device=pb.Device(device_token="t")),
-        pb.RegisterDeviceRequest(
-            user_id=user, device=pb.Device(device_token=f"auto:{user}", platform=apns)
+        (
+            pb.RegisterDeviceRequest(user_id="", device=pb.Device(device_token="t", platform=apns)),
+            "user_id",
         ),
-        pb.RegisterDeviceRequest(
-            user_id="u" * 257, device=pb.Device(device_token="t", platform=apns)
+        (
+            pb.RegisterDeviceRequest(user_id=user, device=pb.Device(device_token="t")),
+            "device.platform",
         ),
-        pb.RegisterDeviceRequest(
-            user_id=user, device=pb.Device(device_token="t" * 1025, platform=apns)
+        (
+            pb.RegisterDeviceRequest(
+                user_id=user, device=pb.Device(device_token=f"auto:{user}", platform=apns)
+            ),
+            "device.device_token",
         ),
-        pb.RegisterDeviceRequest(
-            user_id=user, device=pb.Device(device_token="tok\nwith\x00ctrl", platform=apns)
+        (
+            pb.RegisterDeviceRequest(
+                user_id="u" * 257, device=pb.Device(device_token="t", platform=apns)
+            ),
+            "user_id",
         ),
-        pb.RegisterDeviceRequest(user_id=user, device=pb.Device(device_token="   ", platform=apns)),
+        (
+            pb.RegisterDeviceRequest(
+                user_id=user, device=pb.Device(device_token="t" * 1025, platform=apns)
+            ),
+            "device.device_token",
+        ),
+        (
+            pb.RegisterDeviceRequest(
+                user_id=user, device=pb.Device(device_token="tok\nwith\x00ctrl", platform=apns)
+            ),
+            "device.device_token",
+        ),
+        (
+            pb.RegisterDeviceRequest(
+                user_id=user, device=pb.Device(device_token="   ", platform=apns)
+            ),
+            "device.device_token",
+        ),
     ]
-    for request in cases:
+    for request, field in cases:
         with pytest.raises(grpc.RpcError) as refused:
             notifier.stub.RegisterDevice(request)
-        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert_refused(refused.value, INVALID, field, "INVALID_FIELD", "notification.v1")
     assert notifier.stub.ListDevices(pb.ListDevicesRequest(user_id=user)).devices == []
     with pytest.raises(grpc.RpcError) as refused:
         notifier.stub.ListDevices(pb.ListDevicesRequest(user_id="u" * 257))
-    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert_refused(refused.value, INVALID, "user_id", "INVALID_FIELD", "notification.v1")
     # The registry sets a device's time: a request's register_time, even one no
     # timestamp can hold, is not read.
     odd_time = pb.Device(device_token="phone", platform=apns)

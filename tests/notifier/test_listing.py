@@ -5,6 +5,7 @@ refused naming the field."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import grpc
 import pytest
@@ -15,7 +16,11 @@ from notifier.domain.model import MAX_BATCH_ITEMS, Platform, Priority
 from notifier.domain.push import PushMessage
 from notifier.rpc.client import list_delivered
 from notifier.rpc.servicer import MAX_DELIVERED_PAGE
-from tests.notifier.conftest import ACCEPTED, Client, item
+from notifier.settings import NotifierSettings
+from tests.grpc_errors import assert_refused
+from tests.notifier.conftest import ACCEPTED, Client, item, running_notifier
+
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
 
 def deliver(notifier: Client, user: str, count: int) -> list[str]:
@@ -92,10 +97,23 @@ def test_bad_page_input_is_refused_naming_the_field(notifier: Client, user: str)
     for request, details in cases:
         with pytest.raises(grpc.RpcError) as refused:
             notifier.stub.ListDelivered(request, timeout=10)
-        assert (refused.value.code(), refused.value.details()) == (
-            grpc.StatusCode.INVALID_ARGUMENT,
-            details,
-        ), request
+        assert refused.value.details() == details, request
+        field = details.split(":", 1)[0]
+        assert_refused(refused.value, INVALID, field, "INVALID_FIELD", "notification.v1")
+
+
+def test_a_notifier_keeping_no_record_says_so(notifier_settings: NotifierSettings) -> None:
+    logging_only = dataclasses.replace(notifier_settings, adapter="logging")
+    with running_notifier(logging_only) as notifier, pytest.raises(grpc.RpcError) as refused:
+        notifier.stub.ListDelivered(pb.ListDeliveredRequest(user_id="u"), timeout=10)
+    assert_refused(
+        refused.value,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "adapter",
+        "NO_DELIVERY_RECORD",
+        "notification.v1",
+    )
+    assert "REMINDERS_NOTIFIER_ADAPTER=recording" in (refused.value.details() or "")
 
 
 def test_a_listing_continues_after_its_last_push_when_older_ones_were_dropped() -> None:

@@ -25,10 +25,11 @@ from notifier.rpc.server import NOTIFICATION_SERVICE
 from notifier.settings import Faults, NotifierSettings
 from reminders_svc.config import ConfigError
 from tests.api.serving import cassandra_env
+from tests.grpc_errors import error_info_of
 from tests.notifier.conftest import ACCEPTED, Client, item, reminder_key, running_notifier
 from tests.pins import REPO
 from tests.platform.helpers import free_port
-from tests.servers import refusal_of_undecodable
+from tests.servers import UNDECODABLE_REQUEST, refusal_of_undecodable
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 
@@ -95,6 +96,10 @@ def test_bytes_that_are_not_a_request_are_an_invalid_argument(notifier: Client) 
             grpc.StatusCode.INVALID_ARGUMENT,
             f"request: not a valid {name} request",
         )
+        # Named in the notifier's own error domain.
+        raw: grpc.UnaryUnaryMultiCallable[bytes, bytes] = notifier.channel.unary_unary(method)
+        info = error_info_of(lambda: raw(UNDECODABLE_REQUEST, timeout=10))  # noqa: B023
+        assert (info.reason, info.domain) == ("INVALID_FIELD", "notification.v1")
 
 
 def test_logging_adapter_logs_keys_and_sizes_never_texts(

@@ -12,6 +12,19 @@ same key again is answered DUPLICATE and not pushed.
 A service-to-service API: its requests name the user they act for and are trusted as
 such, so only internal callers (the dispatchers, through mutual TLS or a mesh) may reach
 it, never a client or the mobile BFF.
+
+Errors (AIP-193): a call the service refuses carries a google.rpc.ErrorInfo (domain
+"notification.v1") whose `reason` is stable: branch on it, never on the message. A
+status without one is gRPC's own (a transport failure, a server shutting down, the
+caller's deadline): handle it by its code. Every call here may be repeated safely.
+Codes and reasons:
+INVALID_ARGUMENT (INVALID_FIELD) carries a google.rpc.BadRequest naming the field at
+  fault, e.g. "device.platform"; nothing was read or written. A SendBatch item that
+  can never be sent is not an error of the call: it is answered REJECTED on its own;
+FAILED_PRECONDITION (NO_DELIVERY_RECORD): ListDelivered on a server whose push
+  adapter keeps no record;
+UNAVAILABLE (STORAGE_UNAVAILABLE): retry with backoff;
+DEADLINE_EXCEEDED (OUTCOME_UNKNOWN): storage did not confirm a change: repeat it.
 """
 
 from collections import abc as _abc
