@@ -17,7 +17,9 @@ class Entry:
     user_id: str
     reminder_id: uuid.UUID
     due: datetime
-    written_at: uuid.UUID
+    # The entry's clustering key (the table's `written_at`): a timeuuid naming this write,
+    # unique per write and ordered by its coordinator's clock (`written` is that time).
+    write_id: uuid.UUID
     # When this dispatcher's read found it (the misfire policy judges a ring by that, not
     # by when its turn came); None: when its ring starts.
     found_at: datetime | None = None
@@ -25,7 +27,7 @@ class Entry:
     @property
     def written(self) -> datetime:
         """When the entry was written, by its coordinator's clock."""
-        written: datetime = datetime_from_uuid1(self.written_at)  # naive UTC; untyped
+        written: datetime = datetime_from_uuid1(self.write_id)  # naive UTC; untyped
         return written.replace(tzinfo=UTC)
 
 

@@ -107,7 +107,7 @@ class MinuteJob:
         slow them down to the catch-up pace."""
         late_after = self._worker.settings.late_after
         for entry in entries:
-            key = (entry.reminder_id, entry.written_at)
+            key = (entry.reminder_id, entry.write_id)
             if key in self._seen:
                 continue
             self._seen.add(key)

@@ -6,9 +6,7 @@ Shows ids, dues, status, version and claim; never the reminder's text.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
-
-from cassandra.util import datetime_from_uuid1
+from datetime import datetime
 
 from dispatcher.buckets import Entry
 from reminders_svc.admin.context import Admin
@@ -54,7 +52,7 @@ def _state(part: int, entry: Entry, stored: StoredReminder | None) -> EntryState
     claim = row.claim if row is not None else None
     return EntryState(
         part=part,
-        written_at=iso(datetime_from_uuid1(entry.written_at).replace(tzinfo=UTC)),
+        written_at=iso(entry.written),
         user_id=entry.user_id,
         reminder_id=str(entry.reminder_id),
         entry_due=iso(entry.due),
