@@ -36,6 +36,7 @@ from reminders_svc.api.client_cli import (
     api_channel,
     bearer_for,
     client_env,
+    default_target,
     positive_seconds,
 )
 from reminders_svc.config import ConfigError
@@ -56,8 +57,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--api",
-        help=f"the API (default: $REMINDERS_API_TARGET, else {DEFAULT_TARGET}, where"
-        " `make run` serves it)",
+        help="the API (default: $REMINDERS_API_TARGET, else where `make run` serves it:"
+        f" $REMINDERS_API_HOST and $REMINDERS_API_PORT, by default {DEFAULT_TARGET})",
     )
     parser.add_argument(
         "--notifier",
@@ -101,13 +102,12 @@ def _calling(service: str, address: str) -> Iterator[None]:
 def targets(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, str]:
     """The API and the notifier to reach: the options, else the variables the client
     commands and the dispatcher read, else where `make run` serves them."""
-    api = args.api or environ.get("REMINDERS_API_TARGET") or DEFAULT_TARGET
+    api = args.api or environ.get("REMINDERS_API_TARGET") or default_target(environ)
     notifier = args.notifier or environ.get("REMINDERS_NOTIFIER_TARGET") or NOTIFIER_TARGET
     return api, notifier
 
 
 def run(args: argparse.Namespace) -> int:
-    args.api, args.notifier = targets(args, os.environ)
     env = client_env(os.environ)
 
     def signed() -> tuple[tuple[str, str]]:
@@ -115,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         return (("authorization", f"Bearer {bearer_for(args.user, env)}"),)
 
     try:
+        args.api, args.notifier = targets(args, os.environ)
         signed()  # bad signing settings: exit 2 before anything is created
         channel = api_channel(args.api, env)
     except (ConfigError, UsageError) as error:

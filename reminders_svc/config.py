@@ -321,12 +321,15 @@ def hosts_of(address: str) -> tuple[str, ...]:
 
 def port_problem(address: str) -> str | None:
     """Why a `host:port` address or gRPC target names a port no TCP connection can have
-    (gRPC wraps one past 65535 round, 99999 to 34463, and connects there), or None."""
+    (gRPC wraps one past 65535 round, 99999 to 34463, and connects there), or names none
+    (gRPC dials 443 then, which no service here listens on); None if neither."""
     if address.startswith(_SOCKET_SCHEMES):
         return None
     for part in _addresses(address):
         port = _split(part)[1]
-        if port is not None and not 1 <= int(port) <= 65535:
+        if port is None:
+            return "no port: expected host:port"
+        if not 1 <= int(port) <= 65535:
             return f"port {port} is not 1 to 65535"
     return None
 

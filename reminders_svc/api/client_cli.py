@@ -3,9 +3,10 @@
     reminders create --user alice --text "call mom" --at 2026-10-26T18:00 --zone Europe/Paris
     reminders list --user alice --state pending
 
-Where it connects: `--target`, else REMINDERS_API_TARGET, else 127.0.0.1:50051 (what
-`make run` starts). TLS when REMINDERS_CLIENT_TLS_CA_FILE is set (plus
-REMINDERS_CLIENT_TLS_CERT_FILE and _KEY_FILE for mTLS, _SERVER_NAME to check another name).
+Where it connects: `--target`, else REMINDERS_API_TARGET, else where REMINDERS_API_HOST
+and REMINDERS_API_PORT put the API `make run` starts (127.0.0.1:50051 by default). TLS
+when REMINDERS_CLIENT_TLS_CA_FILE is set (plus REMINDERS_CLIENT_TLS_CERT_FILE and
+_KEY_FILE for mTLS, _SERVER_NAME to check another name).
 
 How it signs: with REMINDERS_CLIENT_TOKEN_FILE set, it sends the token in that file as it
 is (one your identity provider issued, as an RS256 deployment needs; its `sub` must be
@@ -19,7 +20,8 @@ unless REMINDERS_PLAINTEXT_IN_MESH=true says a mesh encrypts the link.
 
 Results print as JSON on stdout (proto field names, times RFC 3339 with seconds). A
 failed call prints {"error": {"code", "message", "reason", "field_violations"}} on stderr
-(plus a "hint" when no server answered) and exits 1.
+(each violation with the "option" that sets its field; a "hint" when no server answered;
+a failed create's "request_id", and "retry" when it may have been made) and exits 1.
 """
 
 from __future__ import annotations
@@ -46,7 +48,14 @@ from genproto.reminders.v1 import reminders_pb2 as pb
 from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
 from reminders_svc.api.auth import mint_token, user_key_from_env
 from reminders_svc.api.settings import ApiSettings
-from reminders_svc.config import ConfigError, port_problem, require_protected
+from reminders_svc.config import (
+    ConfigError,
+    Env,
+    bare_host,
+    listen_address,
+    port_problem,
+    require_protected,
+)
 from reminders_svc.tls import CLI_CLIENT_PREFIX, ClientTls
 
 # Where an API server with no configuration listens: what `make run` started.
@@ -54,6 +63,8 @@ DEFAULT_TARGET = f"{ApiSettings.host}:{ApiSettings.port}"
 TOKEN_TTL_S = 300.0
 _DURATION_PART = re.compile(r"(\d+)([dhms])")
 _SECONDS_PER_UNIT = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+# The longest google.protobuf.Duration: 10,000 years.
+_MAX_DURATION_S = 315_576_000_000
 STATES = {
     name.removeprefix("STATE_").lower(): number
     for name, number in pb.Reminder.State.items()
@@ -73,9 +84,8 @@ def _create(call: Call, args: argparse.Namespace) -> Message:
     if schedule is None:
         raise UsageError("create needs --at, --repeat or --rrule")
     reminder = pb.Reminder(text=args.text, schedule=schedule)
-    request_id = args.request_id or str(uuid.uuid4())
     return call(
-        "CreateReminder", pb.CreateReminderRequest(reminder=reminder, request_id=request_id)
+        "CreateReminder", pb.CreateReminderRequest(reminder=reminder, request_id=args.request_id)
     )
 
 
@@ -117,8 +127,8 @@ def _snooze(call: Call, args: argparse.Namespace) -> Message:
     request = pb.SnoozeReminderRequest(id=args.id)
     if args.snooze_for is not None:
         request.duration.CopyFrom(parse_duration(args.snooze_for))
-    elif _has_offset(args.until):
-        request.snooze_until_time.CopyFrom(_timestamp(args.until))
+    elif (instant := instant_option(args.until, "--until")) is not None:
+        request.snooze_until_time.CopyFrom(instant)
     else:
         request.snooze_until_local_time = args.until
     return call("SnoozeReminder", request)
@@ -151,7 +161,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     common.add_argument(
         "--target",
         default=None,
-        help=f"host:port (default $REMINDERS_API_TARGET or {DEFAULT_TARGET})",
+        help="host:port (default $REMINDERS_API_TARGET, else where $REMINDERS_API_HOST and"
+        f" $REMINDERS_API_PORT put the API, by default {DEFAULT_TARGET})",
     )
     common.add_argument(
         "--timeout", type=positive_seconds, default=10.0, help="seconds (default 10)"
@@ -167,7 +178,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     create = add("create", _create, "create a reminder", takes_id=False)
     create.add_argument("--text", required=True)
     _add_schedule_options(create, editing=False)
-    create.add_argument("--request-id", help="idempotency key (default: a new UUID)")
+    create.add_argument(
+        "--request-id",
+        type=request_id,
+        default="",
+        help="idempotency key (default: a new UUID, shown when the call fails): the same"
+        " command repeated with it gets the reminder it made, never a second one",
+    )
 
     add("get", _get, "show a reminder")
 
@@ -176,7 +193,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _add_page_options(listing)
 
     edit = add("edit", _edit, "change text and/or schedule (needs --version)")
-    edit.add_argument("--version", type=int, required=True, help="the version last seen")
+    edit.add_argument("--version", type=versions, required=True, help="the version last seen")
     edit.add_argument("--text")
     _add_schedule_options(edit, editing=True)
 
@@ -191,7 +208,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ("delete", _delete, "delete a reminder"),
     ):
         add(name, command, help_text).add_argument(
-            "--version", type=int, default=0, help="only at this version (default: any)"
+            "--version", type=versions, default=0, help="only at this version (default: any)"
         )
 
     _add_page_options(add("deliveries", _deliveries, "a reminder's delivery history"))
@@ -222,9 +239,35 @@ def _add_schedule_options(parser: Parser, *, editing: bool) -> None:
 
 def _add_page_options(parser: Parser) -> None:
     parser.add_argument(
-        "--page-size", type=int, default=0, help="default 50; above 500 reads as 500"
+        "--page-size", type=page_sizes, default=0, help="default 50; above 500 reads as 500"
     )
     parser.add_argument("--page-token", default="")
+
+
+def bounded_integer(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high` (what the field holds)."""
+
+    def integer(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"expected {low} to {high}")
+        return number
+
+    return integer
+
+
+# What a request's int32 page_size and int64 version hold (0: the default, any version).
+page_sizes = bounded_integer(0, 2**31 - 1)
+versions = bounded_integer(0, 2**63 - 1)
+
+
+def request_id(value: str) -> str:
+    """An argparse type: the idempotency key given, else a new UUID (argparse passes the
+    default, "", through it too, once per command line)."""
+    return value or str(uuid.uuid4())
 
 
 def user_id(value: str) -> str:
@@ -260,21 +303,34 @@ def parse_duration(text: str) -> duration_pb2.Duration:
     parts = _DURATION_PART.findall(text)
     if not parts or "".join(number + unit for number, unit in parts) != text:
         raise UsageError(f"--for {text!r}: expected a duration like 10m, 1h30m, 2d or 90s")
-    return duration_pb2.Duration(
-        seconds=sum(int(number) * _SECONDS_PER_UNIT[unit] for number, unit in parts)
-    )
+    seconds = sum(int(number) * _SECONDS_PER_UNIT[unit] for number, unit in parts)
+    if seconds > _MAX_DURATION_S:
+        raise UsageError(f"--for {text!r}: out of range")
+    return duration_pb2.Duration(seconds=seconds)
 
 
-def _has_offset(text: str) -> bool:
+# A time that ends in an offset, as an instant option is written: what `fromisoformat`
+# refusing it means is then a date or time that does not exist, not a local time.
+_WITH_OFFSET = re.compile(r".*[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}(:?\d{2})?)", re.I)
+
+
+def instant_option(text: str, option: str) -> timestamp_pb2.Timestamp | None:
+    """The instant `option`'s `text` names when it carries an offset (`Z`, `+01:00`);
+    None when it does not: a local time, sent as written for the server to read in the
+    reminder's zone."""
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).tzinfo is not None
+        written = datetime.fromisoformat(re.sub(r"[zZ]$", "+00:00", text))
     except ValueError:
-        return False  # not ISO 8601 at all: the server names the field at fault
-
-
-def _timestamp(text: str) -> timestamp_pb2.Timestamp:
+        if _WITH_OFFSET.fullmatch(text):
+            raise UsageError(f"{option} {text!r}: no such date and time") from None
+        return None  # not ISO 8601 with an offset: the server names what is wrong
+    if written.tzinfo is None:
+        return None
     stamp = timestamp_pb2.Timestamp()
-    stamp.FromDatetime(datetime.fromisoformat(text.replace("Z", "+00:00")))
+    try:
+        stamp.FromDatetime(written)
+    except (ValueError, OverflowError):  # past year 9999 or before year 1 in UTC
+        raise UsageError(f"{option} {text!r}: out of range") from None
     return stamp
 
 
@@ -289,8 +345,8 @@ def _schedule_from_args(args: argparse.Namespace, base: pb.Schedule) -> pb.Sched
     if args.zone is not None:
         schedule.time_zone = args.zone
     if args.at is not None:
-        if _has_offset(args.at):
-            schedule.once.instant.CopyFrom(_timestamp(args.at))
+        if (instant := instant_option(args.at, "--at")) is not None:
+            schedule.once.instant.CopyFrom(instant)
         else:
             schedule.once.local_time = args.at
     elif args.repeat is not None:
@@ -348,7 +404,10 @@ def error_json(error: grpc.RpcError) -> dict[str, Any]:
     PreconditionFailure or a QuotaFailure is about (their `subject`)."""
     code: grpc.StatusCode = error.code()
     body: dict[str, Any] = {"code": code.name, "message": error.details(), "reason": ""}
-    status = rpc_status.from_call(error)
+    try:
+        status = rpc_status.from_call(error)
+    except ValueError:  # details that do not match the call's status (a proxy's rewrite)
+        status = None
     violations: list[dict[str, str]] = []
     preconditions: list[dict[str, str]] = []
     quotas: list[dict[str, str]] = []
@@ -361,8 +420,7 @@ def error_json(error: grpc.RpcError) -> dict[str, Any]:
             bad_request = error_details_pb2.BadRequest()
             detail.Unpack(bad_request)
             violations.extend(
-                {"field": v.field, "description": v.description}
-                for v in bad_request.field_violations
+                _violation(v.field, v.description) for v in bad_request.field_violations
             )
         elif detail.Is(error_details_pb2.PreconditionFailure.DESCRIPTOR):
             failure = error_details_pb2.PreconditionFailure()
@@ -383,6 +441,75 @@ def error_json(error: grpc.RpcError) -> dict[str, Any]:
     if quotas:
         body["quota_violations"] = quotas
     return {"error": body}
+
+
+# The option to change, by the request field a refusal names (the longest that starts its
+# path): the field is the API's name for what the user typed.
+_OPTIONS = {
+    "id": "ID",
+    "reminder.id": "ID",
+    "reminder_id": "ID",
+    "reminder.text": "--text",
+    "reminder.version": "--version",
+    "version": "--version",
+    "request_id": "--request-id",
+    "reminder.schedule.time_zone": "--zone",
+    "reminder.schedule.once": "--at",
+    "reminder.schedule.repeat.expression": "--repeat",
+    "reminder.schedule.repeat.rrule": "--rrule",
+    "reminder.schedule.repeat.start_local_time": "--start",
+    "duration": "--for",
+    "snooze_until_time": "--until",
+    "snooze_until_local_time": "--until",
+    "state": "--state",
+    "page_size": "--page-size",
+    "page_token": "--page-token",
+}
+
+
+def option_of(field: str) -> str | None:
+    """The command-line option that sets request `field`, or None."""
+    while field:
+        if field in _OPTIONS:
+            return _OPTIONS[field]
+        field = field.rpartition(".")[0]
+    return None
+
+
+def _violation(field: str, description: str) -> dict[str, str]:
+    violation = {"field": field, "description": description}
+    if (option := option_of(field)) is not None:
+        violation["option"] = option
+    return violation
+
+
+def default_target(env: Mapping[str, str]) -> str:
+    """Where the API that `make run` started listens: REMINDERS_API_HOST and _PORT, as
+    the server reads them (a server on every interface is reached on loopback)."""
+    host = bare_host(Env(env).text("REMINDERS_API_HOST", ApiSettings.host))
+    port = Env(env).port("REMINDERS_API_PORT", ApiSettings.port)
+    loopback = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104 (dialled, not bound)
+    return listen_address(loopback.get(host, host), port)
+
+
+# Answers after which a create may or may not have been made: only its repeat, with the
+# same request_id, tells (and never makes a second reminder).
+_OUTCOME_UNKNOWN = frozenset(
+    {
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INTERNAL,
+    }
+)
+
+
+def _repeat_create(request_id: str) -> str:
+    return (
+        "the reminder may have been created: repeat the command with"
+        f" --request-id {request_id} to get it, never a second one"
+    )
 
 
 def signs_for_development(env: Mapping[str, str]) -> bool:
@@ -417,8 +544,9 @@ def bearer_for(user: str, env: Mapping[str, str]) -> str:
 def run(args: argparse.Namespace) -> int:
     env = client_env(os.environ)
     command: Command = args.command_function
-    target = args.target or env.get("REMINDERS_API_TARGET") or DEFAULT_TARGET
+    creating = args.command == "create"
     try:
+        target = args.target or env.get("REMINDERS_API_TARGET") or default_target(env)
         token = bearer_for(args.user, env)
         with api_channel(target, env) as channel:
             stub = pb_grpc.RemindersServiceStub(channel)
@@ -435,12 +563,24 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, UsageError, OSError, ValueError, OverflowError) as error:
         print(f"reminders {args.command}: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if not creating:
+            raise
+        print(f"reminders create: interrupted; {_repeat_create(args.request_id)}", file=sys.stderr)
+        return 130  # 128 + SIGINT
     except grpc.RpcError as error:
         failure = error_json(error)
         if error.code() == grpc.StatusCode.UNAVAILABLE and not failure["error"]["reason"]:
             # gRPC's own UNAVAILABLE (the API's carry a reason): nothing answered there, or
             # something did, but not in TLS we trust.
             failure["error"]["hint"] = unavailable_hint(target, failure["error"]["message"])
+        if creating:
+            failure["error"]["request_id"] = args.request_id
+            if (
+                error.code() in _OUTCOME_UNKNOWN
+                and failure["error"]["reason"] != "STORAGE_UNAVAILABLE"
+            ):
+                failure["error"]["retry"] = _repeat_create(args.request_id)
         # One line, as every refusal here.
         print(json.dumps(failure, ensure_ascii=False), file=sys.stderr)
         return 1

@@ -242,6 +242,8 @@ def test_clients_with_no_configuration_reach_the_servers_make_run_starts() -> No
     assert demo.targets(defaults, moved) == ("127.0.0.1:1", "127.0.0.1:2")
     given = parser.parse_args(["demo", "--api", "h:3", "--notifier", "h:4"])
     assert demo.targets(given, moved) == ("h:3", "h:4")
+    # An API that `make run` was told to serve elsewhere:
+    assert demo.targets(defaults, {"REMINDERS_API_PORT": "6051"})[0] == "127.0.0.1:6051"
 
 
 @pytest.mark.parametrize("argv", [("--in", "nan"), ("--in", "1e12"), ("--timeout", "-5")])
