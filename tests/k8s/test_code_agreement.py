@@ -89,6 +89,8 @@ class Deployable:
     settings: Callable[[Mapping[str, str]], Served | None]
     # Seconds between the end of the drain and the process exiting (releases, closes).
     after_drain_s: float = 0.0
+    # Seconds between SIGTERM and the start of the drain (work the stop waits for).
+    before_drain_s: float = 0.0
 
 
 DEPLOYABLES = {
@@ -96,8 +98,15 @@ DEPLOYABLES = {
     # After the grace, with a slow database: up to a lease-renewal tick (5 s) before what
     # still runs is cut short, its claims released by LWT (up to the 12 s request timeout),
     # then the leases (an LWT each, up to 12 s again), then leaving the fleet (12 s more).
+    # Before it, a tick under way at SIGTERM ends: a lease take in it is awaited (a read,
+    # the LWT and a SERIAL read settling it, 12 s each).
     "dispatcher": Deployable(
-        ("Deployment", "reminders-dispatcher"), "dispatch", dispatcher_cli.run, _dispatcher, 41
+        ("Deployment", "reminders-dispatcher"),
+        "dispatch",
+        dispatcher_cli.run,
+        _dispatcher,
+        after_drain_s=41,
+        before_drain_s=36,
     ),
     "notifier": Deployable(
         ("Deployment", "reminders-notifier"), "notifier", notifier_cli.run, _notifier
@@ -215,7 +224,10 @@ def test_ports_probes_and_grace_agree_with_the_settings(
         if probe in container:
             assert container[probe]["grpc"]["port"] == served.port, f"{where} {probe}"
     pre_stop = container.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
-    needed = pre_stop + served.shutdown_grace_s + DEPLOYABLES[name].after_drain_s
+    deployable = DEPLOYABLES[name]
+    needed = (
+        pre_stop + deployable.before_drain_s + served.shutdown_grace_s + deployable.after_drain_s
+    )
     grace = spec["terminationGracePeriodSeconds"]
     assert grace > needed, f"{where}: SIGKILL after {grace} s, the process needs {needed} s"
     assert grace <= needed + 15, f"{where}: {grace} s is far above the drain time {needed} s"
