@@ -396,12 +396,30 @@ def paxos_tracker_files(settings: NodeSettings) -> int:
 
 
 def reset(settings: NodeSettings) -> bool:
-    """Stop the node and delete its home (data, logs, config); False when there was none."""
-    stop(settings)
+    """Stop the node and delete its home (data, logs, config); False when there was none.
+    A home that holds anything but a node's (REMINDERS_NODE_HOME set to a wrong directory)
+    is refused, not deleted."""
     if not settings.home.exists():
+        stop(settings)
         return False
+    others = sorted(
+        entry.name for entry in settings.home.iterdir() if entry.name not in _NODE_HOME_ENTRIES
+    )
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise NodeError(
+            f"{settings.home} is not only a node's home (it holds {shown}): nothing deleted;"
+            " check REMINDERS_NODE_HOME"
+        )
+    stop(settings)
     shutil.rmtree(settings.home)
     return True
+
+
+# What a node's home holds: `_write_config`'s directories and the pid file.
+_NODE_HOME_ENTRIES = frozenset(
+    {"conf", "data", "commitlog", "saved_caches", "hints", "cdc_raw", "logs", "cassandra.pid"}
+)
 
 
 def _rss_bytes(pid: int) -> int | None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
@@ -24,7 +26,8 @@ from reminders_svc.admin.output import iso, print_counts, print_json, print_tabl
 from reminders_svc.config import CassandraSettings, ConfigError, Retention, check_tz_override
 from reminders_svc.schedule import ScheduleError, load_zone, tzdata_version
 from reminders_svc.storage.errors import STORAGE_ERRORS, StorageUnavailable
-from reminders_svc.storage.parts import floor_minute
+from reminders_svc.storage.migrations import MigrationError
+from reminders_svc.storage.parts import MINUTE, floor_minute
 
 Command = Callable[[argparse.Namespace, Admin], Awaitable[int]]
 # A check of a command's input that needs no database: it runs before connecting, so a
@@ -47,7 +50,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     grow_parser = parts_actions.add_parser(
         "grow", help="raise P from a minute ahead (P only grows)"
     )
-    grow_parser.add_argument("--to", type=int, required=True, help="the new P")
+    grow_parser.add_argument(
+        "--to", type=_part_count, required=True, help=f"the new P (at most {parts.MAX_PARTS})"
+    )
     grow_parser.add_argument(
         "--effective-in",
         type=parts.lead_seconds,
@@ -55,7 +60,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SECONDS",
         help="the new P takes effect from the first whole minute at least this far ahead "
         f"(default {parts.DEFAULT_LEAD.total_seconds():g}, at least "
-        f"{parts.MIN_LEAD.total_seconds():g}: every process caches part counts for 30 s)",
+        f"{parts.MIN_LEAD.total_seconds():g}: every process caches part counts for 30 s;"
+        f" at most {parts.MAX_LEAD.total_seconds():g})",
     )
     grow_parser.add_argument(
         "--force",
@@ -64,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     # `admin parts --json grow` as well as `admin parts grow --json`.
     _json_flag(grow_parser, inherited=True)
-    _command(grow_parser, _grow)
+    _command(grow_parser, _grow, precheck=_grow_precheck)
 
     replay_parser = commands.add_parser(
         "replay", help="re-read a range of minutes; re-arm rows still due (the row decides)"
@@ -73,21 +79,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     replay_parser.add_argument("--to", dest="last", type=minute_arg, required=True)
     replay_parser.add_argument(
         "--ops-per-s",
-        type=_positive,
+        type=_rate,
         default=500.0,
         help="reads and writes per second (default %(default)s)",
     )
     replay_parser.add_argument("--dry-run", action="store_true", help="count, write nothing")
     _json_flag(replay_parser)
-    _command(replay_parser, _replay)
+    _command(replay_parser, _replay, precheck=_replay_precheck)
 
     inspect_parser = commands.add_parser(
         "inspect", help="a minute's bucket entries and each row's state (never texts)"
     )
     inspect_parser.add_argument("--minute", type=minute_arg, required=True)
-    inspect_parser.add_argument("--part", type=_count, default=None, help="only this part")
+    inspect_parser.add_argument("--part", type=_part, default=None, help="only this part")
     inspect_parser.add_argument(
-        "--limit", type=_positive_count, default=1000, help="entries at most (default %(default)s)"
+        "--limit",
+        type=_counted(1, 1_000_000),
+        default=1000,
+        help="entries at most (default %(default)s)",
     )
     _json_flag(inspect_parser)
     _command(inspect_parser, _inspect)
@@ -98,22 +107,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     replan_parser.add_argument("--zone", required=True, help="IANA zone, e.g. America/Sao_Paulo")
     replan_parser.add_argument(
         "--rows-per-s",
-        type=_positive,
+        type=_rate,
         default=5000.0,
         help="rows scanned per second (default %(default)s)",
     )
     replan_parser.add_argument(
         "--writes-per-s",
-        type=_positive,
+        type=_rate,
         default=200.0,
         help="rows re-planned per second (default %(default)s)",
     )
     replan_parser.add_argument(
-        "--splits", type=_positive_count, default=256, help="token ranges (default %(default)s)"
+        "--splits",
+        type=_counted(1, MAX_SPLITS),
+        default=256,
+        help="token ranges (default %(default)s)",
     )
     replan_parser.add_argument(
         "--parallel",
-        type=_positive_count,
+        type=_counted(1, MAX_PARALLEL),
         default=4,
         help="ranges scanned at once (default %(default)s)",
     )
@@ -138,25 +150,42 @@ def minute_arg(text: str) -> datetime:
         raise argparse.ArgumentTypeError(f"{text!r}: out of range") from None
 
 
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: want a number above 0")
-    return value
+# Pacing a run may ask for: slower than one a minute is a stall, faster than a million a
+# second is no pacing (and `inf` would turn it off).
+RATES = (0.01, 1_000_000.0)
+# Token ranges and ranges at once of a replan: each range is a list entry and a scan.
+MAX_SPLITS = 65_536
+MAX_PARALLEL = 256
 
 
-def _count(text: str, low: int = 0) -> int:
+def _rate(text: str) -> float:
     try:
-        value: int | None = int(text)
+        value = float(text)
     except ValueError:
-        value = None
-    if value is None or value < low:
-        raise argparse.ArgumentTypeError(f"{text!r}: want a whole number, at least {low}")
+        value = math.nan
+    low, high = RATES
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"{text!r}: want a number from {low:g} to {high:g}")
     return value
 
 
-def _positive_count(text: str) -> int:
-    return _count(text, low=1)
+def _counted(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high`."""
+
+    def count(text: str) -> int:
+        try:
+            value: int | None = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r}: want a whole number from {low} to {high}")
+        return value
+
+    return count
+
+
+_part = _counted(0, parts.MAX_PARTS - 1)
+_part_count = _counted(1, parts.MAX_PARTS)
 
 
 def _json_flag(parser: argparse.ArgumentParser, *, inherited: bool = False) -> None:
@@ -178,7 +207,7 @@ def _command(
         except (AdminError, ScheduleError) as error:
             print(f"{name}: {error}", file=sys.stderr)
             return 2
-        except (ConfigError, StorageUnavailable) as error:
+        except (ConfigError, StorageUnavailable, MigrationError) as error:
             print(f"{name}: {error}", file=sys.stderr)
             return 1
         except (*STORAGE_ERRORS, DriverException) as error:
@@ -220,6 +249,12 @@ async def _grow(args: argparse.Namespace, admin: Admin) -> int:
     if args.json:
         print_json(result.as_dict())
         return 0
+    if result.finished:
+        print(
+            f"P {result.parts} from {iso(result.effective_minute)} was stored already;"
+            f" parts left unseeded by an earlier run, seeded now: {len(result.seeded_parts)}"
+        )
+        return 0
     print(
         f"P {result.previous_parts} -> {result.parts} from {iso(result.effective_minute)}; "
         f"new parts seeded: {len(result.seeded_parts)}"
@@ -227,9 +262,16 @@ async def _grow(args: argparse.Namespace, admin: Admin) -> int:
     return 0
 
 
-async def _replay(args: argparse.Namespace, admin: Admin) -> int:
+def _grow_precheck(args: argparse.Namespace) -> None:
+    parts.check_lead(args.effective_in)
+
+
+def _replay_precheck(args: argparse.Namespace) -> None:
     if args.last < args.first:
-        raise AdminError("--to is before --from")
+        raise AdminError(f"--to {iso(args.last)} is before --from {iso(args.first)}")
+
+
+async def _replay(args: argparse.Namespace, admin: Admin) -> int:
     # Refused, not read: a mistyped year would read P parts of millions of empty minutes.
     now = floor_minute(admin.now())
     retention = Retention.from_env().bucket
@@ -241,15 +283,62 @@ async def _replay(args: argparse.Namespace, admin: Admin) -> int:
         )
     if args.last > now:
         raise AdminError(f"--to {iso(args.last)}: minutes after {iso(now)} are not due yet")
-    report = await replay.replay(
-        admin, args.first, args.last, RateLimiter(args.ops_per_s), dry_run=args.dry_run
-    )
+    done = replay.ReplayReport()
+
+    def progress(report: replay.ReplayReport) -> None:
+        nonlocal done
+        done = report
+        every.tell(
+            f"replayed through {iso(report.through)}: {report.minutes} minutes,"
+            f" {report.entries} entries, {report.outcomes[replay.RE_ARMED]} re-armed"
+        )
+
+    every = _Progress()
+    try:
+        report = await replay.replay(
+            admin,
+            args.first,
+            args.last,
+            RateLimiter(args.ops_per_s),
+            dry_run=args.dry_run,
+            progress=progress,
+            tell=_tell,
+        )
+    except BaseException:
+        # Storage gone for good, or a stop: what is done stays done (re-armed entries
+        # ring); the minutes from the next one on are left.
+        if done.through is not None:
+            _tell(
+                f"stopped after minute {iso(done.through)} ({done.minutes} minutes done):"
+                f" to go on, run it again with --from {iso(done.through + MINUTE)}"
+            )
+        raise
     if args.json:
         print_json({**report.as_dict(), "dry_run": args.dry_run})
         return 0
     print(f"{report.minutes} minutes, {report.entries} entries{' (dry run)' * args.dry_run}")
     print_counts("by outcome:", report.outcomes)
     return 0
+
+
+class _Progress:
+    """Progress lines on stderr, at most one every PROGRESS_EVERY_S (a run of hours is
+    watched with `kubectl logs -f`)."""
+
+    def __init__(self) -> None:
+        self._last = -math.inf
+
+    def tell(self, line: str) -> None:
+        if time.monotonic() - self._last >= PROGRESS_EVERY_S:
+            self._last = time.monotonic()
+            _tell(line)
+
+
+PROGRESS_EVERY_S = 10.0
+
+
+def _tell(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 async def _inspect(args: argparse.Namespace, admin: Admin) -> int:
@@ -296,8 +385,23 @@ async def _replan(args: argparse.Namespace, admin: Admin) -> int:
         splits=args.splits,
         parallel=args.parallel,
     )
+    every = _Progress()
+
+    def progress(report: replan.ReplanReport) -> None:
+        every.tell(
+            f"token ranges done: {report.ranges_done} of {report.ranges};"
+            f" {report.scanned} rows scanned; moved {report.outcomes['moved']}"
+        )
+
     report = await replan.replan_zone(
-        admin, args.zone, tzdata_version(), settings, dry_run=args.dry_run, waiting=_waiting
+        admin,
+        args.zone,
+        tzdata_version(),
+        settings,
+        dry_run=args.dry_run,
+        waiting=_waiting,
+        progress=progress,
+        tell=_tell,
     )
     if args.json:
         print_json({**report.as_dict(), "dry_run": args.dry_run})

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 
 from dispatcher.buckets import Entry
-from reminders_svc.admin.context import Admin
+from reminders_svc.admin.context import Admin, AdminError
 from reminders_svc.admin.output import iso
 from reminders_svc.storage.reminders_store import StoredReminder
 
@@ -37,6 +37,10 @@ async def inspect_minute(
 ) -> tuple[int, list[EntryState]]:
     """The P in force for `minute`, and up to `limit` entries with their rows' state."""
     parts = await admin.parts.parts_at(minute)
+    if only_part is not None and only_part >= parts:
+        raise AdminError(
+            f"--part {only_part}: minute {iso(minute)} has P = {parts} (parts 0 to {parts - 1})"
+        )
     found: list[EntryState] = []
     for part in range(parts) if only_part is None else (only_part,):
         for entry in await admin.reader.read(minute, part):

@@ -17,6 +17,7 @@ empty minutes while the first rings of the new parts wait.
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import math
 import os
@@ -33,6 +34,9 @@ from reminders_svc.storage.parts import DEFAULT_PARTS, MINUTE, PartCount, floor_
 # Part counts are cached 30 s by every process; two minutes leaves each several reloads.
 MIN_LEAD = timedelta(minutes=2)
 DEFAULT_LEAD = timedelta(minutes=3)
+# A grow is planned at most a day ahead: every later grow must take effect after it, so a
+# typo of a year would hold P where it is for that year.
+MAX_LEAD = timedelta(days=1)
 # Test-only: lets an end-to-end test grow P within seconds instead of minutes.
 MIN_LEAD_ENV = "REMINDERS_ADMIN_GROW_MIN_LEAD_S"
 _SCOPE = "dispatch"
@@ -41,6 +45,9 @@ _BEGINNING = datetime(1970, 1, 1, tzinfo=UTC)
 # One grow raises P at most this many times over, unless forced (64 -> 1,024 is the
 # production step of the runbook).
 MAX_GROWTH = 16
+# P at most, forced or not: every dispatcher reads and checkpoints each part every minute,
+# and a grow seeds each new part by one LWT.
+MAX_PARTS = 65_536
 # A seed's compare-and-set loses only to another grow or a dispatcher's checkpoint.
 _SEED_ATTEMPTS = 5
 
@@ -116,6 +123,8 @@ class GrowResult:
     parts: int
     effective_minute: datetime
     seeded_parts: tuple[int, ...]
+    # True for a run again of a grow stored before: it seeded what that one left.
+    finished: bool = False
 
     def as_dict(self) -> dict[str, object]:
         document = asdict(self)
@@ -132,14 +141,20 @@ async def grow(admin: Admin, to: int, lead: timedelta, *, force: bool = False) -
     smaller P is caught after the fact and raised to the larger (`_raise_shrinking`);
     with a larger P both stand (`_seed`).
     """
-    floor = min_lead()
-    if lead < floor:
-        raise AdminError(
-            f"--effective-in {lead.total_seconds():g}s is under the minimum "
-            f"{floor.total_seconds():g}s: every API and dispatcher caches part counts for 30 s"
-        )
+    check_lead(lead)
     counts = await admin.parts.load()
     latest = counts[0] if counts else PartCount(_BEGINNING, DEFAULT_PARTS)
+    if to == latest.parts and len(counts) > 1:
+        # The same grow run again: one cut short while seeding (stopped, a timeout) left
+        # parts unseeded, which would start an hour back. Only missing rows are written:
+        # a part seeded or worked since keeps its checkpoint.
+        previous = counts[1].parts
+        seeded = [
+            part
+            for part in range(previous, to)
+            if await _seed(admin, part, latest.from_minute, move_back=False)
+        ]
+        return GrowResult(previous, to, latest.from_minute, tuple(seeded), finished=True)
     if to <= latest.parts:
         raise AdminError(
             f"P only grows: the latest P is {latest.parts} (from {iso(latest.from_minute)}); "
@@ -202,13 +217,14 @@ async def _insert_count(admin: Admin, count: PartCount) -> bool:
     return bool(row.one().applied)
 
 
-async def _seed(admin: Admin, part: int, effective: datetime) -> bool:
+async def _seed(admin: Admin, part: int, effective: datetime, *, move_back: bool = True) -> bool:
     """A new part's row: never leased, finished up to the minute before it takes effect.
 
     By LWT, as every write of `dispatch_parts`. Where a row exists with a later checkpoint
-    (a concurrent grow taking effect later seeded it first), it is moved back to ours:
-    the part's entries from our minute on must be read. Moving a checkpoint back only
-    makes minutes read again (the rows decide, the keys dedupe), never skipped.
+    (a concurrent grow taking effect later seeded it first), it is moved back to ours
+    unless `move_back` is False: the part's entries from our minute on must be read.
+    Moving a checkpoint back only makes minutes read again (the rows decide, the keys
+    dedupe), never skipped.
     """
     checkpoint = effective - MINUTE
     result = await aio.execute(
@@ -221,7 +237,7 @@ async def _seed(admin: Admin, part: int, effective: datetime) -> bool:
         if row.applied:
             return True
         found = row.checkpoint.replace(tzinfo=UTC) if row.checkpoint is not None else None
-        if found is None or found <= checkpoint:
+        if found is None or found <= checkpoint or not move_back:
             return False  # already read from our minute on, or earlier
         result = await aio.execute(
             admin.session,
@@ -232,10 +248,24 @@ async def _seed(admin: Admin, part: int, effective: datetime) -> bool:
 
 
 def lead_seconds(text: str) -> timedelta:
-    seconds = float(text)
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(text)
+    """An argparse type: a grow's lead in seconds, 0 to MAX_LEAD (`check_lead` then
+    holds it to the floor)."""
     try:
-        return timedelta(seconds=seconds)
-    except OverflowError:  # 1e300
-        raise ValueError(text) from None
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds <= MAX_LEAD.total_seconds():  # nan and inf too
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: want seconds from 0 to {MAX_LEAD.total_seconds():g}"
+        )
+    return timedelta(seconds=seconds)
+
+
+def check_lead(lead: timedelta) -> None:
+    """A grow's lead, at least `min_lead()`, else AdminError."""
+    floor = min_lead()
+    if lead < floor:
+        raise AdminError(
+            f"--effective-in {lead.total_seconds():g}s is under the minimum "
+            f"{floor.total_seconds():g}s: every API and dispatcher caches part counts for 30 s"
+        )

@@ -19,6 +19,10 @@ its finalize lose and read the row again, as a user's change does); one still in
 then is reported `in_flight`, for a later run. Every writer's compare covers the
 occurrence, so a step computed from a read before the replan loses to it.
 
+A scan page or a row's replan that fails on storage is done again after a pause
+(`patience`): a run of hours does not end at a node's restart. `progress` is told each
+token range done.
+
 Which occurrence is "the same" under new rules: the stored occurrence was computed with
 the old rules, which are gone. The schedule's ring nearest to the stored instant under
 the new rules is the same local occurrence whenever the rules move it by less than half
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import itertools
 import uuid
 from collections import Counter
@@ -47,6 +52,7 @@ from cassandra.query import PreparedStatement
 
 from dispatcher.ratelimit import RateLimiter
 from reminders_svc.admin.context import Admin
+from reminders_svc.admin.patience import Tell, patiently
 from reminders_svc.domain.reminder import Reminder, Status, earliest
 from reminders_svc.schedule import occurrences
 from reminders_svc.schedule.zones import same_rules
@@ -116,6 +122,8 @@ class ReplanReport:
     names: list[str] = field(default_factory=list)  # the zone's names matched, links included
     scanned: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
+    ranges_done: int = 0
+    ranges: int = 0
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -124,6 +132,8 @@ class ReplanReport:
             "rules": self.rules,
             "scanned": self.scanned,
             "outcomes": dict(self.outcomes),
+            "ranges_done": self.ranges_done,
+            "ranges": self.ranges,
         }
 
 
@@ -146,8 +156,11 @@ class ScanSettings:
 class ZoneScan:
     """Rows of one zone in a replannable status, found by a paged, rate-limited scan."""
 
-    def __init__(self, session: Session, names: frozenset[str], settings: ScanSettings) -> None:
+    def __init__(
+        self, session: Session, names: frozenset[str], settings: ScanSettings, tell: Tell
+    ) -> None:
         self._session = session
+        self._tell = tell
         self._names = names
         self._settings = settings
         self._rows = RateLimiter(settings.rows_per_s)
@@ -161,7 +174,8 @@ class ZoneScan:
     async def matches(self, token_range: tuple[int, int]) -> AsyncIterator[tuple[str, uuid.UUID]]:
         paging_state: bytes | None = None
         while True:
-            rows, paging_state = await asyncio.to_thread(self._page, token_range, paging_state)
+            fetch = functools.partial(asyncio.to_thread, self._page, token_range, paging_state)
+            rows, paging_state = await patiently(fetch, f"token range {token_range}", self._tell)
             self.scanned += len(rows)
             for _ in rows:  # paced by rows read, so a full page costs what its rows cost
                 await self._rows.take()
@@ -187,20 +201,24 @@ async def replan_zone(
     *,
     dry_run: bool,
     waiting: Callable[[float], None] = lambda seconds: None,
+    progress: Callable[[ReplanReport], None] = lambda report: None,
+    tell: Tell = lambda message: None,
 ) -> ReplanReport:
     """`waiting(seconds)` is told each time a row waits for its snooze's ring."""
     names = same_rules(zone)
-    report = ReplanReport(zone=zone, rules=rules, names=sorted(names))
-    scan = ZoneScan(admin.session, names, settings)
+    all_ranges = token_ranges(settings.splits)
+    report = ReplanReport(zone=zone, rules=rules, names=sorted(names), ranges=len(all_ranges))
+    scan = ZoneScan(admin.session, names, settings, tell)
     writes = RateLimiter(settings.writes_per_s)
-    ranges = iter(token_ranges(settings.splits))
+    ranges = iter(all_ranges)
     # A row waiting for its ring waits beside the scan, not for its end (hours away in a
     # big table, by when the ring it waited for has rung at the old rules' time).
     waits: list[asyncio.Task[None]] = []
 
     async def replan_row(key: tuple[str, uuid.UUID]) -> str:
         await writes.take()
-        return await _replan_row(admin, *key, dry_run=dry_run)
+        step = functools.partial(_replan_row, admin, *key, dry_run=dry_run)
+        return await patiently(step, f"reminder {key[1]}", tell)
 
     async def wait_for_its_ring(key: tuple[str, uuid.UUID]) -> None:
         outcome = IN_FLIGHT
@@ -220,6 +238,9 @@ async def replan_zone(
                     waits.append(asyncio.create_task(wait_for_its_ring(key)))
                 else:
                     report.outcomes[outcome] += 1
+            report.ranges_done += 1
+            report.scanned = scan.scanned
+            progress(report)
 
     await asyncio.gather(*(work() for _ in range(settings.parallel)))
     await asyncio.gather(*waits)

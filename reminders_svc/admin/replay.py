@@ -6,18 +6,25 @@ still pending with its due passed, or sending under an expired claim, gets a fre
 entry in the current minute, which the dispatchers owning that part read and ring. The
 row itself is never written here, so a replay can neither ring twice (the claim LWT and
 the notifier's key dedupe) nor undo a user's change. Reads and writes are rate-limited.
+
+A part's work that fails on storage is done again after a pause (`patience`): its
+entries re-armed already are remembered. `progress` is told each minute done, so a run
+that ends anyway says where to go on from.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from dispatcher.ratelimit import RateLimiter
 from reminders_svc.admin.context import Admin
+from reminders_svc.admin.output import iso
+from reminders_svc.admin.patience import Tell, patiently
 from reminders_svc.domain.dispatch import Claimable, Reclaimable, Skip, WaitUntil, decide
 from reminders_svc.domain.reminder import Reminder
 from reminders_svc.storage.parts import MINUTE
@@ -32,9 +39,15 @@ class ReplayReport:
     minutes: int = 0
     entries: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
+    through: datetime | None = None  # the last minute done
 
     def as_dict(self) -> dict[str, object]:
-        return {"minutes": self.minutes, "entries": self.entries, "outcomes": dict(self.outcomes)}
+        return {
+            "minutes": self.minutes,
+            "entries": self.entries,
+            "outcomes": dict(self.outcomes),
+            "through": iso(self.through),
+        }
 
 
 def minutes_between(first: datetime, last: datetime) -> Iterator[datetime]:
@@ -45,27 +58,51 @@ def minutes_between(first: datetime, last: datetime) -> Iterator[datetime]:
 
 
 async def replay(
-    admin: Admin, first: datetime, last: datetime, limiter: RateLimiter, *, dry_run: bool
+    admin: Admin,
+    first: datetime,
+    last: datetime,
+    limiter: RateLimiter,
+    *,
+    dry_run: bool,
+    progress: Callable[[ReplayReport], None] = lambda report: None,
+    tell: Tell = lambda message: None,
 ) -> ReplayReport:
     report = ReplayReport()
     re_armed: set[tuple[str, object]] = set()
-    for minute in minutes_between(first, last):
-        report.minutes += 1
-        for part in range(await admin.parts.parts_at(minute)):
+
+    async def replay_part(minute: datetime, part: int, armed_here: set[tuple[str, object]]) -> None:
+        # Counted once the whole part is done: a part done again after storage trouble
+        # counts its entries once, those it re-armed before the trouble as re-armed.
+        entries = 0
+        outcomes: Counter[str] = Counter()
+        await limiter.take()
+        for entry in await admin.reader.read(minute, part):
+            entries += 1
+            key = (entry.user_id, entry.reminder_id)
+            if key in armed_here:
+                outcomes[RE_ARMED] += 1
+                continue
+            if key in re_armed:
+                outcomes[ALREADY_RE_ARMED] += 1
+                continue
             await limiter.take()
-            for entry in await admin.reader.read(minute, part):
-                report.entries += 1
-                key = (entry.user_id, entry.reminder_id)
-                if key in re_armed:
-                    report.outcomes[ALREADY_RE_ARMED] += 1
-                    continue
-                await limiter.take()
-                stored = await admin.store.get(entry.user_id, entry.reminder_id)
-                row = stored.reminder if stored is not None else None
-                outcome = await _replay_row(admin, row, entry.written, limiter, dry_run=dry_run)
-                if outcome == RE_ARMED:
-                    re_armed.add(key)
-                report.outcomes[outcome] += 1
+            stored = await admin.store.get(entry.user_id, entry.reminder_id)
+            row = stored.reminder if stored is not None else None
+            outcome = await _replay_row(admin, row, entry.written, limiter, dry_run=dry_run)
+            if outcome == RE_ARMED:
+                re_armed.add(key)
+                armed_here.add(key)
+            outcomes[outcome] += 1
+        report.entries += entries
+        report.outcomes.update(outcomes)
+
+    for minute in minutes_between(first, last):
+        for part in range(await admin.parts.parts_at(minute)):
+            step = functools.partial(replay_part, minute, part, set())
+            await patiently(step, f"minute {iso(minute)}, part {part}", tell)
+        report.minutes += 1
+        report.through = minute
+        progress(report)
     return report
 
 

@@ -16,9 +16,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from cassandra import DriverException
+
 from reminders_svc import logs
 from reminders_svc.config import CassandraSettings, ConfigError, in_development
-from reminders_svc.storage.errors import StorageUnavailable
+from reminders_svc.storage.errors import STORAGE_ERRORS, StorageUnavailable
 from reminders_svc.storage.migrations import (
     MigrationError,
     MigrationStopped,
@@ -72,6 +74,11 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_STOPPED
     except (ConfigError, MigrationError, StorageUnavailable) as error:
         print(f"reminders migrate: {error}", file=sys.stderr)
+        return 1
+    except (*STORAGE_ERRORS, DriverException) as error:
+        # Refused or unanswered (a grant missing, a node down under the lock's LWT): one
+        # line naming it, not a traceback; statements already run are safe to run again.
+        print(f"reminders migrate: storage: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
     for warning in warnings:
         print(f"reminders migrate: warning: {warning}", file=sys.stderr)

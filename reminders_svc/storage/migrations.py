@@ -350,6 +350,21 @@ def migrate(
                 (migration.version, migration.name, migration.checksum, owner),
             )
             applied.append(migration.label)
-    finally:
-        lock.release()
+    except BaseException:
+        _release_after_failure(lock)
+        raise
+    lock.release()
     return MigrationReport(tuple(applied), tuple(already))
+
+
+def _release_after_failure(lock: _Lock) -> None:
+    """Release the lock on the way out of a failure, whose error stays the one told: a
+    release failing too (storage gone) leaves the lock to expire by its TTL."""
+    try:
+        lock.release()
+    except (DriverException, ErrorMessage, OSError) as error:
+        log.warning(
+            "the schema lock could not be released (%s): it expires by itself within %d s",
+            type(error).__name__,
+            _LOCK_TTL_S,
+        )

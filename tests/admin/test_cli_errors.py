@@ -10,7 +10,8 @@ from reminders_svc.storage.migrations import default_cql_dir, load_migrations, m
 from reminders_svc.storage.session import connect
 from tests.admin.conftest import AdminRunner, admin_runner
 
-_COUNT = "want a whole number, at least"
+_COUNT = "want a whole number from"
+_RATE = "want a number from 0.01 to 1e+06"
 _OUT_OF_RANGE = "argument --"  # a value out of range: a usage error, not a traceback
 
 
@@ -24,6 +25,32 @@ _OUT_OF_RANGE = "argument --"  # a value out of range: a usage error, not a trac
         (("inspect", "--minute", "2026-10-26T13:00Z", "--part", "-3"), _COUNT),
         (("inspect", "--minute", "2026-10-26T13:00Z", "--limit", "many"), _COUNT),
         (("parts", "grow", "--to", "128", "--effective-in", "1e300"), _OUT_OF_RANGE),
+        # A typo of a year would hold P where it is for that year: a day at most.
+        (("parts", "grow", "--to", "128", "--effective-in", "31536000"), "0 to 86400"),
+        (("parts", "grow", "--to", "128", "--effective-in", "1e12"), "0 to 86400"),
+        # Seeded one LWT a part, read by every dispatcher every minute, forced or not.
+        (("parts", "grow", "--to", "2147483648", "--force"), "from 1 to 65536"),
+        (("parts", "grow", "--to", "0"), "from 1 to 65536"),
+        (("inspect", "--minute", "2026-10-26T13:00Z", "--part", "2147483648"), _COUNT),
+        # Pacing off (inf), a stall (1e-320 a second), or none at all.
+        (
+            (
+                "replay",
+                "--from",
+                "2026-10-26T13:00Z",
+                "--to",
+                "2026-10-26T13:00Z",
+                "--ops-per-s",
+                "inf",
+            ),
+            _RATE,
+        ),
+        (("replan", "--zone", "UTC", "--rows-per-s", "1e-320"), _RATE),
+        (("replan", "--zone", "UTC", "--writes-per-s", "nan"), _RATE),
+        (("replan", "--zone", "UTC", "--writes-per-s", "fast"), _RATE),
+        # A list of 10^8 ranges before the first read.
+        (("replan", "--zone", "UTC", "--splits", "100000000"), _COUNT),
+        (("replan", "--zone", "UTC", "--parallel", "100000"), _COUNT),
         (("inspect", "--minute", "0001-01-01T00:00+01:00"), _OUT_OF_RANGE),
         (
             ("replay", "--from", "9999-12-31T23:59-01:00", "--to", "9999-12-31T23:59Z"),
@@ -38,6 +65,33 @@ def test_a_value_that_means_nothing_is_a_usage_error(
         admin(*argv)
     assert usage.value.code == 2
     assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ("replay", "--from", "2026-10-26T13:05Z", "--to", "2026-10-26T13:00Z"),
+            "--to 2026-10-26T13:00:00.000Z is before --from 2026-10-26T13:05:00.000Z",
+        ),
+        (
+            ("parts", "grow", "--to", "128", "--effective-in", "60"),
+            "--effective-in 60s is under the minimum 120s",
+        ),
+    ],
+)
+def test_a_request_refused_whatever_is_stored_is_refused_without_the_database(
+    argv: tuple[str, ...],
+    said: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Refused before connecting: with Cassandra unreachable it was "cannot reach" (exit 1),
+    which sends an operator to the cluster for a typo."""
+    nowhere = CassandraSettings(contact_points=("127.0.0.1",), port=1, keyspace="nowhere")
+    refused = admin_runner(nowhere, monkeypatch, capsys)(*argv)
+    assert refused.code == 2, refused.err
+    assert said in refused.err
 
 
 def test_an_unknown_zone_is_a_request_refused(admin: AdminRunner) -> None:
@@ -78,3 +132,24 @@ def test_a_keyspace_behind_the_release_is_named_in_one_line(
         f"reminders admin parts: keyspace {fresh_keyspace.keyspace!r} lacks schema files"
         f" {migrations[-1].label} of this release: run `reminders migrate`\n"
     )
+
+
+def test_a_keyspace_migrated_from_other_files_is_named_in_one_line(
+    fresh_keyspace: CassandraSettings,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A schema file applied as another build shipped it: a traceback until 2026-12-07."""
+    migrations = load_migrations(default_cql_dir())
+    with connect(fresh_keyspace, keyspace="") as connection:
+        migrate(connection.session, fresh_keyspace, migrations)
+        connection.session.execute(
+            f"UPDATE {fresh_keyspace.keyspace}.schema_migrations SET checksum = 'another'"
+            " WHERE version = %s",
+            (migrations[-1].version,),
+        )
+    outcome = admin_runner(fresh_keyspace, monkeypatch, capsys)("parts")
+    assert outcome.code == 1
+    assert outcome.err.startswith("reminders admin parts: "), outcome.err
+    assert migrations[-1].label in outcome.err
+    assert len(outcome.err.strip().splitlines()) == 1

@@ -161,6 +161,41 @@ def test_grow_stores_the_new_p_from_a_minute_ahead_and_seeds_the_new_parts(
     assert admin("parts", "grow", "--to", "100").code == 2
 
 
+def test_a_grow_cut_short_while_seeding_is_finished_by_running_it_again(
+    own_keyspace: CassandraConnection, admin: AdminRunner
+) -> None:
+    """Stopped (a timeout, Ctrl-C) after P was stored but before every new part was seeded:
+    the unseeded parts would start an hour back, and running the same grow again was
+    refused ("P only grows")."""
+    grown = admin("parts", "--json", "grow", "--to", "96").json()
+    effective = parse(grown["effective_minute"])
+    for part in range(80, 96):
+        own_keyspace.session.execute("DELETE FROM dispatch_parts WHERE part = %s", (part,))
+    # One the dispatchers have worked since: it keeps its checkpoint.
+    later = effective + timedelta(minutes=5)
+    own_keyspace.session.execute(
+        "UPDATE dispatch_parts SET checkpoint = %s WHERE part = 70", (later,)
+    )
+
+    again = admin("parts", "--json", "grow", "--to", "96")
+
+    assert again.code == 0, again.err
+    finished = again.json()
+    assert finished["finished"] is True
+    assert (finished["previous_parts"], finished["parts"]) == (64, 96)
+    assert finished["effective_minute"] == grown["effective_minute"]
+    assert finished["seeded_parts"] == list(range(80, 96))
+    checkpoints = {
+        row.part: row.checkpoint.replace(tzinfo=UTC)
+        for row in own_keyspace.session.execute("SELECT part, checkpoint FROM dispatch_parts")
+    }
+    assert {checkpoints[part] for part in range(80, 96)} == {effective - timedelta(minutes=1)}
+    assert checkpoints[70] == later
+    told = admin("parts", "grow", "--to", "96")
+    assert "was stored already; parts left unseeded by an earlier run, seeded now: 0" in told.out
+    assert admin("parts", "grow", "--to", "95").code == 2  # P still only grows
+
+
 def test_a_grow_moves_back_new_parts_a_concurrent_later_grow_seeded_first(
     own_keyspace: CassandraConnection, admin: AdminRunner
 ) -> None:

@@ -151,7 +151,7 @@ def test_replay_re_arms_only_rows_the_row_says_are_still_due(
 def test_replay_refuses_a_range_that_ends_before_it_starts(admin: AdminRunner) -> None:
     refused = admin("replay", "--from", "2026-10-26T13:05Z", "--to", "2026-10-26T13:00Z")
     assert refused.code == 2
-    assert "--to is before --from" in refused.err
+    assert "--to 2026-10-26T13:00:00.000Z is before --from 2026-10-26T13:05:00.000Z" in refused.err
 
 
 def test_replay_refuses_minutes_whose_entries_are_gone_or_not_yet_due(admin: AdminRunner) -> None:
@@ -232,6 +232,10 @@ def test_inspect_shows_each_entry_and_its_row_but_no_text(
         "inspect", "--minute", whole_minute(minute), "--part", str(one_part), "--json"
     ).json()
     assert {entry["part"] for entry in only["entries"]} == {one_part}
+    # A part the minute does not have: said, not shown as an empty part.
+    beyond = admin("inspect", "--minute", whole_minute(minute), "--part", "64")
+    assert beyond.code == 2
+    assert beyond.err.endswith("has P = 64 (parts 0 to 63)\n"), beyond.err
     limited = admin("inspect", "--minute", whole_minute(minute), "--limit", "3", "--json").json()
     assert len(limited["entries"]) == 3
 

@@ -10,10 +10,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cassandra import ConsistencyLevel
+from cassandra import ConsistencyLevel, OperationTimedOut, Unauthorized
 from cassandra.cluster import ResponseFuture
 
+from reminders_svc.cli import main
 from reminders_svc.config import CassandraSettings
+from reminders_svc.storage import migrate_cli, migrations
 from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.migrations import (
     MigrationError,
@@ -25,6 +27,7 @@ from reminders_svc.storage.migrations import (
     split_statements,
 )
 from reminders_svc.storage.session import connect
+from tests.admin.conftest import cassandra_env
 from tests.platform.helpers import REMINDERS, free_port, run_cli
 
 EXPECTED_TABLES = {
@@ -232,6 +235,47 @@ def test_a_failing_file_is_not_recorded_and_applies_once_fixed(
         )
         report = migrate(connection.session, fresh_keyspace, load_migrations(cql))
     assert report.applied == ("9002_broken",)
+
+
+def test_a_failing_file_is_the_error_told_when_the_lock_cannot_be_released_either(
+    fresh_keyspace: CassandraSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Storage gone mid-run: the release's timeout hid the statement's error."""
+    cql = tmp_path / "cql"
+    shutil.copytree(default_cql_dir(), cql)
+    (cql / "9003_broken.cql").write_text("CREATE TABLE oops (;")
+
+    def unreleasable(self: object) -> None:
+        raise OperationTimedOut("injected")
+
+    monkeypatch.setattr(migrations._Lock, "release", unreleasable)
+    with (
+        connect(fresh_keyspace, keyspace="") as connection,
+        pytest.raises(MigrationError, match=r"9003_broken.cql, statement 1"),
+    ):
+        migrate(connection.session, fresh_keyspace, load_migrations(cql))
+
+
+def test_the_migrate_command_tells_storage_refusals_in_one_line(
+    fresh_keyspace: CassandraSettings,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The CREATE grant missing (Deploy step 4): a traceback until 2026-12-07."""
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise Unauthorized("User reminders has no CREATE permission on <all keyspaces>")
+
+    monkeypatch.setattr(migrate_cli, "migrate", refused)
+    for name, value in cassandra_env(fresh_keyspace).items():
+        monkeypatch.setenv(name, value)
+
+    assert main(["migrate"]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        "reminders migrate: storage: Unauthorized:"
+        " User reminders has no CREATE permission on <all keyspaces>\n"
+    )
 
 
 def test_migrate_command_reports_an_unreachable_cluster_clearly() -> None:

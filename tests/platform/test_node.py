@@ -123,3 +123,19 @@ def test_a_start_slowed_by_dropped_tables_says_so_and_reset_deletes_the_node(
     assert reset.stdout.strip() == f"deleted {settings.home}"
     assert not settings.home.exists()
     assert again.stdout.strip() == f"nothing at {settings.home}"
+
+
+def test_reset_refuses_a_home_that_holds_more_than_a_node(tmp_path: Path) -> None:
+    """REMINDERS_NODE_HOME set to a wrong directory: reset deleted whatever was there."""
+    home = tmp_path / "work"
+    (home / "data").mkdir(parents=True)
+    (home / "notes.txt").write_text("mine")
+
+    refused = run_cli("cassandra", "reset", env=_node_env(home), timeout=60)
+
+    assert refused.returncode == 1
+    assert refused.stderr == (
+        f"reminders cassandra reset: {home} is not only a node's home (it holds notes.txt):"
+        " nothing deleted; check REMINDERS_NODE_HOME\n"
+    )
+    assert (home / "notes.txt").read_text() == "mine"
