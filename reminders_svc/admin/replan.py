@@ -217,7 +217,7 @@ async def replan_zone(
 
     async def replan_row(key: tuple[str, uuid.UUID]) -> str:
         await writes.take()
-        step = functools.partial(_replan_row, admin, *key, dry_run=dry_run)
+        step = functools.partial(_replan_row, admin, *key, aimed=[], dry_run=dry_run)
         return await patiently(step, f"reminder {key[1]}", tell)
 
     async def wait_for_its_ring(key: tuple[str, uuid.UUID]) -> None:
@@ -248,7 +248,17 @@ async def replan_zone(
     return report
 
 
-async def _replan_row(admin: Admin, user_id: str, reminder_id: uuid.UUID, *, dry_run: bool) -> str:
+async def _replan_row(
+    admin: Admin,
+    user_id: str,
+    reminder_id: uuid.UUID,
+    *,
+    aimed: list[datetime | None],
+    dry_run: bool,
+) -> str:
+    """`aimed` holds the occurrences written by earlier tries of this row (kept across
+    `patiently`'s retries): a write that landed before storage trouble ended its try
+    is found in place by the next one, and counted as moved, not unchanged."""
     for _ in range(_ATTEMPTS):
         stored = await admin.store.get(user_id, reminder_id)
         if stored is None:
@@ -258,7 +268,8 @@ async def _replan_row(admin: Admin, user_id: str, reminder_id: uuid.UUID, *, dry
             return IN_FLIGHT
         after = replanned(stored.reminder, now)
         if after is None:
-            return "unchanged"
+            return "moved" if stored.reminder.occurrence in aimed else "unchanged"
+        aimed.append(after.occurrence)
         if dry_run or await admin.store.replace(stored, after, now):
             return "moved"
     # Changed under us every time (a user or a dispatcher at work): the next run sees it.

@@ -31,7 +31,7 @@ from reminders_svc.storage.parts import MINUTE
 
 RE_ARMED = "re_armed"  # a fresh entry was written (or would be, with --dry-run)
 IN_FLIGHT = "in_flight"  # sending under a live claim: its dispatcher is on it
-ALREADY_RE_ARMED = "already_re_armed"  # seen in an earlier minute of this replay
+ALREADY_RE_ARMED = "already_re_armed"  # another entry of it was re-armed in this replay
 
 
 @dataclass
@@ -75,12 +75,16 @@ async def replay(
         # counts its entries once, those it re-armed before the trouble as re-armed.
         entries = 0
         outcomes: Counter[str] = Counter()
+        # A reminder with two entries in this part (an edit moved it within the minute)
+        # is re-armed, and counted, once.
+        counted_here: set[tuple[str, object]] = set()
         await limiter.take()
         for entry in await admin.reader.read(minute, part):
             entries += 1
             key = (entry.user_id, entry.reminder_id)
-            if key in armed_here:
+            if key in armed_here and key not in counted_here:
                 outcomes[RE_ARMED] += 1
+                counted_here.add(key)
                 continue
             if key in re_armed:
                 outcomes[ALREADY_RE_ARMED] += 1
@@ -92,6 +96,7 @@ async def replay(
             if outcome == RE_ARMED:
                 re_armed.add(key)
                 armed_here.add(key)
+                counted_here.add(key)
             outcomes[outcome] += 1
         report.entries += entries
         report.outcomes.update(outcomes)

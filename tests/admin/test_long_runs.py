@@ -14,9 +14,10 @@ from cassandra import OperationTimedOut
 from dispatcher.buckets import BucketReader
 from reminders_svc.admin import cli, patience
 from reminders_svc.admin.replan import ZoneScan
+from reminders_svc.storage.reminders_store import ReminderStore
 from reminders_svc.storage.session import CassandraConnection
 from tests.admin.conftest import AdminRunner, minutes_ago, whole_minute
-from tests.admin.test_replan import create, daily_at_nine
+from tests.admin.test_replan import ZONE, create, daily_at_nine, left_by_old_rules
 from tests.admin.test_replay_inspect import make_minute_of_every_kind
 
 
@@ -115,6 +116,33 @@ def test_a_replan_waits_out_storage_trouble_and_tells_its_progress(
     assert [line.split(";")[0] for line in told] == [
         f"token ranges done: {done} of 4" for done in range(1, 5)
     ]
+
+
+def test_a_replan_write_that_landed_before_the_trouble_is_counted_as_moved(
+    own_keyspace: CassandraConnection, admin: AdminRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write landed, then its settling read timed out too: the try after the pause
+    found the row in place and counted it unchanged."""
+    left_by_old_rules(own_keyspace, "ny-landed", datetime.now(UTC).replace(microsecond=0))
+    real = ReminderStore.replace
+    calls = 0
+
+    async def lands_then_times_out(self: ReminderStore, *args: Any) -> bool:
+        nonlocal calls
+        calls += 1
+        written = await real(self, *args)
+        if calls == 1:
+            raise OperationTimedOut("injected")
+        return written
+
+    monkeypatch.setattr(ReminderStore, "replace", lands_then_times_out)
+
+    replanned = admin("replan", "--zone", ZONE, "--splits", "4", "--json")
+
+    assert replanned.code == 0, replanned.err
+    assert replanned.json()["outcomes"] == {"moved": 1}
+    assert "OperationTimedOut; trying again" in replanned.err
+    assert calls == 1  # the retry wrote nothing: the row was already moved
 
 
 def iso(minute: datetime) -> str:

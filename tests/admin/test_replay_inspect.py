@@ -94,6 +94,8 @@ def test_replay_re_arms_only_rows_the_row_says_are_still_due(
     minute = minutes_ago(90)
     rows = make_minute_of_every_kind(own_keyspace, minute)
     store = store_of(own_keyspace)
+    # An edit within the minute gave "lost" a second entry there: re-armed, counted, once.
+    run(_entry_in(store, rows["lost"], minute))
 
     replayed = admin(
         "replay", "--from", whole_minute(minute), "--to", whole_minute(minute), "--json"
@@ -101,9 +103,10 @@ def test_replay_re_arms_only_rows_the_row_says_are_still_due(
     report = replayed.json()
     assert report["dry_run"] is False
     assert report["minutes"] == 1
-    assert report["entries"] == 7
+    assert report["entries"] == 8
     assert report["outcomes"] == {
         "re_armed": 2,  # pending with its due passed; sending under an expired claim
+        "already_re_armed": 1,  # the second entry of "lost"
         "in_flight": 1,
         "paused": 1,
         "deleted": 1,
@@ -143,7 +146,7 @@ def test_replay_re_arms_only_rows_the_row_says_are_still_due(
         "replay", "--from", whole_minute(minute), "--to", whole_minute(minute), "--dry-run"
     )
     assert table.code == 0
-    assert "1 minutes, 7 entries (dry run)" in table.out
+    assert "1 minutes, 8 entries (dry run)" in table.out
     assert "re_armed" in table.out
     assert SECRET_TEXT not in table.out + replayed.out
 
