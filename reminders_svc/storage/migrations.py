@@ -31,7 +31,7 @@ from cassandra.protocol import ErrorMessage
 from cassandra.query import SimpleStatement
 
 from reminders_svc.config import CassandraSettings, Replication
-from reminders_svc.storage.errors import StorageUnavailable
+from reminders_svc.storage.errors import STORAGE_ERRORS, StorageUnavailable
 from reminders_svc.storage.session import serial_read_level
 
 _FILE_PATTERN = re.compile(r"^(\d{4})_([a-z0-9_]+)\.cql$")
@@ -362,7 +362,8 @@ def _release_after_failure(lock: _Lock) -> None:
     release failing too (storage gone) leaves the lock to expire by its TTL."""
     try:
         lock.release()
-    except (DriverException, ErrorMessage, OSError) as error:
+    # NoHostAvailable and a broken connection are not DriverExceptions: STORAGE_ERRORS.
+    except (*STORAGE_ERRORS, DriverException, ErrorMessage, OSError) as error:
         log.warning(
             "the schema lock could not be released (%s): it expires by itself within %d s",
             type(error).__name__,

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 from cassandra import ConsistencyLevel, OperationTimedOut, Unauthorized
-from cassandra.cluster import ResponseFuture
+from cassandra.cluster import NoHostAvailable, ResponseFuture
+from cassandra.connection import ConnectionException
 
 from reminders_svc.cli import main
 from reminders_svc.config import CassandraSettings
@@ -237,16 +238,28 @@ def test_a_failing_file_is_not_recorded_and_applies_once_fixed(
     assert report.applied == ("9002_broken",)
 
 
+@pytest.mark.parametrize(
+    "release_error",
+    [
+        OperationTimedOut("injected"),
+        NoHostAvailable("injected", {}),
+        ConnectionException("injected"),
+    ],
+    ids=["timeout", "no-host", "broken-connection"],
+)
 def test_a_failing_file_is_the_error_told_when_the_lock_cannot_be_released_either(
-    fresh_keyspace: CassandraSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fresh_keyspace: CassandraSettings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    release_error: Exception,
 ) -> None:
-    """Storage gone mid-run: the release's timeout hid the statement's error."""
+    """Storage gone mid-run: the release's failure hid the statement's error."""
     cql = tmp_path / "cql"
     shutil.copytree(default_cql_dir(), cql)
     (cql / "9003_broken.cql").write_text("CREATE TABLE oops (;")
 
     def unreleasable(self: object) -> None:
-        raise OperationTimedOut("injected")
+        raise release_error
 
     monkeypatch.setattr(migrations._Lock, "release", unreleasable)
     with (
