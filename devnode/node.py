@@ -8,6 +8,7 @@ second ``start`` finds and reuses the running node.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import shutil
@@ -402,9 +403,7 @@ def reset(settings: NodeSettings) -> bool:
     if not settings.home.exists():
         stop(settings)
         return False
-    others = sorted(
-        entry.name for entry in settings.home.iterdir() if entry.name not in _NODE_HOME_ENTRIES
-    )
+    others = sorted(entry.name for entry in settings.home.iterdir() if not _of_a_node(entry.name))
     if others:
         shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
         raise NodeError(
@@ -416,10 +415,16 @@ def reset(settings: NodeSettings) -> bool:
     return True
 
 
-# What a node's home holds: `_write_config`'s directories and the pid file.
+# What a node's home holds: `_write_config`'s directories and the pid file, and what the
+# JVM leaves in its working directory when it crashes or runs out of memory.
 _NODE_HOME_ENTRIES = frozenset(
     {"conf", "data", "commitlog", "saved_caches", "hints", "cdc_raw", "logs", "cassandra.pid"}
 )
+_JVM_LEFTOVERS = ("hs_err_pid*.log", "java_pid*.hprof", "replay_pid*.log")
+
+
+def _of_a_node(name: str) -> bool:
+    return name in _NODE_HOME_ENTRIES or any(fnmatch.fnmatch(name, p) for p in _JVM_LEFTOVERS)
 
 
 def _rss_bytes(pid: int) -> int | None:

@@ -139,3 +139,16 @@ def test_reset_refuses_a_home_that_holds_more_than_a_node(tmp_path: Path) -> Non
         " nothing deleted; check REMINDERS_NODE_HOME\n"
     )
     assert (home / "notes.txt").read_text() == "mine"
+
+
+def test_reset_deletes_what_a_crashed_jvm_left_in_the_home(tmp_path: Path) -> None:
+    """A node that crashed or ran out of heap: its error log and heap dump are its own."""
+    home = tmp_path / "node"
+    (home / "data").mkdir(parents=True)
+    (home / "hs_err_pid4242.log").write_text("fatal error")
+    (home / "java_pid4242.hprof").write_bytes(b"\0")
+
+    reset = run_cli("cassandra", "reset", env=_node_env(home), timeout=60)
+
+    assert reset.returncode == 0, reset.stderr
+    assert not home.exists()
