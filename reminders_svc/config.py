@@ -307,6 +307,8 @@ MESH_VARIABLE = "REMINDERS_PLAINTEXT_IN_MESH"
 # gRPC's target forms (https://github.com/grpc/grpc/blob/master/doc/naming.md).
 _TARGET_SCHEME = re.compile(r"^(dns:(//[^/]*/)?|ipv4:|ipv6:)")
 _SOCKET_SCHEMES = ("unix:", "unix-abstract:")  # a socket on this host
+# Targets whose addresses gRPC learns elsewhere or that are not TCP: no port to check.
+_PORTLESS_SCHEMES = (*_SOCKET_SCHEMES, "vsock:", "xds:", "google-c2p:")
 
 
 def hosts_of(address: str) -> tuple[str, ...]:
@@ -321,13 +323,18 @@ def hosts_of(address: str) -> tuple[str, ...]:
 
 def port_problem(address: str) -> str | None:
     """Why a `host:port` address or gRPC target names a port no TCP connection can have
-    (gRPC wraps one past 65535 round, 99999 to 34463, and connects there), or names none
-    (gRPC dials 443 then, which no service here listens on); None if neither."""
-    if address.startswith(_SOCKET_SCHEMES):
+    (gRPC wraps one past 65535 round, 99999 to 34463, and connects there), or, written
+    without a scheme, names none (gRPC dials 443 then, which no service here listens on: a
+    forgotten port); None if neither. A dns:, ipv4: or ipv6: target may leave its port to
+    gRPC's default, as its naming document says; an xds: or unix: one names no TCP port."""
+    if address.startswith(_PORTLESS_SCHEMES):
         return None
+    named_scheme = _TARGET_SCHEME.match(address) is not None
     for part in _addresses(address):
         port = _split(part)[1]
         if port is None:
+            if named_scheme:
+                continue
             return "no port: expected host:port"
         if not 1 <= int(port) <= 65535:
             return f"port {port} is not 1 to 65535"

@@ -15,7 +15,13 @@ from cassandra.pool import Host
 from dispatcher.settings import DispatcherSettings
 from notifier.settings import NotifierSettings
 from reminders_svc.api.settings import ApiSettings
-from reminders_svc.config import CassandraSettings, ConfigError, Retention, is_local
+from reminders_svc.config import (
+    CassandraSettings,
+    ConfigError,
+    Retention,
+    is_local,
+    port_problem,
+)
 from reminders_svc.storage.session import execution_profile
 from tests.platform.helpers import run_cli
 
@@ -190,6 +196,32 @@ def test_plaintext_off_the_host_needs_development_or_a_mesh(
 )
 def test_what_counts_as_this_host(address: str, local: bool) -> None:
     assert is_local(address) is local
+
+
+@pytest.mark.parametrize(
+    ("target", "problem"),
+    [
+        ("localhost:50051", None),
+        ("[::1]:50051", None),
+        ("localhost", "no port: expected host:port"),
+        ("10.0.0.7", "no port: expected host:port"),
+        ("localhost:0", "port 0 is not 1 to 65535"),
+        ("dns:///api.example:99999", "port 99999 is not 1 to 65535"),
+        ("ipv4:10.0.0.1:50051,10.0.0.2:70000", "port 70000 is not 1 to 65535"),
+        # A scheme written out: gRPC's own default port (443), asked for knowingly.
+        ("dns:///api.example", None),
+        ("ipv4:10.0.0.1,10.0.0.2:50051", None),
+        ("ipv6:[::1]", None),
+        # Resolved by a control plane, or not TCP at all.
+        ("xds:///reminders-api", None),
+        ("unix:///run/reminders.sock", None),
+        ("vsock:3:50051", None),
+    ],
+)
+def test_a_target_is_refused_for_a_port_no_connection_can_have_or_a_forgotten_one(
+    target: str, problem: str | None
+) -> None:
+    assert port_problem(target) == problem
 
 
 def test_the_api_reads_how_long_a_handed_off_ring_may_still_go_out_as_the_dispatcher_sets_it() -> (
