@@ -130,9 +130,10 @@ class PushWorkers:
                 self._retry_for_storage(item)
                 return
         if not devices:
-            self._metrics.count_undeliverable(Undeliverable.NO_DEVICE)
-            log.info("no device for %s", notification.idempotency_key)
-            self._end(item, Settlement.NO_DEVICE)
+            self._no_device(item)
+            return
+        # Again: a slow lookup (storage under load) must not carry it past its expiry.
+        if self._expired(item):
             return
         if self._policy.crash_before_push:
             log.warning("fault crash_before_push: killing this process")
@@ -168,8 +169,16 @@ class PushWorkers:
                 "giving up on %s: the push service refused it", item.notification.idempotency_key
             )
             self._end(item, Settlement.UNDELIVERABLE)
+        elif not reached:  # every device gone (the app uninstalled everywhere)
+            self._no_device(item)
         else:
             self._end(item, Settlement.PUSHED)
+
+    def _no_device(self, item: QueuedNotification) -> None:
+        """Accepted with nowhere to push it: nothing to retry."""
+        self._metrics.count_undeliverable(Undeliverable.NO_DEVICE)
+        log.info("no device for %s", item.notification.idempotency_key)
+        self._end(item, Settlement.NO_DEVICE)
 
     def _expired(self, item: QueuedNotification) -> bool:
         """Ends the item if its expiry has passed (never pushed late): handed back, its key

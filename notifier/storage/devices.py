@@ -15,6 +15,8 @@ from reminders_svc.storage.session import prepare_serial
 
 # Registrations of one token for different users at once: each compares the owner read.
 _OWNER_ATTEMPTS = 5
+# Registrations of a device removed again before they listed it (evicted by another).
+_REGISTER_ATTEMPTS = 5
 
 
 class DeviceStore:
@@ -55,7 +57,9 @@ class DeviceStore:
             " IF registered_at = ?"
         )
 
-    async def register(self, user_id: str, device: Device) -> Device:
+    async def register(
+        self, user_id: str, device: Device, attempts_left: int = _REGISTER_ATTEMPTS
+    ) -> Device:
         """Idempotent per token; registering again refreshes its time (apps register
         their token as they start, as FCM advises: a fresh time says the device is in
         use) and its platform (a reinstall). Past the user's MAX_DEVICES_PER_USER, the
@@ -70,6 +74,14 @@ class DeviceStore:
         row = (await execute(self._session, self._insert, (user_id, token, platform))).one()
         if not row.applied:
             await execute(self._session, self._refresh, (platform, user_id, token))
+        if not await self._owns(user_id, token):
+            # Another user's registration took the token between this one's owner write
+            # and its row (a phone signed out of this user and into that one): that one's
+            # removal found no row to delete, so this row goes now, or this user's
+            # reminders would reach the other user's phone. Answered as registered and
+            # then taken, the order the two could have run in.
+            await execute(self._session, self._delete, (user_id, token))
+            return Device(token, device.platform)
         # On every registration, not only a new token's: a user left over the cap (an
         # eviction cut short, rows from before the cap) is brought back under it.
         listed = await self.list(user_id)
@@ -79,9 +91,17 @@ class DeviceStore:
             if (await execute(self._session, self._evict, params)).one().applied:
                 await execute(self._session, self._disown, (old.device_token, user_id))
         registered = next((d for d in listed if d.device_token == token), None)
-        if registered is None:  # removed meanwhile (a concurrent eviction): register again
-            return await self.register(user_id, device)
-        return registered
+        if registered is not None:
+            return registered
+        # Removed meanwhile (a concurrent eviction, or an unregistration): register again,
+        # a bounded number of times.
+        if attempts_left == 0:
+            raise Unavailable.contention("this user's devices")
+        return await self.register(user_id, device, attempts_left - 1)
+
+    async def _owns(self, user_id: str, token: str) -> bool:
+        row = (await execute(self._session, self._owner, (token,))).one()
+        return row is not None and row.user_id == user_id
 
     async def _own(self, user_id: str, token: str) -> None:
         """Make `user_id` the token's owner, and take the token from its previous owner's

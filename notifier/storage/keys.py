@@ -86,9 +86,9 @@ class KeyHold:
 @dataclass(frozen=True)
 class _KeyRow:
     """A key's row as found. Its holder may be missing (None) while the row stands: a
-    holder's plain settle written after a later holder's release deleted the row (the
-    first, slow push did happen: the row reads settled), or settle cells outliving the
-    insert's by their later TTL."""
+    holder's plain settle written after a later holder's release cleared it (the first,
+    slow push did happen: the row reads settled), a release with no settle after it (the
+    key is free), or settle cells outliving the insert's by their later TTL."""
 
     accept_id: uuid.UUID | None
     accepted_at: datetime | None
@@ -167,8 +167,14 @@ class KeyStore:
             f"UPDATE {table} USING TTL ? SET settled_at = toTimestamp(now()), settled_as = ?"
             " WHERE idempotency_key = ?"
         )
+        # The holder's cells cleared, not the row deleted: a row tombstone, stamped by
+        # Paxos, would hide the next holder's settle (a plain write stamped by its host's
+        # clock) whenever that clock runs behind by more than the time between the two,
+        # and the key, pushed and settled, would read held and be pushed again. The row
+        # left without a holder is taken at once by the next attempt (`_judge`).
         self._release = session.prepare(
-            f"DELETE FROM {table} WHERE idempotency_key = ? IF accept_id = ?"
+            f"UPDATE {table} SET accept_id = null, accepted_at = null"
+            " WHERE idempotency_key = ? IF accept_id = ?"
         )
         # With the database's time, by which a holder's accepted_at was written. A SERIAL
         # read finishes any in-flight Paxos round, so what it finds is final.
@@ -301,14 +307,16 @@ class KeyStore:
             claim = self._judge(found, ours)
         if claim is not None:
             return claim
-        # Held too long by another attempt, unsettled: take it over from that hold.
+        # Held too long by another attempt, unsettled, or released: take it from that hold
+        # (a released row's holder is null; taking that is no takeover of a live one's).
         take_over = (self._ttl_s, accept_id, key, found.accept_id, found.accepted_at)
+        taken_over = found.accept_id is not None
         now_found = await self._lwt(self._take_over, take_over, key)
         if now_found is None:
-            return KeyClaim(KeyState.RECORDED, accept_id, taken_over=True, fresh=True)
+            return KeyClaim(KeyState.RECORDED, accept_id, taken_over=taken_over, fresh=True)
         claim = self._judge(now_found, ours)
         if claim is not None and claim.state is KeyState.RECORDED:
-            return KeyClaim(KeyState.RECORDED, accept_id, taken_over=True)
+            return KeyClaim(KeyState.RECORDED, accept_id, taken_over=taken_over)
         # Settled, refreshed by its holder, or taken over by another attempt just now.
         return claim or KeyClaim(KeyState.HELD_ELSEWHERE, now_found.accept_id)
 

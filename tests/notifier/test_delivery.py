@@ -16,9 +16,10 @@ import pytest
 from dispatcher.settings import MAX_BATCH_SIZE
 from genproto.notification.v1 import notification_pb2 as pb
 from notifier.delivery.adapters import RecordingPushAdapter
-from notifier.domain.model import MAX_DEVICES_PER_USER
+from notifier.domain.model import MAX_DEVICES_PER_USER, Device
 from notifier.domain.push import PushMessage, PushResult
 from notifier.settings import Faults, NotifierSettings
+from notifier.storage.devices import DeviceStore
 from reminders_svc.config import Retention
 from reminders_svc.storage.session import connect
 from tests.grpc_errors import assert_refused
@@ -274,6 +275,29 @@ def test_item_expiring_while_queued_is_rejected_and_its_next_attempt_pushed(
         assert len(held.notifier.delivered(key=late.idempotency_key)) == 1
 
 
+def test_an_item_whose_device_lookup_outlasts_its_expiry_is_not_pushed(
+    notifier_settings: NotifierSettings, user: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Storage under load slowed the lookup past the item's expiry: pushed late."""
+    # Room to be recorded and queued before it expires, on a slow machine too.
+    late = item(user, expire_in=timedelta(seconds=4))
+    expired = late.expire_time.ToDatetime(tzinfo=UTC) + timedelta(seconds=0.5)
+    real_list = DeviceStore.list
+
+    async def slow_list(self: DeviceStore, user_id: str) -> tuple[Device, ...]:
+        devices = await real_list(self, user_id)
+        await asyncio.sleep(max(0.0, (expired - datetime.now(UTC)).total_seconds()))
+        return devices
+
+    monkeypatch.setattr(DeviceStore, "list", slow_list)
+    with running_notifier(notifier_settings) as notifier:
+        [answer] = notifier.send_batch(late)
+        pushed = notifier.delivered(user)
+
+    assert (answer.outcome, answer.reason) == (REJECTED, "expired")
+    assert pushed == []
+
+
 class PushServiceAskingToRetry(RecordingPushAdapter):
     """Answers "retry" (throttled, a 5xx) while `failing`, then pushes as usual."""
 
@@ -308,7 +332,8 @@ def test_an_item_the_push_service_keeps_asking_to_retry_is_handed_back_and_pushe
             "not delivered (the push service asked to retry every attempt); send again",
         )
         assert push_service.retries_asked == settings.push_max_attempts
-        assert key_rows(settings, [message.idempotency_key], "accept_id") == [None]
+        [released] = key_rows(settings, [message.idempotency_key], "accept_id, settled_as")
+        assert (released.accept_id, released.settled_as) == (None, None)  # free, unsettled
         assert notifier.metrics()[exhausted] == 1
 
         push_service.failing = False
@@ -505,6 +530,31 @@ def test_an_item_the_push_service_refuses_for_good_is_given_up_at_once(
     assert answer.outcome == REJECTED
     assert again.outcome == REJECTED  # answered from the key's settlement
     assert push_service.refused == 1  # one push: not retried
+
+
+class PushServiceForgettingEveryDevice(RecordingPushAdapter):
+    """Answers every push "device gone" (the app uninstalled everywhere)."""
+
+    async def push(self, message: PushMessage) -> PushResult:
+        return PushResult.DEVICE_GONE
+
+
+def test_an_item_whose_every_device_is_gone_is_settled_as_having_none(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """It was settled as pushed: counted nowhere as undeliverable, though no one got it."""
+    no_device = ("notifier_undeliverable_total", frozenset({("reason", "no_device")}))
+    message = item(user)
+    with running_notifier(notifier_settings, PushServiceForgettingEveryDevice(100)) as notifier:
+        device = pb.Device(device_token=f"phone-{user}", platform=pb.Device.PLATFORM_FCM)
+        notifier.stub.RegisterDevice(pb.RegisterDeviceRequest(user_id=user, device=device))
+        [answer] = notifier.send_batch(message)
+        [again] = notifier.send_batch(message)
+        counted = notifier.metrics()[no_device]
+
+    assert answer.outcome == ACCEPTED  # nowhere to push it: nothing to retry
+    assert again.outcome == DUPLICATE
+    assert counted == 1
 
 
 def test_an_item_no_device_took_for_too_long_past_its_due_is_given_up(

@@ -237,3 +237,44 @@ def test_a_device_registered_again_while_a_new_one_evicts_it_stays_registered(
     assert new_phone.device_token in kept
     assert next_oldest.device_token not in kept
     assert len(kept) == MAX_DEVICES_PER_USER
+
+
+class _TokenTakenBeforeTheRowIsWritten(DeviceStore):
+    """Right after this server makes the user the token's owner, another user registers
+    the same token through another server (the phone signed out and into that account)."""
+
+    def __init__(self, session: Session, keyspace: str, taker: str) -> None:
+        super().__init__(session, keyspace)
+        self._other_server = DeviceStore(session, keyspace)
+        self._taker: str | None = taker
+
+    async def _own(self, user_id: str, token: str) -> None:
+        await super()._own(user_id, token)
+        if self._taker is not None:
+            taker, self._taker = self._taker, None
+            await self._other_server.register(taker, Device(token, Platform.FCM))
+
+
+def test_a_token_taken_by_another_user_mid_registration_reaches_only_that_user(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """The other user's registration found no row of this user's to remove, and this
+    one's row landed after it: this user's reminders went to the other user's phone."""
+    cassandra = notifier_settings.cassandra
+    phone = Device(f"fcm-shared-{user}", Platform.FCM)
+    other = f"{user}-other"
+
+    async def scenario() -> tuple[Device, set[str], set[str]]:
+        with connect(cassandra) as connection:
+            registry = DeviceStore(connection.session, cassandra.keyspace)
+            racing = _TokenTakenBeforeTheRowIsWritten(connection.session, cassandra.keyspace, other)
+            answered = await racing.register(user, phone)
+            mine = {d.device_token for d in await registry.list(user)}
+            theirs = {d.device_token for d in await registry.list(other)}
+            return answered, mine, theirs
+
+    answered, mine, theirs = asyncio.run(scenario())
+
+    assert answered.device_token == phone.device_token
+    assert mine == set()
+    assert theirs == {phone.device_token}

@@ -257,6 +257,36 @@ def test_a_slow_holders_settle_after_a_later_holder_released_the_key_reads_settl
     ]
 
 
+def test_a_settle_from_a_host_whose_clock_runs_behind_is_not_hidden_by_an_earlier_release(
+    notifier_settings: NotifierSettings,
+) -> None:
+    """A notifier stopping released the key; another, on a host whose clock runs 2 s
+    behind the database's, recorded, pushed and settled it. The release deleted the row
+    (a tombstone stamped by Paxos, by the database's clock) and hid the settle (stamped
+    by that host's clock): the key read held, unsettled, and was pushed again."""
+    item = notification()
+    stopping, pusher, later = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+
+    async def steps(keys: Keys) -> list[KeyClaim]:
+        await keys.store.record(item, stopping)
+        await keys.store.release(item.idempotency_key, stopping)
+        claims = [await keys.store.record(item, pusher)]
+        cluster = keys.session.cluster
+        own_clock = cluster.timestamp_generator
+        cluster.timestamp_generator = lambda: own_clock() - 2_000_000  # 2 s behind
+        try:
+            await keys.store.settle(item.idempotency_key, item.user_id, Settlement.PUSHED)
+        finally:
+            cluster.timestamp_generator = own_clock
+        claims.append(await keys.store.record(item, later))
+        return claims
+
+    assert with_keys(notifier_settings, steps) == [
+        KeyClaim(KeyState.RECORDED, pusher, fresh=True),  # no takeover: the key was free
+        KeyClaim(KeyState.SETTLED, pusher, Settlement.PUSHED),
+    ]
+
+
 def test_a_row_with_neither_holder_nor_settlement_is_taken_over(
     notifier_settings: NotifierSettings,
 ) -> None:
@@ -277,7 +307,8 @@ def test_a_row_with_neither_holder_nor_settlement_is_taken_over(
         ]
 
     assert with_keys(notifier_settings, steps) == [
-        KeyClaim(KeyState.RECORDED, attempt, taken_over=True, fresh=True),
+        # Recorded as a released key is: there was no holder to count a takeover from.
+        KeyClaim(KeyState.RECORDED, attempt, fresh=True),
         KeyClaim(KeyState.HELD_ELSEWHERE, attempt),
     ]
 
