@@ -92,6 +92,7 @@ class MinuteJob:
         # not hold up the rings due now.
         self._waiting: list[tuple[datetime, int, Entry]] = []
         self._late: list[tuple[datetime, int, Entry]] = []
+        self._late_starting = 0  # late entries taken off `_late`, waiting to start
         self._arrivals = itertools.count()
         self._arrived = asyncio.Event()
         self._late_arrived = asyncio.Event()
@@ -169,12 +170,21 @@ class MinuteJob:
         w = self._worker
         while w.shift.on():
             if self._late:
-                entry = self._late[0][2]  # left in the heap while it waits: not all started
-                ring = await w.ringer.start(entry, self.minute + MINUTE, w.shift, late=True)
+                # Taken off before the wait: a poll meanwhile may push one due earlier,
+                # which is then the heap's head. Counted while it waits: not all started.
+                queued = heapq.heappop(self._late)
+                self._late_starting += 1
+                try:
+                    ring = await w.ringer.start(queued[2], self.minute + MINUTE, w.shift, late=True)
+                except BaseException:
+                    heapq.heappush(self._late, queued)
+                    raise
+                finally:
+                    self._late_starting -= 1
                 if ring is None:
+                    heapq.heappush(self._late, queued)
                     return False
-                heapq.heappop(self._late)
-                self._started(entry, ring)
+                self._started(queued[2], ring)
                 continue
             if self._reads_over:
                 return True
@@ -194,7 +204,7 @@ class MinuteJob:
                         return False
                     self._started(entry, ring)
                     continue
-            elif self._reads_over and not self._running and not self._late:
+            elif self._reads_over and not self._running and not (self._late or self._late_starting):
                 return True  # (a ring under way may yet hand its entry back: see _ring_ended)
             else:
                 wait_s = LOOK_EVERY_S

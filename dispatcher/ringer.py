@@ -113,6 +113,11 @@ class _Backoff:
 class _Pending:
     ring: Ring
     answer: asyncio.Future[Answer]
+    shift: Shift
+
+
+# The answer to a ring whose shift ended while it waited for its batch: never sent.
+_NOT_SENT = Answer(Outcome.RETRYABLE, "not sent: its part's shift ended")
 
 
 class HandoffBatcher:
@@ -136,10 +141,12 @@ class HandoffBatcher:
         # may carry one key, a retry after a timed-out call).
         self._keys_sending: collections.Counter[str] = collections.Counter()
 
-    async def send(self, ring: Ring) -> Answer:
+    async def send(self, ring: Ring, shift: Shift) -> Answer:
         """The notifier's answer. A caller cancelled while its ring waits in the queue takes
-        it out (never sent); once its batch is sent, the call goes on (`sending`)."""
-        pending = _Pending(ring, asyncio.get_running_loop().create_future())
+        it out (never sent); once its batch is sent, the call goes on (`sending`). A ring
+        whose shift is off when its batch is cut (the process paused past its lease while
+        the ring waited) is not sent: `_NOT_SENT`."""
+        pending = _Pending(ring, asyncio.get_running_loop().create_future(), shift)
         self._queue.append(pending)
         if len(self._queue) >= self._batch_size:
             self._flush()
@@ -171,6 +178,12 @@ class HandoffBatcher:
         # A waiter cancelled in this same turn of the loop is still queued: it is left out
         # (its caller lets its claim go, so its ring must not go out).
         live = [pending for pending in self._queue if not pending.answer.cancelled()]
+        # Looked at as the batch is cut, the last moment before the ring goes out: a part
+        # lost while its rings waited (a pause past the lease) hands none of them off.
+        for pending in live:
+            if not pending.shift.on():
+                pending.answer.set_result(_NOT_SENT)
+        live = [pending for pending in live if not pending.answer.done()]
         batch, self._queue = live[: self._batch_size], live[self._batch_size :]
         if batch:
             # Marked as sending when cut, not when the task first runs: a caller cancelled
@@ -487,9 +500,11 @@ class Ringer:
                 expires=self._clock.now() + self._settings.ring_expiry,
                 first_sent=first_sent,
             )
-            answer = await self._batcher.send(ring)
+            answer = await self._batcher.send(ring, shift)
             if answer.outcome is not Outcome.RETRYABLE:
                 return answer
+            if not shift.on():
+                return None  # not sent, or answered "retry" after the shift ended
             self._metrics.notifier_errors.inc()
             async with self._slot_given_up():
                 if not await self._pause_to_retry(shift, backoff.next()):

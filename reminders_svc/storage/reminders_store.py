@@ -22,7 +22,7 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from cassandra.cluster import ResultSet, Session
@@ -435,9 +435,19 @@ class ReminderStore:
         Conditioned on the claim alone: a snooze or text edit that bumped the version does
         not take the ring over, so it must not stop the renewal either.
         """
-        row = (
-            await self._execute(
-                self._session, self._claim_expiry, (expires, user_id, reminder_id, token)
+
+        async def settle() -> bool:
+            # An unknown outcome read through Paxos (invariant 4): a renewal that landed
+            # after a release would hold the ring back for a whole lease. Timestamps are
+            # kept to the millisecond.
+            settled = await self.get_serial(user_id, reminder_id)
+            claim = settled.reminder.claim if settled is not None else None
+            return (
+                claim is not None
+                and claim.token == token
+                and abs(claim.expires - expires) < timedelta(milliseconds=1)
             )
-        ).one()
-        return bool(row.applied)
+
+        params = (expires, user_id, reminder_id, token)
+        attempt = self._execute(self._session, self._claim_expiry, params)
+        return await aio.applied_or_settled(self._session, attempt, settle)

@@ -13,6 +13,7 @@ from reminders_svc.domain.reminder import Reminder, Status, delete, new_reminder
 from reminders_svc.schedule import one_off_local, parse_repeat
 from reminders_svc.storage.session import CassandraConnection
 from tests.admin.conftest import at_instant, change, put, run, store_of
+from tests.unknown_outcome import UnknownOutcome
 
 NY = "America/New_York"
 T0 = datetime(2026, 10, 19, 12, 0, tzinfo=UTC)
@@ -222,3 +223,27 @@ def test_a_re_claim_is_refused_when_the_holder_renewed_after_the_read(
         assert dispatch.idempotency_key(taken.reminder) == dispatch.idempotency_key(holder)
 
     run(scenario())
+
+
+@pytest.mark.parametrize("lands", [True, False], ids=["landed", "lost"])
+def test_a_claim_renewal_of_unknown_outcome_is_settled_by_a_serial_read(
+    own_keyspace: CassandraConnection, lands: bool
+) -> None:
+    """It raised: the renewal that landed unheard was not known to have landed, and a
+    release after it could be outlived by it, holding the ring back a whole lease."""
+    store = store_of(own_keyspace)
+
+    async def scenario() -> bool:
+        now = datetime.now(UTC)
+        stored = await put(store, at_instant("u-renew", now, now - timedelta(minutes=1)))
+        holder = dispatch.claimed(stored.reminder, uuid.uuid4(), now, LEASE)
+        assert holder.claim is not None
+        await change(store, stored, holder)
+        unsure = store_of(own_keyspace, UnknownOutcome(lands=lands))
+        renewed_until = now + 2 * LEASE  # microseconds: stored to the millisecond
+        reminder_id = stored.reminder.reminder_id
+        return await unsure.set_claim_expiry(
+            "u-renew", reminder_id, holder.claim.token, renewed_until
+        )
+
+    assert run(scenario()) is lands

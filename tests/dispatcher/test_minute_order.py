@@ -184,6 +184,23 @@ class OneRead:
         return [] if written_since is not None else self.entries
 
 
+def _live_worker(
+    settings: DispatcherSettings, reader: object, ringer: PacedRinger, clock: MovedClock
+) -> minutes.PartWorker:
+    """A worker of a part taken just now (no checkpoint), its lease held for 10 minutes."""
+    lease = Lease(part=0, epoch=1, checkpoint=None, valid_until=time.monotonic() + 600)
+    return minutes.PartWorker(
+        lease,
+        cast(PartLeases, RecordedLeases()),
+        cast(BucketReader, reader),
+        cast(Ringer, ringer),
+        cast(DbClock, clock),
+        settings,
+        DispatcherMetrics(),
+        RateLimiter(settings.catch_up_minutes_per_s),
+    )
+
+
 def test_a_late_entry_waiting_for_the_catch_up_pace_holds_up_no_ring_due_now() -> None:
     """A live minute holding an entry read long past its due (a snooze already passed
     when its finalize wrote it, an entry rewritten after a stall) next to one due now:
@@ -196,18 +213,8 @@ def test_a_late_entry_waiting_for_the_catch_up_pace_holds_up_no_ring_due_now() -
         late = Entry("u-late", uuid.uuid4(), minute - timedelta(minutes=3), uuid.uuid1())
         on_time = Entry("u-now", uuid.uuid4(), clock.now(), uuid.uuid1())
         ringer = PacedRinger()
-        lease = Lease(part=0, epoch=1, checkpoint=None, valid_until=time.monotonic() + 600)
         settings = DispatcherSettings(dispatcher_id="d1")
-        worker = minutes.PartWorker(
-            lease,
-            cast(PartLeases, RecordedLeases()),
-            cast(BucketReader, OneRead([late, on_time])),
-            cast(Ringer, ringer),
-            cast(DbClock, clock),
-            settings,
-            DispatcherMetrics(),
-            RateLimiter(settings.catch_up_minutes_per_s),
-        )
+        worker = _live_worker(settings, OneRead([late, on_time]), ringer, clock)
         job = asyncio.create_task(minutes.MinuteJob(worker, minute).run())
         try:
             assert await _until(lambda: on_time.reminder_id in ringer.started, within_s=2)
@@ -220,3 +227,46 @@ def test_a_late_entry_waiting_for_the_catch_up_pace_holds_up_no_ring_due_now() -
             await asyncio.gather(job, return_exceptions=True)
 
     asyncio.run(scenario())
+
+
+class ReadsInTurn:
+    """Each read answers the next of `reads` (a poll's new entries), then nothing."""
+
+    def __init__(self, *reads: list[Entry]) -> None:
+        self.reads = list(reads)
+
+    async def read(
+        self, minute: datetime, part: int, written_since: datetime | None = None
+    ) -> list[Entry]:
+        return self.reads.pop(0) if self.reads else []
+
+
+def test_a_late_entry_read_while_another_waits_for_the_pace_is_started_too() -> None:
+    """A late entry waited for the pace at the head of the late ones; a poll meanwhile
+    read another, due earlier, which took the head; once the pace let the first through,
+    the head was taken off, so the earlier one was never started (and the first twice),
+    and the minute, all its reads done, was checkpointed: that reminder never rang."""
+
+    async def scenario() -> tuple[bool, list[uuid.UUID], list[uuid.UUID]]:
+        minute = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+        clock = MovedClock(minute + timedelta(seconds=10))
+        first = Entry("u-first", uuid.uuid4(), minute - timedelta(minutes=3), uuid.uuid1())
+        earlier = Entry("u-earlier", uuid.uuid4(), minute - timedelta(minutes=4), uuid.uuid1())
+        ringer = PacedRinger()
+        settings = DispatcherSettings(dispatcher_id="d1", poll_every=timedelta(seconds=0.05))
+        worker = _live_worker(settings, ReadsInTurn([first], [earlier]), ringer, clock)
+        job = asyncio.create_task(minutes.MinuteJob(worker, minute).run())
+        try:
+            await asyncio.sleep(0.5)  # both read, the first waiting for the pace
+            ringer.pace.set()
+            clock.at = minute + MINUTE + settings.grace + timedelta(seconds=1)
+            finished = await asyncio.wait_for(job, timeout=10)
+        finally:
+            worker.stop()
+            job.cancel()
+            await asyncio.gather(job, return_exceptions=True)
+        return finished, ringer.started, [first.reminder_id, earlier.reminder_id]
+
+    finished, started, entries = asyncio.run(scenario())
+    assert finished
+    assert sorted(started) == sorted(entries)
