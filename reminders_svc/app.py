@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import random
 import uuid
 from collections.abc import Callable
@@ -32,10 +33,15 @@ from reminders_svc.domain.limits import Limits
 from reminders_svc.domain.reminder import Reminder, Status
 from reminders_svc.schedule import Schedule, ScheduleError, validate_new
 from reminders_svc.schedule.zones import round_up, upcoming_utc
+from reminders_svc.storage.errors import STORAGE_ERRORS
 from reminders_svc.storage.reminders_store import CreateRecord, ReminderStore, StoredReminder
 
 Clock = Callable[[], datetime]
 _MAX_ATTEMPTS = 10
+# A create's record written again after its row landed (see `_record_again`).
+_RECORD_AGAIN_ATTEMPTS = 3
+
+log = logging.getLogger(__name__)
 
 
 async def _backoff(attempt: int) -> None:
@@ -126,16 +132,46 @@ class RemindersApp:
                 # This request wrote the record and made nothing: take the record back,
                 # unless a replay marked it. (A replay leaves it to the request that wrote
                 # it.)
-                await self._store.forget_create_request(user_id, request_id, record)
+                await self._take_back(user_id, request_id, record)
             raise
         if saw_a_purge:
             # The record, written while a purge's fence stood, went with that purge's
             # records; the row landed after its lift. Recorded again, now, so that a retry
             # answers with this reminder instead of making a second.
-            await self._store.record_create_request(
+            await self._record_again(
                 user_id, request_id, CreateRecord(payload_hash, made.reminder_id), now
             )
         return made
+
+    async def _take_back(self, user_id: str, request_id: str, record: CreateRecord) -> None:
+        """Best effort: the refusal is the answer, not storage trouble after it (answered
+        "unavailable", the caller would retry a request that cannot succeed). A record
+        left standing keeps its request_id taken until its retention ends: the same
+        request is refused alike, another payload under that id as a reuse."""
+        try:
+            await self._store.forget_create_request(user_id, request_id, record)
+        except STORAGE_ERRORS as error:
+            log.warning(
+                "a refused create's request record was not taken back (%s)", type(error).__name__
+            )
+
+    async def _record_again(
+        self, user_id: str, request_id: str, record: CreateRecord, now: datetime
+    ) -> None:
+        """The row has landed: the call answers with it, whatever this write meets (an
+        "unavailable" would have its caller retry, and the retry, finding no record, make
+        a second reminder). Tried a few times; then, logged, the row stands unrecorded."""
+        for attempt in range(_RECORD_AGAIN_ATTEMPTS):
+            try:
+                await self._store.record_create_request(user_id, request_id, record, now)
+                return
+            except STORAGE_ERRORS as error:
+                if attempt == _RECORD_AGAIN_ATTEMPTS - 1:
+                    log.warning(
+                        "a create's request record, written again after a purge, was not"
+                        " written (%s): a retry of it may make a second reminder",
+                        type(error).__name__,
+                    )
 
     async def replayed(self, user_id: str, request_id: str, payload: bytes) -> Reminder | None:
         """The reminder an earlier request with this request_id and payload made, found by

@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 import pytest
-from cassandra import WriteTimeout, WriteType
+from cassandra import OperationTimedOut, WriteTimeout, WriteType
 from cassandra.cluster import Session
 from cassandra.connection import ConnectionShutdown
 from cassandra.query import BatchStatement
@@ -770,6 +770,26 @@ def test_a_create_refused_at_the_cap_keeps_its_record_for_the_row_its_replay_mad
     third = asyncio.run(_create(other_server, user, "r"))
     assert third.reminder_id == racing.replayed.reminder_id
     assert _active_rows(cassandra, user) == [racing.replayed.reminder_id]
+
+
+class _TakingBackTimesOut(ReminderStore):
+    async def forget_create_request(self, user_id: str, request_id: str, record: Any) -> None:
+        raise OperationTimedOut("injected")
+
+
+def test_a_create_refused_at_the_cap_is_answered_so_though_taking_its_record_back_fails(
+    cassandra: CassandraConnection, user: str
+) -> None:
+    """The take-back's timeout replaced the refusal: "unavailable; retry" for a request
+    no retry can make succeed."""
+    other_server = _one_slot_app(ReminderStore(cassandra.session, Retention()))
+    occupying = asyncio.run(_create(other_server, user, "older"))
+
+    refusing = _one_slot_app(_TakingBackTimesOut(cassandra.session, Retention()))
+    with pytest.raises(QuotaExceeded):
+        asyncio.run(_create(refusing, user, "r"))
+
+    assert _active_rows(cassandra, user) == [occupying.reminder_id]
 
 
 class _RefusedWhileTheReplayLooks(ReminderStore):

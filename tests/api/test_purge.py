@@ -364,6 +364,43 @@ def test_a_create_landing_after_a_purge_it_saw_keeps_its_record_so_a_retry_makes
     assert live_rows(cassandra, user) == 1
 
 
+class StoreFailingToRecordAgain(StoreReadingAFenceItsPurgeThenLifts):
+    """As above, and the record written again after the row landed times out, the first
+    `failures` times."""
+
+    def __init__(self, session: Session, failures: int) -> None:
+        super().__init__(session)
+        self.failures = failures
+
+    async def record_create_request(self, user_id: str, request_id: str, *args: Any) -> Any:
+        if self.purged and self.failures > 0:
+            self.failures -= 1
+            raise OperationTimedOut("injected")
+        return await super().record_create_request(user_id, request_id, *args)
+
+
+@pytest.mark.parametrize("failures", [1, 10], ids=["once", "every-time"])
+def test_a_create_whose_row_landed_is_answered_with_it_though_recording_it_again_fails(
+    cassandra: CassandraConnection, user: str, failures: int
+) -> None:
+    """It was answered "unavailable; retry", its reminder made: the retry, finding no
+    record, made a second one. Recorded on a second try; else answered all the same."""
+    schedule = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19, 10))
+    racing = RemindersApp(
+        StoreFailingToRecordAgain(cassandra.session, failures), Limits(), FakeClock(SEED_NOW)
+    )
+
+    made = asyncio.run(racing.create(user, "req", "call mom", schedule, b"payload"))
+
+    assert live_rows(cassandra, user) == 1
+    honest = RemindersApp(
+        ReminderStore(cassandra.session, Retention()), Limits(), FakeClock(SEED_NOW)
+    )
+    retried = asyncio.run(honest.create(user, "req", "call mom", schedule, b"payload"))
+    # Recorded on the second try: the retry finds it. Never recorded: a second reminder.
+    assert (retried.reminder_id == made.reminder_id) is (failures == 1)
+
+
 def fence_owner(cassandra: CassandraConnection, user: str) -> Any:
     return cassandra.session.execute(
         "SELECT active_count, purge_id FROM reminders WHERE user_id = %s LIMIT 1", (user,)
