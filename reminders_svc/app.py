@@ -29,11 +29,12 @@ from reminders_svc.domain.errors import (
     UserDataBeingDeleted,
     VersionConflict,
 )
-from reminders_svc.domain.limits import Limits
+from reminders_svc.domain.limits import Limits, over_the_cap
 from reminders_svc.domain.reminder import Reminder, Status
 from reminders_svc.schedule import Schedule, ScheduleError, validate_new
 from reminders_svc.schedule.zones import round_up, upcoming_utc
 from reminders_svc.storage.errors import STORAGE_ERRORS
+from reminders_svc.storage.purge import PURGE_FENCE_FLOOR
 from reminders_svc.storage.reminders_store import CreateRecord, ReminderStore, StoredReminder
 
 Clock = Callable[[], datetime]
@@ -104,6 +105,7 @@ class RemindersApp:
             if (made := await self.replayed(user_id, request_id, payload)) is not None:
                 return made
             raise
+        await self._refuse_past_the_cap(user_id, request_id)
         proposed = steps.new_reminder(user_id, text, schedule, first, now)
         for _ in range(_MAX_ATTEMPTS):
             wanted = CreateRecord(payload_hash, proposed.reminder_id)
@@ -142,6 +144,20 @@ class RemindersApp:
                 user_id, request_id, CreateRecord(payload_hash, made.reminder_id), now
             )
         return made
+
+    async def _refuse_past_the_cap(self, user_id: str, request_id: str) -> None:
+        """Refuse a create the cap refuses before its record is written (a refusal writes
+        nothing), unless a record stands: a replay (answered with what it made, even at
+        the cap) or a reuse, which the record decides as ever. Refused only by a count
+        read through Paxos; a create with room pays one plain read. (The row's own
+        compare-and-set holds the cap: this only spares the writes of a refusal.)"""
+        limit = self._limits.max_active_per_user
+        if not limit <= (await self._store.active_count(user_id) or 0) < PURGE_FENCE_FLOOR:
+            return
+        if await self._store.create_record(user_id, request_id) is not None:
+            return
+        if limit <= (await self._store.active_count(user_id, serial=True) or 0) < PURGE_FENCE_FLOOR:
+            raise over_the_cap(limit)
 
     async def _take_back(self, user_id: str, request_id: str, record: CreateRecord) -> None:
         """Best effort: the refusal is the answer, not storage trouble after it (answered
@@ -211,6 +227,9 @@ class RemindersApp:
         async with self._users.hold(user_id):
             for attempt in range(_MAX_ATTEMPTS):
                 await _backoff(attempt)
+                # Read under the lock: this server's creates of the user, one at a time,
+                # each count the others' rows (a count read before would let them all
+                # write their entries, and all but one lose the row's compare).
                 count = await self._store.active_count(user_id, serial=attempt > 0)
                 refused: QuotaExceeded | UserDataBeingDeleted | None = None
                 try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from reminders_svc.domain.errors import InvalidArgument
+from reminders_svc.domain.errors import InvalidArgument, QuotaExceeded
 
 # The most rows of a user's partition one List call reads (rows the filter skips and
 # deleted ones, kept 30 days, included), so a call's cost is bounded whatever the
@@ -57,3 +57,8 @@ def _spoken(span: timedelta) -> str:
             count = int(seconds // size)
             return f"{count} {unit}" if count == 1 else f"{count} {unit}s"
     return f"{seconds:g} seconds"
+
+
+def over_the_cap(max_active: int) -> QuotaExceeded:
+    """The refusal of a create past the per-user cap of active reminders."""
+    return QuotaExceeded(f"at most {max_active} active reminders per user", subject="user")

@@ -29,8 +29,8 @@ from cassandra.cluster import ResultSet, Session
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
 
 from reminders_svc.config import Retention
-from reminders_svc.domain.errors import QuotaExceeded, UserDataBeingDeleted
-from reminders_svc.domain.limits import LIST_SCAN_ROWS
+from reminders_svc.domain.errors import UserDataBeingDeleted
+from reminders_svc.domain.limits import LIST_SCAN_ROWS, over_the_cap
 from reminders_svc.domain.reminder import Claim, Reminder, Status
 from reminders_svc.storage import aio
 from reminders_svc.storage.errors import WriteOutcomeUnknown
@@ -320,7 +320,7 @@ class ReminderStore:
         if (active_count or 0) >= PURGE_FENCE_FLOOR:
             raise UserDataBeingDeleted()
         if (active_count or 0) >= max_active:
-            raise QuotaExceeded(f"at most {max_active} active reminders per user", subject="user")
+            raise over_the_cap(max_active)
         if reminder.due is not None:
             await self.write_bucket_entry(reminder, reminder.created_at)
         values = (_cell(value, None) for value in to_columns(reminder).values())

@@ -33,6 +33,7 @@ from reminders_svc.domain.errors import QuotaExceeded, VersionConflict
 from reminders_svc.domain.limits import Limits
 from reminders_svc.domain.reminder import Reminder, Status
 from reminders_svc.schedule import parse_repeat
+from reminders_svc.storage import aio
 from reminders_svc.storage.errors import WriteOutcomeUnknown
 from reminders_svc.storage.reminders_store import CreateRecord, ReminderStore, StoredReminder
 from reminders_svc.storage.rows import utc
@@ -737,15 +738,23 @@ def _active_rows(connection: CassandraConnection, user: str) -> list[uuid.UUID]:
 
 
 class _ReplayedWhileRefused(ReminderStore):
-    """The original create, refused at the cap, is about to take its record back; just
-    then the user deletes a reminder and a replay of the create on another server finds
-    the record, no row behind it, and makes the row in the slot freed."""
+    """The original create, its first count read lagging (room, it says), records its
+    request and is refused at the cap; about to take its record back, just then the user
+    deletes a reminder and a replay of the create on another server finds the record, no
+    row behind it, and makes the row in the slot freed."""
 
     def __init__(self, session: Session, other_server: RemindersApp, freed: uuid.UUID) -> None:
         super().__init__(session, Retention())
         self._other_server = other_server
         self._freed = freed
         self.replayed: Reminder | None = None
+        self._lagging = True
+
+    async def active_count(self, user_id: str, *, serial: bool = False) -> int | None:
+        if self._lagging and not serial:
+            self._lagging = False
+            return 0
+        return await super().active_count(user_id, serial=serial)
 
     async def forget_create_request(self, user_id: str, request_id: str, record: Any) -> None:
         await self._other_server.delete(user_id, self._freed, None)
@@ -790,6 +799,27 @@ def test_a_create_refused_at_the_cap_is_answered_so_though_taking_its_record_bac
         asyncio.run(_create(refusing, user, "r"))
 
     assert _active_rows(cassandra, user) == [occupying.reminder_id]
+
+
+def test_a_create_refused_at_the_cap_writes_nothing(
+    cassandra: CassandraConnection, user: str
+) -> None:
+    """Its record was written and then taken back: two Paxos rounds and a tombstone in
+    the user's records for every refusal, piling up under a client retrying at the cap."""
+    asyncio.run(_create(_one_slot_app(ReminderStore(cassandra.session, Retention())), user, "a"))
+    written: list[str] = []
+
+    async def recording(session: Session, statement: Any, params: Any) -> Any:
+        query = str(getattr(statement, "query_string", statement))
+        if not query.lstrip().upper().startswith("SELECT"):
+            written.append(query)
+        return await aio.execute(session, statement, params)
+
+    refusing = _one_slot_app(ReminderStore(cassandra.session, Retention(), executor=recording))
+    with pytest.raises(QuotaExceeded):
+        asyncio.run(_create(refusing, user, "b"))
+
+    assert written == []
 
 
 class _RefusedWhileTheReplayLooks(ReminderStore):

@@ -29,6 +29,7 @@ from reminders_svc.app import RemindersApp
 from reminders_svc.config import HANDOFF_WINDOW, CassandraSettings, Retention
 from reminders_svc.domain.errors import Unavailable
 from reminders_svc.domain.limits import Limits
+from reminders_svc.domain.reminder import Reminder
 from reminders_svc.erasure import UserDataEraser
 from reminders_svc.schedule import parse_repeat
 from reminders_svc.storage.history import DeliveryHistory
@@ -328,21 +329,22 @@ def test_creates_racing_a_purge_leave_the_count_equal_to_the_rows_left(
 
 
 class StoreReadingAFenceItsPurgeThenLifts(ReminderStore):
-    """A create's first count read (a plain one) sees a purge's fence; that purge then
-    finishes, its create records deleted and its fence lifted, before the create reads
-    the count again through Paxos and lands its row."""
+    """A create, its request recorded, tries its row with a count that read a purge's
+    fence; that purge then finishes, its create records (this one's too) deleted and its
+    fence lifted, before the create reads the count again through Paxos and lands its
+    row."""
 
     def __init__(self, session: Session) -> None:
         super().__init__(session, Retention())
         self._purge = UserPurge(session, HANDOFF_WINDOW)
         self.purged = False
 
-    async def active_count(self, user_id: str, *, serial: bool = False) -> int | None:
-        if serial or self.purged:
-            return await super().active_count(user_id, serial=serial)
+    async def create(self, reminder: Reminder, active_count: int | None, max_active: int) -> bool:
+        if self.purged:
+            return await super().create(reminder, active_count, max_active)
         self.purged = True
-        await self._purge.run(user_id, SEED_NOW)
-        return PURGE_FENCE
+        await self._purge.run(reminder.user_id, SEED_NOW)
+        return await super().create(reminder, PURGE_FENCE, max_active)
 
 
 def test_a_create_landing_after_a_purge_it_saw_keeps_its_record_so_a_retry_makes_no_other(
