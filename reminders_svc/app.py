@@ -9,6 +9,7 @@ is a VersionConflict, never silently re-applied.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import random
@@ -105,8 +106,23 @@ class RemindersApp:
             if (made := await self.replayed(user_id, request_id, payload)) is not None:
                 return made
             raise
-        await self._refuse_past_the_cap(user_id, request_id)
-        proposed = steps.new_reminder(user_id, text, schedule, first, now)
+        # One at a time per user on this server, from the count read to the row: each
+        # create counts the others' rows, so none writes an entry for a row the cap then
+        # refuses (across servers, the row's compare-and-set still holds the cap).
+        async with self._users.hold(user_id):
+            count = await self._count_unless_past_the_cap(user_id, request_id)
+            proposed = steps.new_reminder(user_id, text, schedule, first, now)
+            return await self._record_and_insert(proposed, request_id, payload_hash, count, now)
+
+    async def _record_and_insert(
+        self,
+        proposed: Reminder,
+        request_id: str,
+        payload_hash: bytes,
+        count: int | None,
+        now: datetime,
+    ) -> Reminder:
+        user_id = proposed.user_id
         for _ in range(_MAX_ATTEMPTS):
             wanted = CreateRecord(payload_hash, proposed.reminder_id)
             record = await self._store.record_create_request(user_id, request_id, wanted, now)
@@ -121,14 +137,12 @@ class RemindersApp:
             # the record to the row this replay may make. A record already taken back: this
             # request starts over as a new one.
             if await self._store.mark_create_replay(user_id, request_id, record, now):
-                proposed = steps.new_reminder(
-                    user_id, text, schedule, first, now, reminder_id=record.reminder_id
-                )
+                proposed = dataclasses.replace(proposed, reminder_id=record.reminder_id)
                 break
         else:
             raise Unavailable.contention("this request_id")
         try:
-            made, saw_a_purge = await self._insert(proposed)
+            made, saw_a_purge = await self._insert(proposed, count)
         except (QuotaExceeded, UserDataBeingDeleted):
             if record == wanted:
                 # This request wrote the record and made nothing: take the record back,
@@ -145,19 +159,22 @@ class RemindersApp:
             )
         return made
 
-    async def _refuse_past_the_cap(self, user_id: str, request_id: str) -> None:
-        """Refuse a create the cap refuses before its record is written (a refusal writes
-        nothing), unless a record stands: a replay (answered with what it made, even at
-        the cap) or a reuse, which the record decides as ever. Refused only by a count
-        read through Paxos; a create with room pays one plain read. (The row's own
-        compare-and-set holds the cap: this only spares the writes of a refusal.)"""
+    async def _count_unless_past_the_cap(self, user_id: str, request_id: str) -> int | None:
+        """The user's active count (a plain read: the row's compare-and-set checks it),
+        after refusing a create the cap refuses before its record is written (a refusal
+        writes nothing), unless a record stands: a replay (answered with what it made,
+        even at the cap) or a reuse, which the record decides as ever. Refused only by a
+        count read through Paxos."""
         limit = self._limits.max_active_per_user
-        if not limit <= (await self._store.active_count(user_id) or 0) < PURGE_FENCE_FLOOR:
-            return
+        count = await self._store.active_count(user_id)
+        if not limit <= (count or 0) < PURGE_FENCE_FLOOR:
+            return count
         if await self._store.create_record(user_id, request_id) is not None:
-            return
-        if limit <= (await self._store.active_count(user_id, serial=True) or 0) < PURGE_FENCE_FLOOR:
+            return count
+        count = await self._store.active_count(user_id, serial=True)
+        if limit <= (count or 0) < PURGE_FENCE_FLOOR:
             raise over_the_cap(limit)
+        return count
 
     async def _take_back(self, user_id: str, request_id: str, record: CreateRecord) -> None:
         """Best effort: the refusal is the answer, not storage trouble after it (answered
@@ -219,37 +236,35 @@ class RemindersApp:
         existing = await self._store.get_serial(user_id, record.reminder_id)
         return None if existing is None else existing.reminder
 
-    async def _insert(self, proposed: Reminder) -> tuple[Reminder, bool]:
+    async def _insert(self, proposed: Reminder, count: int | None) -> tuple[Reminder, bool]:
         """The reminder made (or found made by a concurrent replay), and whether a purge's
-        fence was read on the way."""
+        fence was read on the way. `count`: the user's active count, read under the
+        user's lock (which the caller holds), for the first try."""
         user_id = proposed.user_id
         saw_a_purge = False
-        async with self._users.hold(user_id):
-            for attempt in range(_MAX_ATTEMPTS):
-                await _backoff(attempt)
-                # Read under the lock: this server's creates of the user, one at a time,
-                # each count the others' rows (a count read before would let them all
-                # write their entries, and all but one lose the row's compare).
-                count = await self._store.active_count(user_id, serial=attempt > 0)
-                refused: QuotaExceeded | UserDataBeingDeleted | None = None
-                try:
-                    limit = self._limits.max_active_per_user
-                    if await self._store.create(proposed, count, limit):
-                        return proposed, saw_a_purge
-                except (QuotaExceeded, UserDataBeingDeleted) as error:
-                    saw_a_purge = saw_a_purge or isinstance(error, UserDataBeingDeleted)
-                    if attempt == 0:
-                        # A plain read's count may lag a delete (or a lifted purge fence):
-                        # only one read through Paxos refuses.
-                        continue
-                    refused = error
-                # The count moved, or the cap is reached: a concurrent replay of this
-                # request may have made the row (taking the last slot).
-                existing = await self._store.get_serial(user_id, proposed.reminder_id)
-                if existing is not None:
-                    return existing.reminder, saw_a_purge
-                if refused is not None:
-                    raise refused
+        for attempt in range(_MAX_ATTEMPTS):
+            await _backoff(attempt)
+            if attempt > 0:
+                count = await self._store.active_count(user_id, serial=True)
+            refused: QuotaExceeded | UserDataBeingDeleted | None = None
+            try:
+                limit = self._limits.max_active_per_user
+                if await self._store.create(proposed, count, limit):
+                    return proposed, saw_a_purge
+            except (QuotaExceeded, UserDataBeingDeleted) as error:
+                saw_a_purge = saw_a_purge or isinstance(error, UserDataBeingDeleted)
+                if attempt == 0:
+                    # A plain read's count may lag a delete (or a lifted purge fence):
+                    # only one read through Paxos refuses.
+                    continue
+                refused = error
+            # The count moved, or the cap is reached: a concurrent replay of this
+            # request may have made the row (taking the last slot).
+            existing = await self._store.get_serial(user_id, proposed.reminder_id)
+            if existing is not None:
+                return existing.reminder, saw_a_purge
+            if refused is not None:
+                raise refused
         raise Unavailable.contention("this user's reminders")
 
     async def get(self, user_id: str, reminder_id: uuid.UUID) -> Reminder:
