@@ -73,9 +73,15 @@ def _from_first_match(rule: Rule, zone: str, start: datetime, field: str) -> Rep
     finds it), or None where that cannot be: no match, or one whose wall time does not
     name it (moved by a clock change: in a gap, or a repeated hour's second pass), which
     keep the count from `start`."""
+    zone_info = load_zone(zone)
+    begin = round_up(_naive(start, "start"), "minute")
+    if to_local(to_utc_in(begin, zone_info), zone_info) != begin:
+        # The start's own wall time is skipped by a clock change: the time of day it
+        # lends the rule would move with the anchor (02:00 made 03:00 for good).
+        return None
     try:
         _, first = _repeat_from(dataclasses.replace(rule, interval=1), zone, start, field)
-        local = to_local(first, load_zone(zone)).replace(fold=0)
+        local = to_local(first, zone_info).replace(fold=0)
         anchored, anchored_first = _repeat_from(rule, zone, local, field)
     except ScheduleError:
         return None

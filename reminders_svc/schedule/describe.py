@@ -130,7 +130,10 @@ def _gaps(rule: Rule, start: datetime) -> str:
     if not lacking:
         return ""
     if month_numbers == (2,) and month_days:
-        return ", only in leap years"
+        # Only the days February lacks wait for a leap year (the 28th of "28,29" is yearly).
+        if len(lacking) == listed:
+            return ", only in leap years"
+        return f", the {_listing(lacking)} only in leap years"
     if listed == 1:
         return ", skipped in months without one"
     them = "one" if len(lacking) == 1 else "them"

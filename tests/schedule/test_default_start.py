@@ -149,3 +149,17 @@ def test_a_rule_valid_either_way_is_accepted(
         expression, NEW_YORK, start_from(now, load_zone(NEW_YORK)), start_given=False
     )
     assert occurrences(repeat, now, 1) == [first]
+
+
+def test_a_start_in_a_clock_change_gap_lends_the_rule_its_own_time_of_day() -> None:
+    """Made at 01:59:30 New York on the night 02:00 is skipped: "starts now" is 02:00,
+    which rings at 03:00 that night. Anchored at that ring, the series took 03:00 for
+    good; it stays at 02:00, as the same rule counted every day does."""
+    now = datetime(2027, 3, 14, 6, 59, 30, tzinfo=UTC)
+    start = start_from(now, load_zone(NEW_YORK))
+    every_other_day = parse_rrule("FREQ=DAILY;INTERVAL=2", NEW_YORK, start, start_given=False)
+    assert occurrences(every_other_day, now, 3) == [
+        datetime(2027, 3, 14, 7, 0, tzinfo=UTC),  # 03:00 EDT: 02:00 does not exist
+        datetime(2027, 3, 16, 6, 0, tzinfo=UTC),  # 02:00 EDT
+        datetime(2027, 3, 18, 6, 0, tzinfo=UTC),
+    ]

@@ -72,6 +72,10 @@ def test_a_rule_is_described_as_it_rings(rrule: str, described: str) -> None:
             "FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=29",
             "Every year on February 29 at 09:00, only in leap years",
         ),
+        (  # the 28th rings every year
+            "FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=28,29",
+            "Every year on the 28th and 29th day in February at 09:00, the 29th only in leap years",
+        ),
         (
             "FREQ=YEARLY;BYMONTH=1,3;BYMONTHDAY=31",
             "Every year on the 31st day in January and March at 09:00",
