@@ -166,13 +166,17 @@ class RemindersApp:
         even at the cap) or a reuse, which the record decides as ever. Refused only by a
         count read through Paxos."""
         limit = self._limits.max_active_per_user
+
+        def at_the_cap(count: int | None) -> bool:
+            return limit <= (count or 0) < PURGE_FENCE_FLOOR  # a purge's fence: not here
+
         count = await self._store.active_count(user_id)
-        if not limit <= (count or 0) < PURGE_FENCE_FLOOR:
+        if not at_the_cap(count):
             return count
         if await self._store.create_record(user_id, request_id) is not None:
-            return count
+            return count  # a replay, or a reuse: the record decides
         count = await self._store.active_count(user_id, serial=True)
-        if limit <= (count or 0) < PURGE_FENCE_FLOOR:
+        if at_the_cap(count):
             raise over_the_cap(limit)
         return count
 

@@ -74,7 +74,7 @@ class DeviceStore:
         row = (await execute(self._session, self._insert, (user_id, token, platform))).one()
         if not row.applied:
             await execute(self._session, self._refresh, (platform, user_id, token))
-        if not await self._owns(user_id, token):
+        if await self._owner_of(token) != user_id:
             # Another user's registration took the token between this one's owner write
             # and its row (a phone signed out of this user and into that one): that one's
             # removal found no row to delete, so this row goes now, or this user's
@@ -99,17 +99,17 @@ class DeviceStore:
             raise Unavailable.contention("this user's devices")
         return await self.register(user_id, device, attempts_left - 1)
 
-    async def _owns(self, user_id: str, token: str) -> bool:
+    async def _owner_of(self, token: str) -> str | None:
+        """The token's owner, read through Paxos (None: nobody's)."""
         row = (await execute(self._session, self._owner, (token,))).one()
-        return row is not None and row.user_id == user_id
+        return None if row is None else str(row.user_id)
 
     async def _own(self, user_id: str, token: str) -> None:
         """Make `user_id` the token's owner, and take the token from its previous owner's
         devices (a phone signed in as another user). Run again by a retried registration
         when storage did not answer: the Paxos read then says where it stands."""
         for _ in range(_OWNER_ATTEMPTS):
-            row = (await execute(self._session, self._owner, (token,))).one()
-            previous = None if row is None else row.user_id
+            previous = await self._owner_of(token)
             if previous == user_id:
                 return
             if previous is None:
