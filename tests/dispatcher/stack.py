@@ -363,11 +363,16 @@ def owners(stack: Stack) -> dict[int, tuple[str | None, int]]:
     return {row.part: (row.owner, row.epoch) for row in rows}
 
 
-def wait_owning(stack: Stack, names: set[str], timeout_s: float = 30) -> None:
+def wait_owning(
+    stack: Stack, names: set[str], timeout_s: float = 30, *, evenly: bool = False
+) -> None:
+    """Until every part is owned, by `names` and only them; `evenly`: each holding its
+    share (a fleet still balancing may leave one dispatcher a single part for a while)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        held = owners(stack)
-        if len(held) == PARTS and {o for o, _ in held.values()} == names:
+        held = [owner for owner, _ in owners(stack).values()]
+        even = all(held.count(name) == PARTS // len(names) for name in names)
+        if len(held) == PARTS and set(held) == names and (even or not evenly):
             return
         time.sleep(0.3)
     raise AssertionError(f"parts not owned by {names}: {owners(stack)}")

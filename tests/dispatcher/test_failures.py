@@ -148,18 +148,24 @@ def test_sigterm_lets_go_of_unsent_claims_and_leases_at_once(stack: Stack) -> No
 def test_a_stopping_dispatchers_released_parts_are_taken_while_it_still_drains(
     stack: Stack,
 ) -> None:
-    notifier = stack.start_notifier()
+    stack.start_notifier()
+    # "leaving" reaches the notifier through a proxy that passes its calls on and, once
+    # holding, drops the answers: a hand-off is pushed and its call hangs (the call's
+    # deadline, 10 s), the drain waiting for it.
+    proxy = TcpProxy("127.0.0.1", stack.notifier_port)
     stack.start_dispatcher("staying", **LONG_HOLDS)
-    leaving = stack.start_dispatcher("leaving", **LONG_HOLDS)
-    wait_owning(stack, {"staying", "leaving"})
+    leaving = stack.start_dispatcher(
+        "leaving", REMINDERS_NOTIFIER_TARGET=f"127.0.0.1:{proxy.port}", **LONG_HOLDS
+    )
+    # Evenly: "leaving" holds a part besides the one whose drain hangs.
+    wait_owning(stack, {"staying", "leaving"}, evenly=True)
     held = min(part for part, (owner, _) in owners(stack).items() if owner == "leaving")
     user = user_in(held)
-    # A hand-off that hangs, the drain waiting for it: the dispatcher connected as it
-    # started, so its channel is up and the call is made (and never answered).
-    notifier.send_signal(signal.SIGSTOP)
     try:
+        proxy.hold_replies()
         created = stack.create_at(user, soon(3))
-        assert stack.wait_status(user, created.id, "sending").status == "sending"  # type: ignore[attr-defined]
+        # Pushed, its answer dropped: its call is under way.
+        assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=30)) == 1
         leaving.send_signal(signal.SIGTERM)
         # Every other part is released at once; counted in the fleet until its heartbeat
         # expired (a lease: 60 s), or until it left at the drain's end, "leaving" kept
@@ -171,12 +177,13 @@ def test_a_stopping_dispatchers_released_parts_are_taken_while_it_still_drains(
             time.sleep(0.2)
         else:
             raise AssertionError(f"the drain ended first: {owners(stack)}")
+        assert leaving.wait(timeout=30) == 0  # its drain done: a second SIGTERM cuts it short
     finally:
-        notifier.send_signal(signal.SIGCONT)
-    assert leaving.wait(timeout=30) == 0  # its drain done: a second SIGTERM would cut it short
+        proxy.close()
+    # The ring's claim let go as the drain ended: "staying" re-sends it, the same key.
     wait_owning(stack, {"staying"}, timeout_s=15)
-    assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=30)) == 1
     assert stack.wait_status(user, created.id, "done").status == "done"  # type: ignore[attr-defined]
+    assert len(stack.pushes(user, created.id)) == 1
 
 
 def test_parts_handed_over_let_go_of_their_unsent_claims_at_once(stack: Stack) -> None:
