@@ -159,7 +159,12 @@ class NotifierClient:
         await asyncio.gather(*self._retiring)
 
     async def send(self, rings: Sequence[Ring]) -> dict[str, Answer]:
-        """Answers by key; a failed call answers every ring RETRYABLE (same keys next time)."""
+        """Answers by key; a failed call answers every ring RETRYABLE (same keys next time).
+
+        A batch refused whole (INVALID_ARGUMENT: more items than this notifier takes, one
+        item it cannot read) is sent again in halves, down to the item at fault: that one
+        is answered REJECTED, so it is recorded and finalized rather than retried forever
+        with every ring that shared its batch."""
         request = npb.SendBatchRequest(
             notifications=[
                 npb.Notification(
@@ -181,14 +186,7 @@ class NotifierClient:
             response = await self._stub.SendBatch(request, timeout=self._timeout_s)
         except grpc.aio.AioRpcError as error:
             if error.code() is grpc.StatusCode.INVALID_ARGUMENT:
-                # A batch this dispatcher built wrong: retrying the same will not help.
-                # Not its details: a notifier may quote the field at fault, a reminder's text.
-                log.error(
-                    "the notifier refused a batch of %d as INVALID_ARGUMENT (%d characters of "
-                    "details not logged)",
-                    len(rings),
-                    len(error.details() or ""),
-                )
+                return await self._refused_whole(rings, error)
             reason = f"notifier call failed: {error.code().name}"
             return {ring.key: Answer(Outcome.RETRYABLE, reason) for ring in rings}
         answers = {
@@ -199,3 +197,20 @@ class NotifierClient:
         }
         missing = Answer(Outcome.RETRYABLE, "no result for this item")
         return {ring.key: answers.get(ring.key, missing) for ring in rings}
+
+    async def _refused_whole(
+        self, rings: Sequence[Ring], error: grpc.aio.AioRpcError
+    ) -> dict[str, Answer]:
+        # Not its details: a notifier may quote the field at fault, a reminder's text.
+        log.error(
+            "the notifier refused a batch of %d as INVALID_ARGUMENT (%d characters of "
+            "details not logged)%s",
+            len(rings),
+            len(error.details() or ""),
+            "" if len(rings) == 1 else "; sending it again in halves",
+        )
+        if len(rings) == 1:
+            return {rings[0].key: Answer(Outcome.REJECTED, "notifier refused it: INVALID_ARGUMENT")}
+        half = len(rings) // 2
+        first, second = await asyncio.gather(self.send(rings[:half]), self.send(rings[half:]))
+        return first | second
