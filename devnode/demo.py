@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from devnode.stack import NOTIFIER_TARGET
+from devnode.stack import notifier_target
 from genproto.notification.v1 import notification_pb2 as npb
 from genproto.notification.v1 import notification_pb2_grpc as npb_grpc
 from genproto.reminders.v1 import reminders_pb2 as pb
@@ -62,8 +62,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--notifier",
-        help=f"the reference notifier (default: $REMINDERS_NOTIFIER_TARGET, as the"
-        f" dispatcher finds it, else {NOTIFIER_TARGET})",
+        help="the reference notifier (default: $REMINDERS_NOTIFIER_TARGET, as the dispatcher"
+        " finds it, else where `make run` serves it: $REMINDERS_NOTIFIER_HOST and"
+        f" $REMINDERS_NOTIFIER_PORT, by default {notifier_target({})})",
     )
     parser.add_argument(
         "--timeout",
@@ -103,7 +104,7 @@ def targets(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, 
     """The API and the notifier to reach: the options, else the variables the client
     commands and the dispatcher read, else where `make run` serves them."""
     api = args.api or environ.get("REMINDERS_API_TARGET") or default_target(environ)
-    notifier = args.notifier or environ.get("REMINDERS_NOTIFIER_TARGET") or NOTIFIER_TARGET
+    notifier = args.notifier or notifier_target(environ)
     return api, notifier
 
 

@@ -28,10 +28,20 @@ from devnode.node import status as node_status
 from devnode.node import stop as stop_node
 from dispatcher.settings import DispatcherSettings
 from notifier.settings import NotifierSettings
+from reminders_svc.api.client_cli import local_target
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.config import ConfigError
 
-NOTIFIER_TARGET = DispatcherSettings.notifier_target
+
+def notifier_target(env: Mapping[str, str]) -> str:
+    """The notifier the dispatcher and the demo reach: REMINDERS_NOTIFIER_TARGET, else
+    where the stack's notifier listens (REMINDERS_NOTIFIER_HOST and _PORT, as it reads
+    them), so moving its port moves the stack's dispatcher along."""
+    given = env.get("REMINDERS_NOTIFIER_TARGET")
+    if given:
+        return given
+    return local_target(env, "REMINDERS_NOTIFIER_", NotifierSettings.host, NotifierSettings.port)
+
 
 # Started in this order, stopped in reverse.
 _SERVICES: tuple[tuple[str, Sequence[str]], ...] = (
@@ -59,12 +69,17 @@ def child_env(environ: Mapping[str, str], node: NodeSettings) -> dict[str, str]:
         # guess it and warn that it did.
         "REMINDERS_CASSANDRA_LOCAL_DC": "datacenter1",
         **environ,
+        "REMINDERS_NOTIFIER_TARGET": notifier_target(environ),
         **node.client_env(environ),
     }
 
 
 def run_stack(settings: NodeSettings) -> int:
-    env = child_env(os.environ, settings)
+    try:
+        env = child_env(os.environ, settings)
+    except ConfigError as error:  # a malformed port of a service the stack dials
+        print(f"reminders stack: {error}", file=sys.stderr)
+        return 2
     # Until the services run, SIGTERM and a closed terminal (SIGHUP) interrupt the stack
     # as Ctrl-C does, so a node half started is stopped rather than left behind.
     for signum in (signal.SIGTERM, signal.SIGHUP):

@@ -485,11 +485,17 @@ def _violation(field: str, description: str) -> dict[str, str]:
 
 def default_target(env: Mapping[str, str]) -> str:
     """Where the API that `make run` started listens: REMINDERS_API_HOST and _PORT, as
-    the server reads them (a server on every interface is reached on loopback)."""
-    host = bare_host(Env(env).text("REMINDERS_API_HOST", ApiSettings.host))
-    port = Env(env).port("REMINDERS_API_PORT", ApiSettings.port)
+    the server reads them."""
+    return local_target(env, "REMINDERS_API_", ApiSettings.host, ApiSettings.port)
+
+
+def local_target(env: Mapping[str, str], prefix: str, host: str, port: int) -> str:
+    """Where a server of this host listens, as `env` sets its `<prefix>HOST` and
+    `<prefix>PORT` (else `host` and `port`); one on every interface is reached on
+    loopback."""
+    bare = bare_host(Env(env).text(f"{prefix}HOST", host))
     loopback = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104 (dialled, not bound)
-    return listen_address(loopback.get(host, host), port)
+    return listen_address(loopback.get(bare, bare), Env(env).port(f"{prefix}PORT", port))
 
 
 # Answers after which a create may or may not have been made: only its repeat, with the

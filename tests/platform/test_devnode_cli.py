@@ -28,7 +28,7 @@ from dispatcher.settings import DispatcherSettings
 from notifier.settings import NotifierSettings
 from reminders_svc.api import client_cli
 from reminders_svc.api.settings import ApiSettings
-from reminders_svc.config import CassandraSettings
+from reminders_svc.config import CassandraSettings, ConfigError
 from tests.platform.helpers import REMINDERS, free_port, run_cli
 
 
@@ -191,6 +191,28 @@ def test_a_node_moved_by_reminders_node_port_takes_the_stacks_processes_along() 
     }
     assert _client_env({}) == {}
     assert _child_port({}) == 9042
+
+
+def _childs_notifier(environ: dict[str, str]) -> str:
+    """The notifier the stack's dispatcher reaches under `environ`."""
+    child = stack.child_env(environ, node.NodeSettings.from_env(environ))
+    return DispatcherSettings.from_env(child).notifier_target
+
+
+def test_a_notifier_moved_by_its_port_takes_the_stacks_dispatcher_and_the_demo_along() -> None:
+    parser = argparse.ArgumentParser()
+    demo.register(parser.add_subparsers())
+    defaults = parser.parse_args(["demo"])
+    assert _childs_notifier({}) == demo.targets(defaults, {})[1] == "127.0.0.1:50061"
+    moved = {"REMINDERS_NOTIFIER_PORT": "6061"}
+    assert _childs_notifier(moved) == demo.targets(defaults, moved)[1] == "127.0.0.1:6061"
+    everywhere = {"REMINDERS_NOTIFIER_HOST": "::", "REMINDERS_NOTIFIER_PORT": "6061"}
+    assert _childs_notifier(everywhere) == "[::1]:6061"
+    # A target named on purpose stays; a malformed port is the stack's usage error.
+    chosen = {**moved, "REMINDERS_NOTIFIER_TARGET": "notifier.internal:443"}
+    assert _childs_notifier(chosen) == demo.targets(defaults, chosen)[1] == "notifier.internal:443"
+    with pytest.raises(ConfigError, match="REMINDERS_NOTIFIER_PORT"):
+        _childs_notifier({"REMINDERS_NOTIFIER_PORT": "http"})
 
 
 def test_cassandra_env_prints_what_the_makefile_hands_the_nodes_clients() -> None:
