@@ -13,6 +13,8 @@ from tests.admin.conftest import AdminRunner, admin_runner
 _COUNT = "want a whole number from"
 _RATE = "want a number from 0.01 to 1e+06"
 _OUT_OF_RANGE = "argument --"  # a value out of range: a usage error, not a traceback
+# A node nobody listens on: what is refused before connecting is refused all the same.
+_NOWHERE = CassandraSettings(contact_points=("127.0.0.1",), port=1, keyspace="nowhere")
 
 
 @pytest.mark.parametrize(
@@ -59,10 +61,14 @@ _OUT_OF_RANGE = "argument --"  # a value out of range: a usage error, not a trac
     ],
 )
 def test_a_value_that_means_nothing_is_a_usage_error(
-    admin: AdminRunner, argv: tuple[str, ...], said: str, capsys: pytest.CaptureFixture[str]
+    argv: tuple[str, ...],
+    said: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    # Refused as the arguments are read, before any connection: no keyspace needed.
     with pytest.raises(SystemExit) as usage:
-        admin(*argv)
+        admin_runner(_NOWHERE, monkeypatch, capsys)(*argv)
     assert usage.value.code == 2
     assert said in capsys.readouterr().err
 
@@ -88,8 +94,7 @@ def test_a_request_refused_whatever_is_stored_is_refused_without_the_database(
 ) -> None:
     """Refused before connecting: with Cassandra unreachable it was "cannot reach" (exit 1),
     which sends an operator to the cluster for a typo."""
-    nowhere = CassandraSettings(contact_points=("127.0.0.1",), port=1, keyspace="nowhere")
-    refused = admin_runner(nowhere, monkeypatch, capsys)(*argv)
+    refused = admin_runner(_NOWHERE, monkeypatch, capsys)(*argv)
     assert refused.code == 2, refused.err
     assert said in refused.err
 

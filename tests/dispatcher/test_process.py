@@ -8,13 +8,14 @@ import subprocess
 import time
 import urllib.request
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from grpc_health.v1.health_pb2 import HealthCheckResponse
 
 from reminders_svc.config import CassandraSettings
 from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
+from reminders_svc.storage.parts import DEFAULT_PARTS, floor_minute
 from reminders_svc.storage.session import connect
 from tests.dispatcher.stack import (
     REMINDERS,
@@ -28,7 +29,6 @@ from tests.dispatcher.stack import (
 )
 from tests.platform.helpers import free_port
 
-DEFAULT_PARTS = 64
 SHUTDOWN_GRACE_S = 20
 NOT_SERVING = HealthCheckResponse.NOT_SERVING
 
@@ -156,15 +156,27 @@ def test_a_dispatcher_new_to_its_keyspace_is_current_in_seconds(
         )
         stack.start_api()
         stack.start_notifier()
+        started = floor_minute(datetime.now(UTC))
         stack.start_dispatcher("new", REMINDERS_DISPATCH_INITIAL_LOOKBACK_S="1800")
-        user = f"u-{uuid.uuid4().hex[:8]}"
         # Before the fix, the catch-up took minutes; here it takes 10-25 s.
-        created = stack.create_at(user, soon(60))
+        deadline = time.monotonic() + 60
+        while not _all_checkpointed(stack, started - timedelta(minutes=1)):
+            assert time.monotonic() < deadline, "the catch-up took over a minute"
+            time.sleep(0.5)
+        user = f"u-{uuid.uuid4().hex[:8]}"
+        created = stack.create_at(user, soon(3))
 
-        [push] = stack.wait_for_pushes(1, user, created.id, timeout_s=120)
+        [push] = stack.wait_for_pushes(1, user, created.id, timeout_s=30)
 
         lateness = push.push_time.ToDatetime() - push.due_time.ToDatetime()
         assert timedelta(0) <= lateness < timedelta(seconds=5)
+
+
+def _all_checkpointed(stack: Stack, minute: datetime) -> bool:
+    """Whether each of the DEFAULT_PARTS parts is checkpointed at `minute` or later."""
+    rows = list(stack.db.session.execute("SELECT checkpoint FROM dispatch_parts"))
+    done = [row for row in rows if row.checkpoint and row.checkpoint.replace(tzinfo=UTC) >= minute]
+    return len(done) == DEFAULT_PARTS
 
 
 def test_a_dispatcher_started_before_its_schema_files_are_applied_waits_until_they_are(
