@@ -23,6 +23,7 @@ _UNITS = {
 }
 # The days every year's month has (February has a 29th in leap years only).
 _DAYS_IN = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+_LEAP_DAY = 29  # February's, in leap years only
 _WORKWEEK = tuple(ByDay(day) for day in range(5))
 _WEEKEND = (ByDay(5), ByDay(6))
 _PLURALS = {"weekday": "weekdays", "weekend day": "weekend days"}
@@ -130,10 +131,14 @@ def _gaps(rule: Rule, start: datetime) -> str:
     if not lacking:
         return ""
     if month_numbers == (2,) and month_days:
-        # Only the days February lacks wait for a leap year (the 28th of "28,29" is yearly).
-        if len(lacking) == listed:
+        # Only the 29th waits for a leap year (the 28th of "28,29" is yearly); no February
+        # holds a 30th or 31st (named beside a day that rings, the rule is accepted).
+        leap = [ordinal(d) for d in month_days if abs(d) == _LEAP_DAY]
+        never = [ordinal(d) for d in month_days if abs(d) > _LEAP_DAY]
+        if len(leap) == listed:
             return ", only in leap years"
-        return f", the {_listing(lacking)} only in leap years"
+        said = [f"the {_listing(leap)} only in leap years"] if leap else []
+        return ", ".join(["", *said, *([f"the {_listing(never)} never"] if never else [])])
     if listed == 1:
         return ", skipped in months without one"
     them = "one" if len(lacking) == 1 else "them"

@@ -1,8 +1,9 @@
 """Expanding schedules into UTC rings.
 
 Repeats are expanded in naive local wall time (periods, BYxxx parts, BYSETPOS, INTERVAL
-counted from the start), then each local time is mapped to UTC by zones.to_utc_in, and a
-ring whose instant is not strictly after the previous ring is dropped.
+counted from the start), then each local time is mapped to UTC by zones.to_utc_in; the
+rings are those instants in increasing order, two local times mapping to one instant
+ringing once.
 
 Bounds: a search looks at most HORIZON_YEARS ahead, and spends at most STEP_BUDGET
 steps per ring found; exceeding the budget is a ScheduleError, never an endless loop. A
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import calendar
 import functools
+import heapq
 import itertools
 import math
 from bisect import bisect_left
@@ -395,20 +397,35 @@ def _repeat_rings(
     budget = budget or _Budget()
     previous: datetime | None = None
     rung = 0
-    for local in local_occurrences(plan, lower, last, budget):
-        instant = to_utc_in(local, zone)
-        if previous is not None and instant <= previous:
-            continue  # a gap-shifted time landing on or before a ring already given
+    for instant in _in_utc_order(local_occurrences(plan, lower, last, budget), zone):
+        if instant == previous:
+            continue  # two local times mapping to one instant (a gap-shifted one) ring once
         previous = instant
         if rule.until is not None and instant > rule.until:
-            if instant > rule.until + _RESUME_MARGIN:
-                return  # no local time this far on maps back before the end
-            continue
+            return  # in order: nothing later ends before it
         budget.steps = 0
         yield instant
         rung += 1
         if rung == rule.count:
             return
+
+
+def _in_utc_order(walk: Iterator[datetime], zone: ZoneInfo) -> Iterator[datetime]:
+    """The instants of the increasing wall times of `walk`, in increasing order. They keep
+    the walk's order except where a time in a gap, shifted forward by it, passes a later
+    wall time's instant: a gap longer than the rings' spacing (Antarctica/Troll skips
+    two hours; rings at 02:30 and 03:30 map to 04:30 and 03:30). Such an instant is held
+    until a wall time that exists maps at or after it, since none after that maps
+    earlier."""
+    held: list[datetime] = []
+    for local in walk:
+        instant = to_utc_in(local, zone)
+        heapq.heappush(held, instant)
+        if to_local(instant, zone) == local:  # it exists: not shifted
+            while held and held[0] <= instant:
+                yield heapq.heappop(held)
+    while held:
+        yield heapq.heappop(held)
 
 
 def _one_off_ring(one_off: OneOff) -> datetime:

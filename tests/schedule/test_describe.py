@@ -76,6 +76,15 @@ def test_a_rule_is_described_as_it_rings(rrule: str, described: str) -> None:
             "FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=28,29",
             "Every year on the 28th and 29th day in February at 09:00, the 29th only in leap years",
         ),
+        (  # no February holds a 30th: accepted for the 28th, and said never to ring
+            "FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=28,30",
+            "Every year on the 28th and 30th day in February at 09:00, the 30th never",
+        ),
+        (
+            "FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=1,29,-31",
+            "Every year on the 31st to last, 1st and 29th day in February at 09:00, the 29th"
+            " only in leap years, the 31st to last never",
+        ),
         (
             "FREQ=YEARLY;BYMONTH=1,3;BYMONTHDAY=31",
             "Every year on the 31st day in January and March at 09:00",

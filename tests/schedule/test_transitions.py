@@ -126,6 +126,20 @@ def check_end_of_day(zone: ZoneInfo, change: Transition) -> None:
         assert (end + timedelta(seconds=1)).astimezone(zone).date() > day, (zone, change, day)
 
 
+def check_hourly_across_gap(name: str, zone: ZoneInfo, change: Transition) -> None:
+    """Hourly rings from 3 hours before a gap to 3 after, at the minute of its middle: each
+    wall time's instant, in UTC order, once. A gap longer than an hour (Antarctica/Troll
+    skips two) shifts a time in it past the next hour's instant; both ring, in order."""
+    inside = wall_times(change)[1]
+    start = inside - timedelta(hours=3)
+    hours = int((change.after - change.before) / timedelta(hours=1)) + 6
+    locals_ = [start + timedelta(hours=hour) for hour in range(hours + 1)]
+    expected = sorted({expected_ring(zone, local, change) for local in locals_})
+    repeat = parse_rrule(f"FREQ=HOURLY;BYMINUTE={start.minute}", name, start)
+    got = occurrences(repeat, expected[0], len(expected))
+    assert got == expected, (name, change)
+
+
 def check_zone(name: str) -> int:
     zone = load_zone(name)
     checked = 0
@@ -134,6 +148,8 @@ def check_zone(name: str) -> int:
         check_start_from(zone, change)
         if change.after < change.before:  # a fold: clocks went back
             check_time_ahead_in_fold(name, change)
+        else:
+            check_hourly_across_gap(name, zone, change)
         for wall in wall_times(change):
             first_day = wall.date() - timedelta(days=DAYS_AROUND)
             start = datetime.combine(first_day, time(wall.hour, wall.minute))
