@@ -196,7 +196,12 @@ def test_disruption_budgets_and_autoscaler_select_their_pods(
     (metric,) = hpa["spec"]["metrics"]
     assert metric["resource"]["name"] == "cpu"
     # The autoscaler owns the count: a Deployment's own would reset it at every apply.
-    assert "replicas" not in one(objects, "Deployment", "reminders-dispatcher")["spec"]
+    dispatchers = one(objects, "Deployment", "reminders-dispatcher")["spec"]
+    assert "replicas" not in dispatchers
+    # A rollout stops one dispatcher at a time, and not the next before the last one's
+    # parts are taken (its drain, then the others' next tick).
+    assert dispatchers["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    assert dispatchers["minReadySeconds"] >= 2 * 5  # REMINDERS_DISPATCH_LEASE_RENEW_S
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
