@@ -174,14 +174,15 @@ class MinuteJob:
                 # which is then the heap's head. Counted while it waits: not all started.
                 queued = heapq.heappop(self._late)
                 self._late_starting += 1
-                ring = None
                 try:
                     ring = await w.ringer.start(queued[2], self.minute + MINUTE, w.shift, late=True)
+                except BaseException:
+                    heapq.heappush(self._late, queued)  # cancelled: back, not started
+                    raise
                 finally:
                     self._late_starting -= 1
-                    if ring is None:  # not started (the shift ended, or cancelled): back
-                        heapq.heappush(self._late, queued)
-                if ring is None:
+                if ring is None:  # not started (the shift ended): back
+                    heapq.heappush(self._late, queued)
                     return False
                 self._started(queued[2], ring)
                 continue

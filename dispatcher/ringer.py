@@ -177,13 +177,16 @@ class HandoffBatcher:
     def _flush(self) -> None:
         # A waiter cancelled in this same turn of the loop is still queued: it is left out
         # (its caller lets its claim go, so its ring must not go out).
-        live = [pending for pending in self._queue if not pending.answer.cancelled()]
-        # Looked at as the batch is cut, the last moment before the ring goes out: a part
-        # lost while its rings waited (a pause past the lease) hands none of them off.
-        for pending in live:
+        live = []
+        for pending in self._queue:
+            if pending.answer.cancelled():
+                continue
+            # Looked at as the batch is cut, the last moment before the ring goes out: a
+            # part lost while its rings waited (a pause past the lease) hands none off.
             if not pending.shift.on():
                 pending.answer.set_result(_NOT_SENT)
-        live = [pending for pending in live if not pending.answer.done()]
+                continue
+            live.append(pending)
         batch, self._queue = live[: self._batch_size], live[self._batch_size :]
         if batch:
             # Marked as sending when cut, not when the task first runs: a caller cancelled

@@ -11,7 +11,14 @@ from reminders_svc.schedule.errors import ScheduleError
 from reminders_svc.schedule.expand import HORIZON_YEARS, check_cost, first_ring
 from reminders_svc.schedule.model import OneOff, Repeat
 from reminders_svc.schedule.rule import Rule, parse_rule_text
-from reminders_svc.schedule.zones import check_year, load_zone, round_up, to_local, to_utc_in
+from reminders_svc.schedule.zones import (
+    check_year,
+    load_zone,
+    rings_at,
+    round_up,
+    to_local,
+    to_utc_in,
+)
 
 
 def quoted(text: str, longest: int = 60) -> str:
@@ -75,7 +82,7 @@ def _from_first_match(rule: Rule, zone: str, start: datetime, field: str) -> Rep
     keep the count from `start`."""
     zone_info = load_zone(zone)
     begin = round_up(_naive(start, "start"), "minute")
-    if to_local(to_utc_in(begin, zone_info), zone_info) != begin:
+    if rings_at(begin, zone_info) != begin:
         # The start's own wall time is skipped by a clock change: the time of day it
         # lends the rule would move with the anchor (02:00 made 03:00 for good).
         return None

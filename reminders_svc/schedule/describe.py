@@ -7,7 +7,7 @@ from datetime import datetime
 from reminders_svc.schedule.expand import aligned_hours, make_plan
 from reminders_svc.schedule.model import OneOff, Repeat, Schedule
 from reminders_svc.schedule.rule import ByDay, Freq, Rule, parse_rule_text
-from reminders_svc.schedule.zones import load_zone, to_local, to_utc_in
+from reminders_svc.schedule.zones import load_zone, rings_at, to_local
 
 _DAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 _MONTH_NAMES = (
@@ -137,8 +137,12 @@ def _gaps(rule: Rule, start: datetime) -> str:
         never = [ordinal(d) for d in month_days if abs(d) > _LEAP_DAY]
         if len(leap) == listed:
             return ", only in leap years"
-        said = [f"the {_listing(leap)} only in leap years"] if leap else []
-        return ", ".join(["", *said, *([f"the {_listing(never)} never"] if never else [])])
+        said = ""
+        if leap:
+            said += f", the {_listing(leap)} only in leap years"
+        if never:
+            said += f", the {_listing(never)} never"
+        return said
     if listed == 1:
         return ", skipped in months without one"
     them = "one" if len(lacking) == 1 else "them"
@@ -181,7 +185,7 @@ def _one_off_time(one_off: OneOff) -> str:
     local = one_off.local
     assert local is not None
     written = f"{local:%Y-%m-%d} at {_clock(local)}"
-    rings = to_local(to_utc_in(local, zone), zone).replace(tzinfo=None)
+    rings = rings_at(local, zone)
     if rings == local:
         return written
     # A whole skipped day (Pacific/Apia, 2011-12-30) moves the ring to the next date.

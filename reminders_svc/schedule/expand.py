@@ -417,13 +417,15 @@ def _in_utc_order(walk: Iterator[datetime], zone: ZoneInfo) -> Iterator[datetime
     two hours; rings at 02:30 and 03:30 map to 04:30 and 03:30). Such an instant is held
     until a wall time that exists maps at or after it, since none after that maps
     earlier."""
-    held: list[datetime] = []
+    held: list[datetime] = []  # shifted instants, a heap (empty but around a gap)
     for local in walk:
         instant = to_utc_in(local, zone)
-        heapq.heappush(held, instant)
-        if to_local(instant, zone) == local:  # it exists: not shifted
-            while held and held[0] <= instant:
-                yield heapq.heappop(held)
+        if to_local(instant, zone) != local:  # shifted by a gap
+            heapq.heappush(held, instant)
+            continue
+        while held and held[0] <= instant:
+            yield heapq.heappop(held)
+        yield instant
     while held:
         yield heapq.heappop(held)
 

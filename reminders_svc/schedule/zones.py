@@ -180,6 +180,12 @@ def to_local(instant: datetime, zone: ZoneInfo) -> datetime:
     return instant.astimezone(zone).replace(tzinfo=None)
 
 
+def rings_at(local: datetime, zone: ZoneInfo) -> datetime:
+    """The wall time a ring meant for ``local`` happens at: ``local`` itself, or later
+    when a clock change skips it (to_utc_in's shift)."""
+    return to_local(to_utc_in(local, zone), zone)
+
+
 _UNITS = {"second": timedelta(seconds=1), "minute": timedelta(minutes=1)}
 
 # Clocks never go back by more than a few hours; a day bounds the walk out of a fold.

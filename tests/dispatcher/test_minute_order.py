@@ -22,6 +22,7 @@ from dispatcher.ringer import Ringer
 from dispatcher.settings import DispatcherSettings
 from dispatcher.shift import Shift
 from reminders_svc.storage.clock import DbClock
+from tests.dispatcher.conftest import held_shift
 
 MINUTE = timedelta(minutes=1)
 CHECKPOINT = datetime(2026, 12, 6, 11, 0, tzinfo=UTC)
@@ -108,20 +109,11 @@ def test_a_backlog_drains_after_the_live_minutes_jumped_past_finished_ones(
         clock = MovedClock(TAKEN_AT)
         leases = RecordedLeases()
         settings = DispatcherSettings(dispatcher_id="d1", grace=GRACE)
-        lease = Lease(part=0, epoch=1, checkpoint=CHECKPOINT, valid_until=time.monotonic() + 600)
+        lease = held_shift(checkpoint=CHECKPOINT).lease
         backlog_head = [CHECKPOINT + MINUTE * n for n in range(1, 5)]  # 11:01 .. 11:04
         live_held = [LIVE + MINUTE * n for n in range(4)]  # 12:00 .. 12:03
         held_minutes.hold(*backlog_head, *live_held)
-        worker = minutes.PartWorker(
-            lease,
-            cast(PartLeases, leases),
-            cast(BucketReader, None),
-            cast(Ringer, None),
-            cast(DbClock, clock),
-            settings,
-            DispatcherMetrics(),
-            RateLimiter(settings.catch_up_minutes_per_s),
-        )
+        worker = _worker(settings, lease, leases, None, None, clock)
         working = asyncio.create_task(worker.run())
         try:
             # Four backlog minutes and four live ones open, none finished.
@@ -188,10 +180,20 @@ def _live_worker(
     settings: DispatcherSettings, reader: object, ringer: PacedRinger, clock: MovedClock
 ) -> minutes.PartWorker:
     """A worker of a part taken just now (no checkpoint), its lease held for 10 minutes."""
-    lease = Lease(part=0, epoch=1, checkpoint=None, valid_until=time.monotonic() + 600)
+    return _worker(settings, held_shift().lease, RecordedLeases(), reader, ringer, clock)
+
+
+def _worker(
+    settings: DispatcherSettings,
+    lease: Lease,
+    leases: RecordedLeases,
+    reader: object,
+    ringer: object,
+    clock: MovedClock,
+) -> minutes.PartWorker:
     return minutes.PartWorker(
         lease,
-        cast(PartLeases, RecordedLeases()),
+        cast(PartLeases, leases),
         cast(BucketReader, reader),
         cast(Ringer, ringer),
         cast(DbClock, clock),

@@ -5,22 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 
-from dispatcher.leases import Lease
 from dispatcher.ratelimit import MAKE_UP_S, RateLimiter
-from dispatcher.shift import Shift
+from tests.dispatcher.conftest import held_shift
 
 PER_S = 50.0
 
 
-def _shift(held_for_s: float = 600.0) -> Shift:
-    return Shift(Lease(part=0, epoch=1, checkpoint=None, valid_until=time.monotonic() + held_for_s))
-
-
 def test_waiters_go_through_in_order_at_the_pace() -> None:
     async def scenario() -> None:
-        limiter, shift, loop = RateLimiter(PER_S), _shift(), asyncio.get_running_loop()
+        limiter, shift, loop = RateLimiter(PER_S), held_shift(), asyncio.get_running_loop()
         through: list[tuple[int, float]] = []
 
         async def wait(n: int) -> None:
@@ -59,7 +53,7 @@ def test_a_part_handed_over_leaves_no_slots_for_the_parts_kept_to_wait_out() -> 
     through at once (it waited ~60 s behind their unused slots before)."""
 
     async def scenario() -> None:
-        limiter, handed_over, kept = RateLimiter(PER_S), _shift(), _shift()
+        limiter, handed_over, kept = RateLimiter(PER_S), held_shift(), held_shift()
         leaving = [asyncio.create_task(limiter.take(handed_over)) for _ in range(3000)]
         await asyncio.sleep(0.2)
         # However long that sleep took: those through by the stop, and none after it.
@@ -80,7 +74,7 @@ def test_a_waiter_whose_lease_lapses_leaves_the_line() -> None:
     second, and the one behind it goes through."""
 
     async def scenario() -> None:
-        limiter, lapsing, kept = RateLimiter(1 / 30), _shift(held_for_s=0.5), _shift()
+        limiter, lapsing, kept = RateLimiter(1 / 30), held_shift(held_for_s=0.5), held_shift()
         assert await limiter.take(kept)  # the next slot is 30 s away
         behind_it = [asyncio.create_task(limiter.take(lapsing)) for _ in range(5)]
         last = asyncio.create_task(limiter.take(kept))
@@ -95,7 +89,7 @@ def test_a_waiter_whose_lease_lapses_leaves_the_line() -> None:
 
 def test_a_cancelled_waiter_takes_no_slot() -> None:
     async def scenario() -> None:
-        limiter, shift, loop = RateLimiter(1.0), _shift(), asyncio.get_running_loop()
+        limiter, shift, loop = RateLimiter(1.0), held_shift(), asyncio.get_running_loop()
         assert await limiter.take(shift)
         first_through = loop.time()  # the next slot is 1 s on, the one after it 2 s on
         head = asyncio.create_task(limiter.take(shift))  # waits ~1 s for its slot

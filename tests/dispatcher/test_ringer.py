@@ -26,7 +26,7 @@ from cassandra.util import uuid_from_time
 
 from dispatcher.buckets import BucketReader, Entry
 from dispatcher.handoff import Answer, NotifierClient, Outcome, Ring
-from dispatcher.leases import Lease, PartLeases
+from dispatcher.leases import PartLeases
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.minutes import PartWorker
 from dispatcher.ratelimit import RateLimiter
@@ -59,6 +59,7 @@ from reminders_svc.storage.parts import DEFAULT_PARTS, MINUTE, floor_minute, par
 from reminders_svc.storage.purge import UserPurge
 from reminders_svc.storage.reminders_store import ReminderStore, StoredReminder
 from reminders_svc.storage.session import CassandraConnection
+from tests.dispatcher.conftest import held_shift
 from tests.dispatcher.stack import room_wait_s
 from tests.platform.helpers import free_port
 
@@ -708,14 +709,14 @@ def test_a_cancelled_hand_off_is_either_never_sent_or_seen_as_on_its_way(cut_fir
 
         async def deliver(key: str) -> Answer:
             try:
-                return await batcher.send(_ring(key), _shift_on())
+                return await batcher.send(_ring(key), held_shift())
             except asyncio.CancelledError:
                 seen.append(batcher.sending(key))  # what Ringer._deliver then decides on
                 raise
 
         first = asyncio.create_task(deliver("A"))
         await asyncio.sleep(0)  # A queued
-        second = asyncio.create_task(batcher.send(_ring("B"), _shift_on()))
+        second = asyncio.create_task(batcher.send(_ring("B"), held_shift()))
         if cut_first:
             await asyncio.sleep(0)  # B fills the batch: A's is cut for sending
         first.cancel()
@@ -734,7 +735,7 @@ def test_a_ring_waiting_for_its_batch_when_its_part_was_lost_is_never_sent() -> 
     async def scenario() -> tuple[list[Answer], list[str]]:
         client = _RecordingClient()
         batcher = HandoffBatcher(client, batch_size=10, linger_s=0.2)  # type: ignore[arg-type]
-        lost, kept = _shift_on(), _shift_on()
+        lost, kept = held_shift(), held_shift()
         queued = [
             asyncio.create_task(batcher.send(_ring("lost"), lost)),
             asyncio.create_task(batcher.send(_ring("kept"), kept)),
@@ -746,10 +747,6 @@ def test_a_ring_waiting_for_its_batch_when_its_part_was_lost_is_never_sent() -> 
     answers, sent = asyncio.run(scenario())
     assert sent == ["kept"]
     assert [answer.outcome for answer in answers] == [Outcome.RETRYABLE, Outcome.ACCEPTED]
-
-
-def _shift_on() -> Shift:
-    return Shift(Lease(part=0, epoch=1, checkpoint=None, valid_until=time.monotonic() + 600))
 
 
 def _ring(key: str) -> Ring:
@@ -1421,7 +1418,7 @@ def test_a_batch_whose_call_fails_unexpectedly_answers_each_ring_retryable() -> 
             for n in range(3)
         ]
         async with asyncio.timeout(5):
-            answers = await asyncio.gather(*(batcher.send(ring, _shift_on()) for ring in rings))
+            answers = await asyncio.gather(*(batcher.send(ring, held_shift()) for ring in rings))
         assert [answer.outcome for answer in answers] == [Outcome.RETRYABLE] * 3
         assert all("UsageError" in answer.reason for answer in answers)
 
