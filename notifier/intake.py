@@ -61,18 +61,12 @@ def _unexpected(notification: Notification, error: BaseException) -> ItemResult:
 
 
 def _answered(notification: Notification, answer: asyncio.Future[ItemResult]) -> ItemResult:
-    """What to answer for an item now: its result, or "retry" while it is delivered."""
+    """What to answer for an item now: its result, or "retry" while it is delivered (what
+    it ends as reaches the sender's retry instead)."""
     if not answer.done():
-        # Answered without it: what it ends as reaches the sender's retry instead.
-        answer.add_done_callback(_unheard)
         return ItemResult(notification.idempotency_key, Outcome.RETRYABLE, STILL_DELIVERING_REASON)
     error = answer.exception()
     return answer.result() if error is None else _unexpected(notification, error)
-
-
-def _unheard(answer: asyncio.Future[ItemResult]) -> None:
-    if not answer.cancelled() and (error := answer.exception()) is not None:
-        log.error("an item answered while under way failed", exc_info=error)
 
 
 def _unavailable(key: str, doing: str, error: Exception) -> ItemResult:
@@ -139,6 +133,11 @@ class Intake:
                 answer.cancel()  # the call is gone; the deliveries go on (their own tasks)
             raise
         results = [_answered(n, a) for n, a in zip(notifications, answers, strict=True)]
+        for answer in answers:
+            # Answered already: waiting on would keep a task per retry of a slow key (a
+            # sender retrying it every few seconds for as long as its delivery lasts).
+            # The deliveries go on: each is its own task, started before any await.
+            answer.cancel()
         for result in results:
             self.count(result)
         return results
@@ -178,7 +177,7 @@ class Intake:
         if running is None:
             # Its own task: a caller that gives up (deadline, disconnect) does not cut a
             # delivery short, and the key is settled whoever is still waiting.
-            task = asyncio.create_task(self._deliver(notification), name=f"deliver {key}")
+            task = asyncio.create_task(self._delivered(notification), name=f"deliver {key}")
             running = self._running[key] = _Running(notification.user_id, task)
             self._pending[priority] += 1
 
@@ -232,6 +231,14 @@ class Intake:
         """Every delivery taken in has been answered (the workers must be stopping or
         running, so that each ends)."""
         await asyncio.gather(*(r.task for r in self._running.values()), return_exceptions=True)
+
+    async def _delivered(self, notification: Notification) -> ItemResult:
+        """`_deliver`'s answer, an unexpected error included (logged here, once): its
+        attempts may all have stopped waiting for it."""
+        try:
+            return await self._deliver(notification)
+        except Exception as error:
+            return _unexpected(notification, error)
 
     async def _deliver(self, notification: Notification) -> ItemResult:
         key = notification.idempotency_key

@@ -130,7 +130,8 @@ class NotifierSettings:
             batch_concurrency=count("BATCH_CONCURRENCY", cls.batch_concurrency),
             max_pending=count("MAX_PENDING", cls.max_pending),
             push_max_attempts=count("PUSH_MAX_ATTEMPTS", cls.push_max_attempts),
-            push_retry_backoff=seconds("PUSH_RETRY_BACKOFF_S", cls.push_retry_backoff, low=0),
+            # Not 0: a storage retry would then spin (it backs off from this value too).
+            push_retry_backoff=seconds("PUSH_RETRY_BACKOFF_S", cls.push_retry_backoff, low=0.01),
             push_timeout=seconds("PUSH_TIMEOUT_S", cls.push_timeout, low=0.1),
             push_give_up_after=seconds("PUSH_GIVE_UP_AFTER_S", cls.push_give_up_after, low=0),
             recording_capacity=count("RECORDING_CAPACITY", cls.recording_capacity),

@@ -32,6 +32,9 @@ class QueuedNotification:
     storage_failures: int = 0
     # Pushed to at least one of the user's devices by an earlier attempt.
     reached: bool = False
+    # Refused for good by one of its devices in an earlier attempt (the others asked for
+    # a retry): if none takes it, it was refused, not left without a device.
+    refused: bool = False
 
 
 @dataclass(order=True, frozen=True)

@@ -160,9 +160,10 @@ class PushWorkers:
             if result is PushResult.RETRY
         )
         reached = item.reached or PushResult.OK in results
+        refused = item.refused or PushResult.REFUSED in results
         if again:
-            self._retry(dataclasses.replace(item, reached=reached), again)
-        elif not reached and PushResult.REFUSED in results:
+            self._retry(dataclasses.replace(item, reached=reached, refused=refused), again)
+        elif not reached and refused:
             # Refused for good where it was not gone: no retry can carry it.
             self._metrics.count_undeliverable(Undeliverable.REFUSED)
             log.warning(

@@ -1,15 +1,17 @@
 """The push-adapter interface, shaped to fit APNs and FCM.
 
 APNs: device token, `apns-collapse-id` (<= 64 bytes), `apns-priority` 10 / 5,
-`apns-expiration`; FCM: registration token, `collapse_key` and `android.notification.tag`
-(both the collapse id: `collapse_key` only collapses messages queued for an offline
-device, the tag replaces a notification already shown), the `apns-collapse-id` header for
-iOS through FCM, android priority high / normal, `ttl`. A push answers ok, retry
-(throttled, 5xx, timeout), device gone (APNs 410 Unregistered, FCM UNREGISTERED: the
-token is dropped from the registry) or refused (a message the service will never take).
-A push that does not answer within the notifier's `REMINDERS_NOTIFIER_PUSH_TIMEOUT_S` is
-abandoned and counted a retry, so an adapter hung on a dead connection cannot hold a
-push worker for ever.
+`apns-expiration`; FCM: registration token, `android.notification.tag` (the collapse id:
+a repeated push replaces the notification shown), the `apns-collapse-id` header for iOS
+through FCM, android priority high / normal, `ttl`. Not FCM's `collapse_key`: FCM keeps
+at most four distinct collapse keys per offline device and drops the rest, and every
+ring's key is distinct, so an offline phone would lose all but four of its reminders.
+
+A push answers one of `PushResult`; how an adapter maps the service's answers decides
+whether a ring is retried, dropped with its token, or given up, so the mapping is part
+of this interface (see `PushResult`). A push that does not answer within the notifier's
+`REMINDERS_NOTIFIER_PUSH_TIMEOUT_S` is abandoned and counted a retry, so an adapter hung
+on a dead connection cannot hold a push worker for ever.
 """
 
 from __future__ import annotations
@@ -27,11 +29,19 @@ from notifier.domain.model import Device, Notification, Platform, Priority
 
 class PushResult(enum.Enum):
     OK = "ok"
+    # Not now, maybe later: throttled (APNs 429, FCM QUOTA_EXCEEDED), the service failing
+    # (5xx, UNAVAILABLE, INTERNAL), a timeout; and the sender's own credentials refused
+    # (APNs 403 ExpiredProviderToken / InvalidProviderToken, FCM 401
+    # THIRD_PARTY_AUTH_ERROR): that fails every push until an operator mends it, so it is
+    # retried and handed back (the ring waits), never given up as this one message's fault.
     RETRY = "retry"
+    # This token will never take a push again (APNs 410 Unregistered, 400 BadDeviceToken
+    # or DeviceTokenNotForTopic; FCM UNREGISTERED, SENDER_ID_MISMATCH): dropped from the
+    # registry; the user's other devices still get the ring.
     DEVICE_GONE = "device_gone"
-    # Refused for good, the device still there (APNs 400 such as PayloadTooLarge or
-    # BadCollapseId, 403 on a bad provider token; FCM INVALID_ARGUMENT, SENDER_ID_MISMATCH):
-    # retrying cannot help. No device took it: given up on (rejected) at once.
+    # This message will never be taken, the device still there (APNs 400 such as
+    # PayloadTooLarge or BadCollapseId; FCM INVALID_ARGUMENT): retrying cannot help. No
+    # device took it: given up on (rejected) at once.
     REFUSED = "refused"
 
 
@@ -61,15 +71,20 @@ class PushAdapter(Protocol):
     async def push(self, message: PushMessage) -> PushResult: ...
 
 
-# APNs refuses an `apns-collapse-id` over 64 bytes; FCM's collapse_key has no tighter limit.
+# APNs refuses an `apns-collapse-id` over 64 bytes; an FCM tag has no tighter limit.
 MAX_COLLAPSE_ID_BYTES = 64
 _DIGEST_PREFIX = "k1-"
 
 
 def collapse_id(idempotency_key: str) -> str:
-    """The key itself when it fits (a reminder's key is 64 bytes with a UUID id), else a
-    digest of it: stable across replicas and retries, so a repeat still collapses."""
-    if len(idempotency_key.encode()) <= MAX_COLLAPSE_ID_BYTES:
+    """The key itself when it fits as an HTTP/2 header value (a reminder's key is 64 bytes
+    of ASCII with a UUID id), else a digest of it: stable across replicas and retries, so
+    a repeat still collapses."""
+    if (
+        len(idempotency_key) <= MAX_COLLAPSE_ID_BYTES
+        and idempotency_key.isascii()
+        and idempotency_key.isprintable()
+    ):
         return idempotency_key
     digest = hashlib.sha256(idempotency_key.encode()).digest()
     return _DIGEST_PREFIX + base64.urlsafe_b64encode(digest).decode().rstrip("=")

@@ -50,6 +50,15 @@ class Client:
     channel: grpc.Channel
     stub: pb_grpc.NotificationServiceStub
     server: NotifierServer
+    loop: asyncio.AbstractEventLoop
+
+    def tasks(self) -> int:
+        """Tasks alive on the notifier's event loop."""
+
+        async def count() -> int:
+            return len(asyncio.all_tasks())
+
+        return asyncio.run_coroutine_threadsafe(count(), self.loop).result(10)
 
     def send_batch(self, *items: pb.Notification, timeout_s: float = 30) -> list[pb.SendResult]:
         """Answered once every item's delivery ended (pushed, or given up on)."""
@@ -125,11 +134,11 @@ def running_notifier(
     settings: NotifierSettings, adapter: PushAdapter | None = None
 ) -> Iterator[Client]:
     server = NotifierServer(settings, adapter)
-    with ServerThread(server):
+    with ServerThread(server) as thread:
         target = f"127.0.0.1:{server.port}"
         with grpc.insecure_channel(target) as channel:
             stub = pb_grpc.NotificationServiceStub(channel)
-            yield Client(target, server.metrics_port, channel, stub, server)
+            yield Client(target, server.metrics_port, channel, stub, server, thread.loop)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from genproto.notification.v1 import notification_pb2 as pb
 from notifier.delivery.adapters import RecordingPushAdapter
 from notifier.domain.model import MAX_DEVICES_PER_USER, Device
 from notifier.domain.push import PushMessage, PushResult
+from notifier.intake import STILL_DELIVERING_REASON
 from notifier.settings import Faults, NotifierSettings
 from notifier.storage.devices import DeviceStore
 from reminders_svc.config import Retention
@@ -406,6 +407,24 @@ def test_a_batch_is_answered_within_its_deadline_though_one_item_is_still_being_
     assert answered_in_s < 6
 
 
+def test_retries_of_a_key_still_being_delivered_leave_nothing_waiting_behind(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """Each retry of a key whose delivery outlasted the caller's deadline was answered
+    "retry" and then kept a task waiting on that delivery for as long as it lasted (up to
+    the item's expiry): a sender retrying every few seconds piled them up, outside the
+    bound on deliveries under way."""
+    with one_worker_held(notifier_settings, user) as held:
+        stuck = item(user, f"bulk-0/{user}", priority=pb.PRIORITY_BULK)  # the held push's key
+        before = held.notifier.tasks()
+        for _ in range(20):
+            [answer] = held.notifier.send_batch(stuck, timeout_s=0.6)
+            assert (answer.outcome, answer.reason) == (RETRYABLE, STILL_DELIVERING_REASON)
+        left = held.notifier.tasks() - before
+
+    assert left < 5
+
+
 def _register_phone_and_throttled_tablet(notifier: Client, user: str) -> tuple[str, str]:
     phone, tablet = f"apns-{user}", f"fcm-{user}"
     for token, platform in ((phone, pb.Device.PLATFORM_APNS), (tablet, pb.Device.PLATFORM_FCM)):
@@ -530,6 +549,47 @@ def test_an_item_the_push_service_refuses_for_good_is_given_up_at_once(
     assert answer.outcome == REJECTED
     assert again.outcome == REJECTED  # answered from the key's settlement
     assert push_service.refused == 1  # one push: not retried
+
+
+class PushServiceRefusingThePhoneThenLosingTheTablet(PushServiceThrottlingOneDevice):
+    """Refuses the phone's pushes for good; asks to retry the tablet's first push, then
+    answers that the tablet is gone."""
+
+    def __init__(self, phone: str, tablet: str) -> None:
+        super().__init__(throttled=tablet)
+        self.phone = phone
+        self.tablet_pushes = 0
+
+    async def push(self, message: PushMessage) -> PushResult:
+        if message.device_token == self.phone:
+            return PushResult.REFUSED
+        return await super().push(message)
+
+    async def push_to_throttled(self) -> PushResult:
+        self.tablet_pushes += 1
+        return PushResult.RETRY if self.tablet_pushes == 1 else PushResult.DEVICE_GONE
+
+
+def test_an_item_one_device_refused_is_rejected_though_the_other_went_away_on_a_retry(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """The refusal was forgotten between rounds: the retry round saw only the tablet
+    gone, and the item was answered ACCEPTED, settled as "no device", though the phone
+    is still registered and no device got the ring."""
+    phone, tablet = f"apns-{user}", f"fcm-{user}"
+    push_service = PushServiceRefusingThePhoneThenLosingTheTablet(phone, tablet)
+    refused = ("notifier_undeliverable_total", frozenset({("reason", "refused")}))
+    message = item(user)
+    with running_notifier(notifier_settings, push_service) as notifier:
+        _register_phone_and_throttled_tablet(notifier, user)
+        [answer] = notifier.send_batch(message)
+        counted = notifier.metrics()[refused]
+        left = notifier.stub.ListDevices(pb.ListDevicesRequest(user_id=user)).devices
+
+    assert answer.outcome == REJECTED
+    assert push_service.tablet_pushes == 2
+    assert counted == 1
+    assert [d.device_token for d in left] == [phone]
 
 
 class PushServiceForgettingEveryDevice(RecordingPushAdapter):

@@ -36,3 +36,14 @@ def test_a_push_keeps_the_key_and_carries_its_collapse_id() -> None:
     message = push_message(notification, Device("token", Platform.APNS, datetime.now(UTC)))
     assert message.idempotency_key == key
     assert message.collapse_id == collapse_id(key) != key
+
+
+def test_a_key_that_is_not_printable_ascii_gets_a_digest_a_header_can_carry() -> None:
+    """APNs takes the collapse id as an HTTP/2 header: a short key in another script (or
+    with a control character) went into it as it was."""
+    for key in ("rappel-é", "tab\there"):
+        id_ = collapse_id(key)
+        assert id_ != key
+        assert id_.isascii()
+        assert id_.isprintable()
+        assert len(id_) <= MAX_COLLAPSE_ID_BYTES
