@@ -311,10 +311,21 @@ class RemindersApp:
 
         try:
             return await self._apply(user_id, reminder_id, version, step)
-        except (NotFound, VersionConflict):
+        except NotFound:
             if refusal is not None:
-                raise refusal from None  # bad input, whatever the id or version
+                raise refusal from None  # bad input, whatever the id
             raise
+        except VersionConflict:
+            if refusal is not None and not await self._is_own(user_id, reminder_id, schedule):
+                raise refusal from None  # bad input, whatever the version
+            raise  # a stale echo of the reminder's own schedule: re-read and retry
+
+    async def _is_own(
+        self, user_id: str, reminder_id: uuid.UUID, schedule: Schedule | None
+    ) -> bool:
+        """Whether `schedule` is the reminder's (one past its rings is no new input)."""
+        stored = await self._store.get(user_id, reminder_id)
+        return stored is not None and stored.reminder.schedule == schedule
 
     async def snooze(
         self, user_id: str, reminder_id: uuid.UUID, until: datetime | timedelta, field: str
@@ -329,9 +340,13 @@ class RemindersApp:
                 at = upcoming_utc(until, current.schedule.zone, now)
             else:
                 at = until
-            self._limits.check_snooze(at - now, field)
             # Rings are whole seconds: rounded up, never early (the range is the caller's).
-            return steps.snooze(current, round_up(at, "second"), now)
+            rings_at = round_up(at, "second")
+            if rings_at != current.snooze_until:
+                # Not a retry of the snooze that landed, which the step answers unchanged
+                # however close its time has come.
+                self._limits.check_snooze(at - now, field)
+            return steps.snooze(current, rings_at, now)
 
         return await self._apply(user_id, reminder_id, None, step)
 

@@ -194,10 +194,16 @@ def schedule_errors(message: pb.Schedule, field: str) -> Iterator[None]:
         raise InvalidArgument(_schedule_field(error.field, message, field), error.message) from None
 
 
-def begins_at_request(message: pb.Schedule) -> bool:
-    """A repeat without a start: the only schedule whose validity depends on when it is
-    sent (it begins then)."""
-    return message.WhichOneof("kind") == "repeat" and not message.repeat.start_local_time
+def valid_when_sent_at(message: pb.Schedule, then: datetime) -> bool:
+    """Whether a schedule refused now passed when sent at `then`: only a repeat without a
+    start can (it begins when sent, so its end may have passed since)."""
+    if message.WhichOneof("kind") != "repeat" or message.repeat.start_local_time:
+        return False
+    try:
+        schedule_from_proto(message, then, "schedule")
+    except InvalidArgument:
+        return False
+    return True
 
 
 def _one_off(message: pb.OneOff, zone: str, field: str) -> OneOff:

@@ -21,6 +21,7 @@ from reminders_svc.api.auth import Authenticator
 from reminders_svc.api.errors import MAY_HAVE_BEEN_APPLIED, translated
 from reminders_svc.api.settings import ApiSettings
 from reminders_svc.app import Clock, RemindersApp, utc_now
+from reminders_svc.config import Retention
 from reminders_svc.deliveries import DeliveryRecords
 from reminders_svc.domain.errors import DeadlineExceeded, InvalidArgument
 from reminders_svc.domain.reminder import Reminder, Status
@@ -113,9 +114,10 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         except InvalidArgument:
             # A repeat without a start begins now, so a replay can fail where its original
             # passed (its end now behind it): answer with what the original made. Any other
-            # schedule is refused whenever it comes, without a read (so while storage is
-            # down too).
-            if not convert.begins_at_request(request.reminder.schedule):
+            # schedule, or one wrong at any start, is refused whenever it comes, without a
+            # read (so while storage is down too).
+            earliest_record = self._clock() - Retention.tombstone  # none is older
+            if not convert.valid_when_sent_at(request.reminder.schedule, earliest_record):
                 raise
             if (made := await self._app.replayed(user, request.request_id, payload)) is not None:
                 return convert.reminder_to_proto(made, self._clock())
@@ -222,8 +224,9 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
             self._limits.check_snooze(until, which)
         elif which == "snooze_until_time":
             until = convert.instant_of(request.snooze_until_time, which)
-            # Likewise an instant out of range now (the app checks again at its own now).
-            self._limits.check_snooze(until - self._clock(), which)
+            # Likewise an instant reached already or too far (the app checks the whole
+            # range at its own now, unless it is the retry of a snooze that landed).
+            self._limits.check_snooze(until - self._clock(), which, retried=True)
         else:
             # Naive: a local time in the reminder's zone, read as the app snoozes it.
             until = convert.local_time(request.snooze_until_local_time, which)

@@ -36,9 +36,12 @@ class Limits:
         """The snoozes allowed, as a refusal says them: "1 minute to 7 days"."""
         return f"{_spoken(self.min_snooze)} to {_spoken(self.max_snooze)}"
 
-    def check_snooze(self, span: timedelta, field: str) -> None:
-        """A snooze `span` from now, else InvalidArgument on `field`."""
-        if not self.min_snooze <= span <= self.max_snooze:
+    def check_snooze(self, span: timedelta, field: str, *, retried: bool = False) -> None:
+        """A snooze `span` from now, else InvalidArgument on `field`. `retried`: a snooze
+        to an instant, which may be the retry of one that landed (its span shrinks as time
+        goes by): only one already reached, or too far, is refused."""
+        long_enough = span > timedelta(0) if retried else span >= self.min_snooze
+        if not (long_enough and span <= self.max_snooze):
             raise InvalidArgument(field, f"must be {self.snooze_range} from now")
 
     def check_text(self, text: str, field: str = "reminder.text") -> str:

@@ -116,6 +116,15 @@ def creates_refused_whenever_sent(
                 start_local_time="2030-01-01T09:00",
             ),
         ),
+        # A repeat without a start begins when it is sent, so a replay of one whose end
+        # has passed since is looked up; these are wrong at any start (they were answered
+        # UNAVAILABLE, as the lookup failed).
+        "a repeat without a start, in no zone": pb.Schedule(
+            time_zone="Mars/Olympus_Mons", repeat=pb.Repeat(expression="every day 09:00")
+        ),
+        "a repeat without a start, in no grammar": pb.Schedule(
+            time_zone="Europe/Paris", repeat=pb.Repeat(expression="every blah")
+        ),
     }
     requests = {
         name: pb.CreateReminderRequest(

@@ -296,6 +296,34 @@ def test_a_whole_reminder_sent_back_with_its_schedule_unchanged_keeps_its_rings(
     assert send_back(soon.id, "call the plumber").next_ring_time == soon.next_ring_time
 
 
+def test_a_whole_reminder_sent_back_at_a_stale_version_is_aborted_not_bad_input(
+    api: Api, user: str
+) -> None:
+    """A one-off whose time passed, snoozed meanwhile from its notification (no version
+    sent), sent back by an app still holding the version before the snooze: its own
+    schedule was judged a new one ("in the past", INVALID_ARGUMENT, which a client takes
+    for permanent) where the answer is "re-read and retry"."""
+    md = api.as_user(user)
+    passed = create(api, user, one_off("2026-10-19T08:30:00"))
+    api.clock.advance(timedelta(hours=1))
+    api.reminders.SnoozeReminder(
+        pb.SnoozeReminderRequest(id=passed.id, duration=Duration(seconds=600)), metadata=md
+    )
+    echoed = pb.Reminder()
+    echoed.CopyFrom(passed)
+    echoed.text = "call the plumber"
+    request = pb.UpdateReminderRequest(reminder=echoed, update_mask=FieldMask(paths=["*"]))
+
+    refusal = error_info_of(lambda: api.reminders.UpdateReminder(request, metadata=md))
+
+    assert (refusal.reason, dict(refusal.metadata)) == ("VERSION_STALE", {"current_version": "2"})
+    # A schedule of its own that has passed is still bad input, at any version.
+    request.reminder.schedule.once.local_time = "2026-10-19T08:00:00"
+    with pytest.raises(grpc.RpcError) as moved:
+        api.reminders.UpdateReminder(request, metadata=md)
+    assert moved.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
 def test_update_needs_the_current_version(api: Api, user: str) -> None:
     created = create(api, user, weekly_monday_nine())
     md = api.as_user(user)
@@ -358,8 +386,12 @@ def test_a_snooze_to_a_time_retried_changes_nothing_and_keeps_others_versions_cu
 
     snoozed = api.reminders.SnoozeReminder(request, metadata=md)
     retried = api.reminders.SnoozeReminder(request, metadata=md)
+    # Retried once its time is less than the shortest snooze away: it was refused
+    # (INVALID_ARGUMENT), and the caller could not tell whether its snooze had landed.
+    api.clock.now = at("2026-10-19T12:29:30")
+    retried_late = api.reminders.SnoozeReminder(request, metadata=md)
 
-    assert retried == snoozed
+    assert retried == retried_late == snoozed
     assert snoozed.version == 2
     edited = api.reminders.UpdateReminder(
         pb.UpdateReminderRequest(
