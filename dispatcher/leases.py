@@ -164,10 +164,10 @@ class PartLeases:
             .one()
             .applied
         )
-        if applied:
-            lease.valid_until = started + self._lease_s - self._margin_s
-        else:
+        if not applied:
             lease.end()
+        elif not lease.ended:  # released while the renewal was under way: stays ended
+            lease.valid_until = started + self._lease_s - self._margin_s
         return bool(applied)
 
     async def checkpoint(self, lease: Lease, minute: datetime) -> bool:

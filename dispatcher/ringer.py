@@ -484,7 +484,9 @@ class Ringer:
 
     async def _hand_off(self, row: Reminder, shift: Shift) -> Answer | None:
         """The notifier's final answer; RETRYABLE when the claim was taken while retrying;
-        None when the shift ended before a final answer."""
+        None when the shift ended before a final answer. A renewal that storage did not
+        confirm (an error, or WriteNotLanded) raises: the claim may still be ours, so the
+        ring is not given up but let go and claimed again, under the same key."""
         assert row.claim is not None
         due = row.claim.due
         key = dispatch.idempotency_key(row)
@@ -515,8 +517,9 @@ class Ringer:
             if not await self._set_claim_expiry(
                 row, self._clock.now() + self._settings.claim_lease
             ):
-                # The user took over (edit, pause, delete): stop; the row is theirs now. The
-                # notifier's key dedupes a re-send.
+                # The claim is gone (read so, not merely unconfirmed): the user took over
+                # (edit, pause, delete); stop, the row is theirs now. The notifier's key
+                # dedupes a re-send.
                 self._metrics.claims_lost.inc()
                 return Answer(Outcome.RETRYABLE, "claim lost while retrying")
         return None

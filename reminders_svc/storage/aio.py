@@ -19,7 +19,12 @@ from cassandra.cluster import ResultSet, Session
 from cassandra.connection import ConnectionException
 from cassandra.protocol import ServerError
 
-from reminders_svc.storage.errors import STORAGE_ERRORS, CasWriteUnknown, WriteOutcomeUnknown
+from reminders_svc.storage.errors import (
+    STORAGE_ERRORS,
+    CasWriteUnknown,
+    WriteNotLanded,
+    WriteOutcomeUnknown,
+)
 
 Params = Sequence[Any] | dict[str, Any] | None
 
@@ -165,8 +170,8 @@ async def or_settled(
             await asyncio.sleep(max(0.0, sent + cas_bound_s(session) - time.monotonic()))
         try:
             return await settle()
-        except WriteOutcomeUnknown:
-            raise  # the read found the row, and the row cannot tell: said as it is
+        except (WriteOutcomeUnknown, WriteNotLanded):
+            raise  # the read settled it as the row tells (or cannot): said as it is
         except STORAGE_ERRORS as unsettled:
             raise WriteOutcomeUnknown(
                 f"a conditional write of unknown outcome ({type(error).__name__}) could not "

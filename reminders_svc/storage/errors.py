@@ -52,6 +52,12 @@ class WriteOutcomeUnknown(RuntimeError):
     by a duration, a resume) would turn into a second change or a refusal."""
 
 
+class WriteNotLanded(RuntimeError):
+    """An LWT of unknown outcome that its SERIAL read found had not landed while its
+    condition still held (no other writer changed what it compares): storage trouble, not
+    a lost compare, so the caller tries again rather than take the row for changed."""
+
+
 class StorageUnavailable(RuntimeError):
     """Cassandra cannot be reached; the message names the contact points tried."""
 
@@ -69,5 +75,6 @@ STORAGE_ERRORS: tuple[type[Exception], ...] = (
     ServerError,
     CasWriteUnknown,  # an LWT of unknown outcome; settled ones are settled first (aio)
     WriteOutcomeUnknown,  # ... and one whose settling read failed too
+    WriteNotLanded,  # ... or found it had not landed, its condition still holding
     OSError,  # sockets, and asyncio's TimeoutError
 )

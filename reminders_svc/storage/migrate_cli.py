@@ -72,7 +72,10 @@ def run(args: argparse.Namespace) -> int:
     except MigrationStopped as stopped:
         print(f"reminders migrate: {stopped}; run it again to finish", file=sys.stderr)
         return EXIT_STOPPED
-    except (ConfigError, MigrationError, StorageUnavailable) as error:
+    except ConfigError as error:
+        print(f"reminders migrate: {error}", file=sys.stderr)
+        return 2  # as every command's bad configuration
+    except (MigrationError, StorageUnavailable) as error:
         print(f"reminders migrate: {error}", file=sys.stderr)
         return 1
     except (*STORAGE_ERRORS, DriverException) as error:

@@ -33,7 +33,7 @@ from reminders_svc.domain.errors import UserDataBeingDeleted
 from reminders_svc.domain.limits import LIST_SCAN_ROWS, over_the_cap
 from reminders_svc.domain.reminder import Claim, Reminder, Status
 from reminders_svc.storage import aio
-from reminders_svc.storage.errors import WriteOutcomeUnknown
+from reminders_svc.storage.errors import WriteNotLanded, WriteOutcomeUnknown
 from reminders_svc.storage.parts import PartCounts, bucket_minute, entry_ttl, part_of
 from reminders_svc.storage.purge import PURGE_FENCE_FLOOR
 from reminders_svc.storage.rows import MUTABLE_COLUMNS, SELECT_COLUMNS, from_row, to_columns
@@ -430,7 +430,10 @@ class ReminderStore:
     async def set_claim_expiry(
         self, user_id: str, reminder_id: uuid.UUID, token: uuid.UUID, expires: datetime
     ) -> bool:
-        """Renew (or, with a past instant, release) a claim, only while it is still ours.
+        """Renew (or, with a past instant, release) a claim, only while it is still ours:
+        False once it is not (a user's change took the row). WriteNotLanded when a write
+        of unknown outcome did not land and the claim is still ours, unchanged: the ring
+        is not the user's, so its caller must not give it up as if it were.
 
         Conditioned on the claim alone: a snooze or text edit that bumped the version does
         not take the ring over, so it must not stop the renewal either.
@@ -442,11 +445,11 @@ class ReminderStore:
             # kept to the millisecond.
             settled = await self.get_serial(user_id, reminder_id)
             claim = settled.reminder.claim if settled is not None else None
-            return (
-                claim is not None
-                and claim.token == token
-                and abs(claim.expires - expires) < timedelta(milliseconds=1)
-            )
+            if claim is None or claim.token != token:
+                return False
+            if abs(claim.expires - expires) < timedelta(milliseconds=1):
+                return True
+            raise WriteNotLanded("a claim's new expiry did not land; the claim stands as it was")
 
         params = (expires, user_id, reminder_id, token)
         attempt = self._execute(self._session, self._claim_expiry, params)

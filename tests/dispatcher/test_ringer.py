@@ -39,6 +39,7 @@ from reminders_svc.app import RemindersApp
 from reminders_svc.concurrency import to_the_end
 from reminders_svc.config import HANDOFF_WINDOW, Retention
 from reminders_svc.connections import MAX_RECONNECT_BACKOFF_MS
+from reminders_svc.domain import dispatch
 from reminders_svc.domain.delivery import Answer as HistoryAnswer
 from reminders_svc.domain.delivery import Delivery
 from reminders_svc.domain.limits import Limits
@@ -57,11 +58,12 @@ from reminders_svc.storage.clock import DbClock
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.parts import DEFAULT_PARTS, MINUTE, floor_minute, part_of
 from reminders_svc.storage.purge import UserPurge
-from reminders_svc.storage.reminders_store import ReminderStore, StoredReminder
+from reminders_svc.storage.reminders_store import Executor, ReminderStore, StoredReminder
 from reminders_svc.storage.session import CassandraConnection
 from tests.dispatcher.conftest import held_shift
 from tests.dispatcher.stack import room_wait_s
 from tests.platform.helpers import free_port
+from tests.unknown_outcome import UnknownOutcome
 
 UserChange = Callable[[Reminder, datetime], Reminder]
 
@@ -111,8 +113,11 @@ class RacedStore(ReminderStore):
     before the dispatcher's claim or finalize; it also records the most LWTs it saw running
     at once on one user's partition."""
 
-    def __init__(self, session: Session) -> None:
-        super().__init__(session, Retention())
+    def __init__(self, session: Session, executor: Executor | None = None) -> None:
+        if executor is None:
+            super().__init__(session, Retention())
+        else:
+            super().__init__(session, Retention(), executor=executor)
         self.before_claim: list[UserChange] = []
         self.before_finalize: list[UserChange] = []
         self.after_finalize: list[Callable[[], None]] = []  # run once a finalize landed
@@ -257,6 +262,7 @@ async def leased_part(
     connection: CassandraConnection,
     part: int = 0,
     wall: Callable[[], float] = time.time,
+    store_executor: Executor | None = None,
     **settings_changes: Any,
 ) -> AsyncIterator[Part]:
     notifier = Notifier()  # type: ignore[abstract]  # only SendBatch is served
@@ -269,7 +275,7 @@ async def leased_part(
     )
     clock = StalledClock(session, settings.max_clock_offset, wall=wall)
     await clock.measure()
-    store = RacedStore(session)
+    store = RacedStore(session, store_executor)
     metrics = DispatcherMetrics()
     batcher = HandoffBatcher(client, settings.batch_size)
     history = DeliveryHistory(session)
@@ -1016,6 +1022,36 @@ def test_a_ring_retrying_renews_its_claim_and_stops_once_the_user_deletes_it(
             row = await part.row(reminder)
             assert row.status is Status.DELETED
             assert row.claim is None
+
+    asyncio.run(scenario())
+
+
+def _is_claim_renewal(statement: Any) -> bool:
+    return "SET claim_expires" in str(getattr(statement, "query_string", statement))
+
+
+def test_a_claim_renewal_that_did_not_land_unheard_does_not_give_the_ring_up(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """The renewal before a retry timed out and, read through Paxos, had not landed: the
+    claim still stood, this ring's, yet the ring was given up as if the user had taken it
+    over (counted a claim lost, its minute free to be checkpointed): the row stayed
+    `sending` and never rang. It is storage trouble: the claim is let go and re-claimed,
+    under the same key."""
+    renewal = UnknownOutcome(lands=False, targets=_is_claim_renewal)
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace, store_executor=renewal) as part:
+            [reminder], [ring] = await _claimed_and_waiting_to_retry(part, "u-unrenewed", 1)
+            claimed = await part.row(reminder)
+            part.notifier.down = False  # the retry, after the renewal, is accepted
+            async with asyncio.timeout(30):
+                assert await ring
+            assert renewal.injected == 1
+            assert part.notifier.accepted == [dispatch.idempotency_key(claimed)]
+            assert part.count("reminders_dispatch_claims_lost_total") == 0
+            row = await part.row(reminder)
+            assert (row.status, row.claim) == (Status.DONE, None)
 
     asyncio.run(scenario())
 
