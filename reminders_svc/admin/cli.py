@@ -204,10 +204,10 @@ def _command(
             if precheck is not None:
                 precheck(args)
             return asyncio.run(_with_admin(args, command))
-        except (AdminError, ScheduleError) as error:
+        except (AdminError, ScheduleError, ConfigError) as error:
             print(f"{name}: {error}", file=sys.stderr)
             return 2
-        except (ConfigError, StorageUnavailable, MigrationError) as error:
+        except (StorageUnavailable, MigrationError) as error:
             print(f"{name}: {error}", file=sys.stderr)
             return 1
         except (*STORAGE_ERRORS, DriverException) as error:

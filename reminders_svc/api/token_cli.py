@@ -42,10 +42,10 @@ def run(args: argparse.Namespace) -> int:
                 " with the development secret when REMINDERS_ENV=dev: set one",
                 file=sys.stderr,
             )
-            return 1
+            return 2
         key = admin_key_from_env(env) if args.admin else user_key_from_env(env)
         print(mint_token(key, args.user, args.ttl))
     except ConfigError as error:
         print(f"reminders token: {error}", file=sys.stderr)
-        return 1
+        return 2  # as every command's bad configuration
     return 0

@@ -121,6 +121,22 @@ def test_an_unknown_log_level_is_a_usage_error_of_every_service_command(command:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [("serve-api",), ("dispatch",), ("notifier",), ("migrate",), ("admin", "parts")],
+)
+def test_a_malformed_setting_stops_every_command_with_exit_2_naming_it(
+    argv: tuple[str, ...],
+) -> None:
+    """Exit 2 is bad configuration for every command; migrate and admin said 1, as for a
+    database that did not answer, which sends an operator to the cluster for a typo."""
+    env = {"REMINDERS_ENV": "dev", "REMINDERS_CASSANDRA_PORT": "nine"}
+    done = run_cli(*argv, env=env, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "REMINDERS_CASSANDRA_PORT='nine': expected an integer" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 ALL_INTERFACES = "0.0.0.0"  # noqa: S104 (what a pod binds: the case under test)
 PLAINTEXT_OFF_HOST = {
     "cassandra": {"REMINDERS_CASSANDRA_CONTACT_POINTS": "127.0.0.1,cassandra.example.internal"},
