@@ -37,6 +37,10 @@ from reminders_svc.timestamps import timestamp
 
 Context = grpc.aio.ServicerContext[Any, Any]
 _UPDATABLE = frozenset({"text", "schedule"})
+# A Reminder's fields no caller sets (AIP-203 OUTPUT_ONLY and IDENTIFIER; the version is
+# the compare, not a value): ignored in an update mask (AIP-161), so the mask a client
+# reads with can be sent back with the whole resource.
+_NOT_UPDATED = frozenset(pb.Reminder.DESCRIPTOR.fields_by_name) - _UPDATABLE
 _MAX_PREVIEW = 100
 _PREVIEW_FROM = (
     datetime(MIN_YEAR, 1, 2, tzinfo=UTC),
@@ -173,10 +177,11 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         paths = set(request.update_mask.paths)
         if paths == {"*"}:  # AIP-134: every field the caller may change
             paths = set(_UPDATABLE)
+        if unknown := paths - _UPDATABLE - _NOT_UPDATED:
+            raise InvalidArgument("update_mask", f"cannot update {', '.join(sorted(unknown))}")
+        paths -= _NOT_UPDATED
         if not paths:
             raise InvalidArgument("update_mask", "name the fields to change: text, schedule")
-        if unknown := paths - _UPDATABLE:
-            raise InvalidArgument("update_mask", f"cannot update {', '.join(sorted(unknown))}")
         convert.require(request, "reminder", "reminder")
         version = convert.version_seen(request.reminder.version, "reminder.version")
         if version is None:

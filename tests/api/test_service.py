@@ -30,7 +30,7 @@ from tests.api.conftest import (
     weekly_monday_nine,
 )
 from tests.api.test_bad_input import COSTLY
-from tests.grpc_errors import error_info_of
+from tests.grpc_errors import assert_refused, error_info_of
 from tests.tracing import scanned
 
 Z = UTC
@@ -322,6 +322,34 @@ def test_a_whole_reminder_sent_back_at_a_stale_version_is_aborted_not_bad_input(
     with pytest.raises(grpc.RpcError) as moved:
         api.reminders.UpdateReminder(request, metadata=md)
     assert moved.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_an_update_mask_naming_output_only_fields_ignores_them(api: Api, user: str) -> None:
+    """AIP-161: a mask may name fields no caller sets, so that the mask a client reads the
+    whole reminder with can go back with it; they were refused ("cannot update state")."""
+    md = api.as_user(user)
+    created = create(api, user, weekly_monday_nine())
+
+    def update(*paths: str) -> pb.Reminder:
+        edited = pb.Reminder()
+        edited.CopyFrom(created)
+        edited.text = "call dad"
+        edited.state = pb.Reminder.STATE_PAUSED  # output only: never taken from a request
+        request = pb.UpdateReminderRequest(reminder=edited, update_mask=FieldMask(paths=paths))
+        return api.reminders.UpdateReminder(request, metadata=md)
+
+    updated = update("text", "state", "update_time", "next_ring_time", "id", "version")
+    assert (updated.text, updated.state, updated.version) == ("call dad", created.state, 2)
+    assert updated.next_ring_time == created.next_ring_time
+    for nothing_to_change in (("state",), ()):
+        with pytest.raises(grpc.RpcError) as refused:
+            update(*nothing_to_change)
+        assert_refused(
+            refused.value, grpc.StatusCode.INVALID_ARGUMENT, "update_mask", "INVALID_FIELD"
+        )
+    with pytest.raises(grpc.RpcError) as unknown:
+        update("text", "colour")
+    assert_refused(unknown.value, grpc.StatusCode.INVALID_ARGUMENT, "update_mask", "INVALID_FIELD")
 
 
 def test_update_needs_the_current_version(api: Api, user: str) -> None:

@@ -457,7 +457,10 @@ class UpdateReminderRequest(_message.Message):
 
     @_builtins.property
     def update_mask(self) -> _field_mask_pb2.FieldMask:
-        """Required. Which fields to change: "text", "schedule", or "*" for both."""
+        """Required. Which fields to change: "text", "schedule", or "*" for both. Paths of
+        fields no caller sets (the output-only ones, "id", "version") are ignored (AIP-161),
+        so a mask that reads the whole reminder can be sent back with it.
+        """
 
     def __init__(
         self,
