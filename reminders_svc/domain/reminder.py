@@ -235,9 +235,13 @@ def as_seen(reminder: Reminder, now: datetime) -> Reminder:
     """The reminder as its owner should read it at `now`, for reading only (the row keeps
     what it holds): a deleted one rings nothing; a paused one shows what resuming now would
     ring, where its stored occurrence may long have passed (a repeat's next occurrence
-    after now, a snooze still ahead; a one-off whose time has passed, nothing)."""
+    after now, a snooze still ahead; a one-off whose time has passed, nothing); one being
+    rung shows the ring in flight (after missed occurrences, the latest: its row's due
+    is the oldest until the finalize)."""
     if reminder.status is Status.DELETED:
         return dataclasses.replace(reminder, occurrence=None, snooze_until=None, due=None)
+    if reminder.status is Status.SENDING and reminder.claim is not None:
+        return dataclasses.replace(reminder, due=reminder.claim.due)
     if reminder.status is not Status.PAUSED:
         return reminder
     try:

@@ -14,6 +14,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.config import HANDOFF_WINDOW, CassandraSettings, Retention
+from reminders_svc.domain import dispatch
 from reminders_svc.domain.delivery import Answer, Delivery
 from reminders_svc.domain.limits import Limits
 from reminders_svc.storage.history import DeliveryHistory
@@ -585,6 +586,29 @@ def test_resuming_a_one_off_whose_time_passed_is_refused(api: Api, user: str) ->
         api.reminders.ResumeReminder(pb.ResumeReminderRequest(id=created.id), metadata=md)
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "edit its time" in (refused.value.details() or "")
+
+
+def test_a_ring_under_way_after_missed_occurrences_shows_as_the_next_ring(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    """A weekly reminder whose Mondays were missed (an outage) rings once, for the latest
+    (invariant 9). While that ring is handed off, next_ring_time is the ring in flight, as
+    the contract says; it showed the oldest missed Monday, three weeks back."""
+    created = create(api, user, weekly_monday_nine())
+    api.clock.now = at("2026-11-10T00:00:00")
+    store = store_of(cassandra)
+    stored = run(store.get_serial(user, uuid.UUID(created.id)))
+    assert stored is not None
+    now = api.clock.now
+    claimed = dispatch.claimed(stored.reminder, uuid.uuid4(), now, timedelta(seconds=30))
+    assert run(store.replace(stored, claimed, now))
+
+    shown = api.reminders.GetReminder(
+        pb.GetReminderRequest(id=created.id), metadata=api.as_user(user)
+    )
+
+    assert shown.state == pb.Reminder.STATE_SENDING
+    assert shown.next_ring_time.ToDatetime(tzinfo=Z) == at("2026-11-09T14:00:00")  # 09:00 EST
 
 
 def test_delete_makes_it_invisible_and_says_whether_a_ring_was_in_flight(
