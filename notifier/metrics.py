@@ -69,7 +69,9 @@ class NotifierMetrics:
             "Notifications handed back undelivered, their callers answered retry, by reason: "
             "stopping (past the shutdown grace, queued or mid-push), push_retries_exhausted "
             "(the push service asked for a retry at every attempt), key_taken_over (another "
-            "attempt took the key while the item waited; it pushes instead), error (a bug). "
+            "attempt took the key while the item waited; it pushes instead), expired (its "
+            "attempt's expiry passed before a push; the sender's next attempt has its own), "
+            "error (a bug). "
             "Their keys are released, but for key_taken_over, so a retry pushes them.",
             ("reason",),
             registry=registry,
