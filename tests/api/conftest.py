@@ -168,12 +168,23 @@ def one_off(local: str, zone: str = "America/New_York") -> pb.Schedule:
     return pb.Schedule(time_zone=zone, once=pb.OneOff(local_time=local))
 
 
-def snapshot_of(cassandra: CassandraConnection, user: str) -> list[tuple[Any, ...]]:
-    """Everything of `user` a request could write: rows, idempotency records, bucket entries."""
-    queries = [
-        "SELECT * FROM reminders WHERE user_id = %s",
-        "SELECT * FROM create_requests WHERE user_id = %s",
-        # Buckets are partitioned by minute: a scan, fine on the test keyspace.
-        "SELECT * FROM due_buckets WHERE user_id = %s ALLOW FILTERING",
+# Every per-user table of the keyspace (cql/) and a query for one user's rows of it. The
+# API writes all but deliveries, whose history only DeleteUserData changes (deletes).
+_USER_DATA_QUERIES = {
+    "reminders": "SELECT * FROM reminders WHERE user_id = %s",
+    "create_requests": "SELECT * FROM create_requests WHERE user_id = %s",
+    "deliveries": "SELECT * FROM deliveries WHERE user_id = %s",
+    # Buckets are partitioned by minute: a scan, fine on the test keyspace.
+    "due_buckets": "SELECT * FROM due_buckets WHERE user_id = %s ALLOW FILTERING",
+}
+
+
+def snapshot_of(cassandra: CassandraConnection, *users: str) -> list[tuple[Any, ...]]:
+    """Everything of `users` a request could change: rows, idempotency records, delivery
+    history, bucket entries; each row (its user_id among its columns) led by its table."""
+    return [
+        (table, *row)
+        for user in users
+        for table, query in _USER_DATA_QUERIES.items()
+        for row in cassandra.session.execute(query, (user,))
     ]
-    return [tuple(row) for query in queries for row in cassandra.session.execute(query, (user,))]

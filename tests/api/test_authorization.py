@@ -16,7 +16,8 @@ from google.protobuf.field_mask_pb2 import FieldMask
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.api.auth import TokenKey
-from tests.api.conftest import Api, code_of, reason_of, weekly_monday_nine
+from reminders_svc.storage.session import CassandraConnection
+from tests.api.conftest import Api, code_of, reason_of, snapshot_of, weekly_monday_nine
 
 Metadata = tuple[tuple[str, str], ...]
 Call = Callable[[Api, str, Metadata], Any]
@@ -171,13 +172,17 @@ def test_a_client_tells_an_expired_token_from_a_bad_one_by_the_reason(api: Api, 
 
 
 @pytest.mark.parametrize("rpc", sorted(UNTARGETED))
-def test_untargeted_rpcs(api: Api, user: str, rpc: str) -> None:
+def test_untargeted_rpcs(api: Api, user: str, cassandra: CassandraConnection, rpc: str) -> None:
     call = UNTARGETED[rpc]
+    # Every refused token but the missing one names `user` as its subject: a create that
+    # wrote before its credential was checked would write under `user`.
+    before = snapshot_of(cassandra, user)
     outcomes = {
         name: code_of(lambda md=md: call(api, "", md))  # type: ignore[misc]
         for name, md in _credentials(api.auth.user, user).items()
     }
     assert set(outcomes.values()) == {UNAUTHENTICATED}, outcomes
+    assert snapshot_of(cassandra, user) == before  # a refused call wrote nothing
     assert code_of(lambda: call(api, "", api.as_user(user))) == OK
 
 

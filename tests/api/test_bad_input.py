@@ -6,6 +6,7 @@ import base64
 import json
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -17,7 +18,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.storage.session import CassandraConnection
-from tests.api.conftest import Api, one_off, snapshot_of, weekly_monday_nine
+from tests.api.conftest import SEED_NOW, Api, one_off, snapshot_of, weekly_monday_nine
 from tests.grpc_errors import assert_refused
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -118,9 +119,32 @@ def _at_version(rpc: str, version: int) -> Callable[[Api, str, str], Any]:
     )
 
 
-def _purge(user_id: Callable[[str], str]) -> Callable[[Api, str, str], Any]:
-    return lambda api, rid, user: api.admin.DeleteUserData(
-        pb.DeleteUserDataRequest(user_id=user_id(user)), metadata=api.as_admin()
+@dataclass(frozen=True)
+class _Purge:
+    """DeleteUserData of the user `target` names, given the caller's id: a call whose
+    data at stake is another user's, so the test checks that user's data too."""
+
+    target: Callable[[str], str]
+
+    def __call__(self, api: Api, rid: str, user: str) -> Any:
+        return api.admin.DeleteUserData(
+            pb.DeleteUserDataRequest(user_id=self.target(user)), metadata=api.as_admin()
+        )
+
+
+def _users_named(call: Callable[[Api, str, str], Any], user: str) -> list[str]:
+    """The caller, and any other user `call` names whose data it could change."""
+    # An empty id names no partition: Cassandra holds no data under an empty key.
+    if isinstance(call, _Purge) and (target := call.target(user)):
+        return [user, target]
+    return [user]
+
+
+def _record_a_delivery(cassandra: CassandraConnection, user: str, reminder_id: str) -> None:
+    """A ring of `reminder_id` in `user`'s delivery history, as a dispatcher records it."""
+    cassandra.session.execute(
+        "INSERT INTO deliveries (user_id, reminder_id, claim_due, answer) VALUES (%s, %s, %s, %s)",
+        (user, uuid.UUID(reminder_id), SEED_NOW, "accepted"),
     )
 
 
@@ -580,10 +604,10 @@ CASES: list[tuple[str, Callable[[Api, str, str], Any], str]] = [
     ("delete: version -1", _at_version("DeleteReminder", -1), "version"),
     ("pause: version -1", _at_version("PauseReminder", -1), "version"),
     ("resume: version -1", _at_version("ResumeReminder", -1), "version"),
-    ("purge: no user_id", _purge(lambda user: ""), "user_id"),
+    ("purge: no user_id", _Purge(lambda user: ""), "user_id"),
     # No user has such an id (a token's subject is at most 256 bytes), and the audit log
     # would carry it whole.
-    ("purge: user_id over 256 bytes", _purge(lambda user: user + "x" * 256), "user_id"),
+    ("purge: user_id over 256 bytes", _Purge(lambda user: user + "x" * 256), "user_id"),
 ]
 
 # Rejections with another code than INVALID_ARGUMENT still name the field at fault.
@@ -624,13 +648,17 @@ def test_bad_input_is_refused_with_its_field_and_changes_nothing(
         pb.CreateReminderRequest(reminder=GOOD, request_id=EXISTING_REQUEST),
         metadata=api.as_user(user),
     )
-    before = snapshot_of(cassandra, user)
+    named = _users_named(call, user)
+    # History for every user named, so that a delete of their data shows, not only a write.
+    for someone in named:
+        _record_a_delivery(cassandra, someone, existing.id)
+    before = snapshot_of(cassandra, *named)
 
     with pytest.raises(grpc.RpcError) as refused:
         call(api, existing.id, user)
 
     assert_refused(refused.value, code, field, reason)
-    assert snapshot_of(cassandra, user) == before
+    assert snapshot_of(cassandra, *named) == before
 
 
 def test_resuming_a_passed_one_off_names_the_reminder_and_changes_nothing(

@@ -151,23 +151,6 @@ def test_a_replay_spelled_as_the_answer_spells_it_is_the_same_request(
     assert len(_rows(cassandra, user)) == 1
 
 
-def test_concurrent_replays_of_one_request_create_one_reminder(
-    api: Api, user: str, cassandra: CassandraConnection
-) -> None:
-    md = api.as_user(user)
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        answers = list(
-            pool.map(
-                lambda _: api.reminders.CreateReminder(_request("same"), metadata=md), range(16)
-            )
-        )
-
-    assert len({a.id for a in answers}) == 1
-    rows = _rows(cassandra, user)
-    assert len(rows) == 1
-    assert rows[0].active_count == 1
-
-
 def test_a_replay_after_a_crash_between_record_and_row_completes_the_row(
     api: Api, user: str, cassandra: CassandraConnection
 ) -> None:
@@ -190,6 +173,34 @@ def second_api(migrated_settings: CassandraSettings) -> Iterator[Api]:
     (a server serializes one user's changes in-process, so one server alone never would)."""
     with running_api(migrated_settings, FakeClock(SEED_NOW)) as api:
         yield api
+
+
+def _apis(api: Api, servers: int, request: Any) -> list[Api]:
+    return [api] if servers == 1 else [api, request.getfixturevalue("second_api")]
+
+
+@pytest.mark.parametrize("servers", [1, 2])
+def test_concurrent_replays_of_one_request_create_one_reminder(
+    api: Api, user: str, cassandra: CassandraConnection, servers: int, request: Any
+) -> None:
+    """16 replays on 8 threads, alternating between the servers: across two, they race
+    for the request's record (its LWT), not for one server's lock on the user."""
+    apis, md = _apis(api, servers, request), api.as_user(user)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(
+            pool.map(
+                lambda i: apis[i % servers].reminders.CreateReminder(_request("same"), metadata=md),
+                range(16),
+            )
+        )
+
+    assert len({a.id for a in answers}) == 1
+    rows = _rows(cassandra, user)
+    assert len(rows) == 1
+    assert rows[0].active_count == 1
+    assert _create_records(cassandra, user) == {"same"}
+    # No replay wrote a bucket entry for a reminder of its own: every one is the record's.
+    assert _orphan_bucket_entries(cassandra, user) == []
 
 
 @dataclass(frozen=True)
@@ -322,10 +333,6 @@ def _race_row(connection: CassandraConnection, user: str, reminder_id: str) -> A
         " claim_due, active_count FROM reminders WHERE user_id = %s AND reminder_id = %s",
         (user, uuid.UUID(reminder_id)),
     ).one()
-
-
-def _apis(api: Api, servers: int, request: Any) -> list[Api]:
-    return [api] if servers == 1 else [api, request.getfixturevalue("second_api")]
 
 
 @pytest.mark.parametrize("servers", [1, 2])
