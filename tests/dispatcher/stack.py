@@ -77,6 +77,12 @@ def stamp(instant: datetime) -> Timestamp:
     return value
 
 
+def pushed_early(pushes: list[npb.Delivered]) -> list[str]:
+    """The keys of `pushes` pushed before their due: handed off when their entry was read
+    ahead of it, not at it (invariant 8)."""
+    return [p.idempotency_key for p in pushes if p.push_time.ToDatetime() < p.due_time.ToDatetime()]
+
+
 def health_status(target: str) -> int:
     """The server's overall health (SERVING, NOT_SERVING, ...), asked once."""
     with grpc.insecure_channel(target) as channel:

@@ -29,10 +29,12 @@ from tests.dispatcher.stack import (
     PARTS,
     Stack,
     closing,
+    health_status,
     move_due,
     new_user,
     owners,
     part_checkpoints,
+    pushed_early,
     room_wait_s,
     scrape,
     soon,
@@ -373,8 +375,10 @@ def test_two_dispatchers_share_the_parts_and_hand_each_ring_off_once(stack: Stac
     stack.wait_for_pushes(40, timeout_s=40)
     time.sleep(2)
 
-    keys = [p.idempotency_key for p in stack.pushes()]
+    pushes = stack.pushes()
+    keys = [p.idempotency_key for p in pushes]
     assert len(keys) == len(set(keys)) == 40
+    assert not pushed_early(pushes), pushed_early(pushes)
     assert {key.split("/")[0] for key in keys} == created
     # Each key handed off once: a second hand-off would be answered duplicate, not pushed.
     answers = stack.notifier_answers()
@@ -616,6 +620,14 @@ def test_while_ringing_a_snooze_rings_later_and_a_delete_stops_the_series(stack:
     assert stack.row(delete_user, deleted.id).status == "deleted"  # type: ignore[attr-defined]
 
 
+def _wait_unowned(stack: Stack, timeout_s: float = 30) -> None:
+    """Until no part has an owner: every lease lapsed (its owner cell's TTL ran out)."""
+    deadline = time.monotonic() + timeout_s
+    while (held := {owner for owner, _ in owners(stack).values()}) != {None}:
+        assert time.monotonic() < deadline, f"parts still owned: {held}"
+        time.sleep(0.2)
+
+
 def test_a_dispatcher_rides_out_a_storage_outage_and_rings_what_fell_due_during_it(
     stack: Stack,
 ) -> None:
@@ -632,8 +644,12 @@ def test_a_dispatcher_rides_out_a_storage_outage_and_rings_what_fell_due_during_
         assert len(stack.wait_for_pushes(1, user, before.id, timeout_s=30)) == 1
 
         proxy.cut()
-        during = stack.create_at(user, soon(3))
-        time.sleep(12)  # two part leases (6 s) and six balance ticks (2 s) with no database
+        during_due = soon(3)
+        during = stack.create_at(user, during_due)
+        # Every lease lapsed on Cassandra's clock, after failed renewals, heartbeats and
+        # balances; and the ring fell due with no database.
+        _wait_unowned(stack)
+        time.sleep(max(0.0, (during_due - datetime.now(UTC)).total_seconds()))
         assert dispatcher.poll() is None, "the dispatcher exited during the outage"
         assert not stack.pushes(user, during.id)
         proxy.restore()
@@ -658,7 +674,8 @@ def test_a_dispatcher_started_before_its_database_waits_not_ready_then_works(
         dispatcher = stack.start_dispatcher(
             "d", REMINDERS_CASSANDRA_PORT=str(proxy.port), REMINDERS_DISPATCH_PORT=str(port)
         )
-        time.sleep(5)  # a few connection attempts
+        # Waiting for its database; its health server, up before it connects, answers.
+        stack.wait_logged(dispatcher, "connecting failed")
         assert dispatcher.poll() is None, "the dispatcher exited without its database"
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             health = health_pb2_grpc.HealthStub(channel)
@@ -683,6 +700,14 @@ def test_a_dispatcher_started_before_its_database_waits_not_ready_then_works(
         assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=30)) == 1
     finally:
         proxy.close()
+
+
+def _wait_health(target: str, status: int, timeout_s: float) -> None:
+    """Until the server's overall health is `status`."""
+    deadline = time.monotonic() + timeout_s
+    while (seen := health_status(target)) != status:
+        assert time.monotonic() < deadline, f"health still {seen} after {timeout_s} s"
+        time.sleep(0.1)
 
 
 def _wait_clock_measured_ahead(metrics_port: int, timeout_s: float = 60) -> None:
@@ -746,11 +771,8 @@ def test_a_dispatcher_whose_clock_goes_bad_hands_its_parts_over_after_a_lease(
     stack.start_dispatcher("steady")
     # Measured off: not ready at once, its parts still held until off for a lease (6 s).
     _wait_clock_measured_ahead(metrics_port)
-    time.sleep(0.5)  # the same tick marks it not ready, just after the measurement
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        health = health_pb2_grpc.HealthStub(channel)
-        status = health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
-        assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+    # The same tick marks it not ready, just after the measurement; well within the lease.
+    _wait_health(f"127.0.0.1:{port}", health_pb2.HealthCheckResponse.NOT_SERVING, timeout_s=3)
     assert "drifting" in {owner for owner, _ in owners(stack).values()}
 
     wait_owning(stack, {"steady"}, timeout_s=60)

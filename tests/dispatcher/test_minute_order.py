@@ -152,11 +152,13 @@ class PacedRinger:
     def __init__(self) -> None:
         self.pace = asyncio.Event()
         self.started: list[uuid.UUID] = []
+        self.paced: list[uuid.UUID] = []  # late entries that came to the pace, in order
 
     async def start(
         self, entry: Entry, horizon: datetime, shift: Shift, *, late: bool
     ) -> asyncio.Task[bool | datetime] | None:
         if late:
+            self.paced.append(entry.reminder_id)
             await self.pace.wait()
         self.started.append(entry.reminder_id)
 
@@ -256,10 +258,17 @@ def test_a_late_entry_read_while_another_waits_for_the_pace_is_started_too() -> 
         earlier = Entry("u-earlier", uuid.uuid4(), minute - timedelta(minutes=4), uuid.uuid1())
         ringer = PacedRinger()
         settings = DispatcherSettings(dispatcher_id="d1", poll_every=timedelta(seconds=0.05))
-        worker = _live_worker(settings, ReadsInTurn([first], [earlier]), ringer, clock)
+        reader = ReadsInTurn([first], [earlier])
+        worker = _live_worker(settings, reader, ringer, clock)
         job = asyncio.create_task(minutes.MinuteJob(worker, minute).run())
         try:
-            await asyncio.sleep(0.5)  # both read, the first waiting for the pace
+            # The set-up, waited for: the first at the pace, then the earlier one read (an
+            # entry is queued in the step of its read). Read before, the earlier one would
+            # have been the one at the pace.
+            both_read = await _until(
+                lambda: not reader.reads and ringer.paced == [first.reminder_id]
+            )
+            assert both_read, f"reads left: {reader.reads}, at the pace: {ringer.paced}"
             ringer.pace.set()
             clock.at = minute + MINUTE + settings.grace + timedelta(seconds=1)
             finished = await asyncio.wait_for(job, timeout=10)

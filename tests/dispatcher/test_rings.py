@@ -12,7 +12,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from genproto.reminders.v1 import reminders_pb2 as pb
 from reminders_svc.config import CassandraSettings
-from tests.dispatcher.stack import Stack, move_due, running_stack, soon
+from tests.dispatcher.stack import Stack, move_due, pushed_early, running_stack, soon
 from tests.tracing import scanned
 
 
@@ -109,8 +109,10 @@ def test_one_user_with_50_reminders_in_one_minute_all_ring_once(stack: Stack, us
     stack.wait_for_pushes(50, user, timeout_s=50)
     time.sleep(1)
 
-    keys = [p.idempotency_key for p in stack.pushes(user)]
+    pushes = stack.pushes(user)
+    keys = [p.idempotency_key for p in pushes]
     assert len(keys) == 50
+    assert not pushed_early(pushes), pushed_early(pushes)
     assert {k.split("/")[0] for k in keys} == {c.id for c in created}
     # Handed off once each: a second hand-off is deduplicated by its key, so it shows only
     # as the notifier's "duplicate" answer, never as a second push.

@@ -37,6 +37,7 @@ from tests.notifier.conftest import (
     Client,
     HoldableRecordingAdapter,
     item,
+    key_rows,
     running_notifier,
 )
 from tests.platform.helpers import REMINDERS, free_port
@@ -97,13 +98,25 @@ def send_during_outage(notifier: Client, *items: pb.Notification) -> None:
     assert refused in (None, grpc.StatusCode.UNAVAILABLE)
 
 
-def send_with_answers_lost(notifier: Client, proxy: TcpProxy, batch: list[pb.Notification]) -> None:
+def wait_keys_landed(settings: NotifierSettings, keys: list[str], timeout_s: float = 30) -> None:
+    """Until every key's row is on the node (read past the proxy): its write landed."""
+    deadline = time.monotonic() + timeout_s
+    while None in key_rows(settings, keys, "accept_id"):
+        assert time.monotonic() < deadline, "the key writes never reached the node"
+        time.sleep(0.05)
+
+
+def send_with_answers_lost(
+    settings: NotifierSettings, notifier: Client, proxy: TcpProxy, batch: list[pb.Notification]
+) -> None:
     """The key writes reach the node, then the database is cut off before any answer
     (to the writes or to the reads settling them) comes back: answered RETRYABLE."""
     proxy.hold_replies()
     with ThreadPoolExecutor(1) as pool:
         sending = pool.submit(send_during_outage, notifier, *batch)
-        time.sleep(1)  # the inserts land on the node; their answers are dropped
+        # Cut only once landed: cut sooner, the keys were never written, and the tests
+        # below would check a send that never reached the node.
+        wait_keys_landed(settings, [m.idempotency_key for m in batch])
         proxy.cut()
         sending.result(timeout=30)
 
@@ -193,7 +206,7 @@ def test_key_writes_cut_off_in_flight_are_accepted_once_when_sent_again(
     adapter = RecordingPushAdapter(capacity=1000)
     with notifier_behind_proxy(notifier_settings, adapter) as (notifier, proxy):
         batch = [item(user) for _ in range(5)]
-        send_with_answers_lost(notifier, proxy, batch)
+        send_with_answers_lost(notifier_settings, notifier, proxy, batch)
         wait_health(notifier, NOT_SERVING, timeout_s=5)
         assert deliveries(notifier, user) == Counter()
 
@@ -226,7 +239,7 @@ def test_a_key_write_landed_unheard_on_one_replica_is_pushed_once_by_another(
         running_notifier(settings) as replica_b,
     ):
         batch = [item(user) for _ in range(3)]
-        send_with_answers_lost(replica_a, proxy, batch)
+        send_with_answers_lost(settings, replica_a, proxy, batch)
 
         held = replica_b.send_batch(*batch)
         assert {(r.outcome, r.reason) for r in held} == {
