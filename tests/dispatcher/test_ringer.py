@@ -309,6 +309,18 @@ async def _with_room_left_in_the_minute(room_s: int) -> None:
     await asyncio.sleep(room_wait_s(room_s))
 
 
+def _with_room_left_in_the_parts_minute(part: Part, room_s: int) -> None:
+    """At least `room_s` seconds left in the minute by the part's clock (the one its ringer
+    and workers read): moved on to the next minute's second 1 if need be, not waited for
+    on the wall clock. Only for a scenario whose dues and waits all go by that clock, and
+    whose bucket entries are all read by a whole read (an entry's stamp is the database's
+    time, which trails a clock moved on: a read of those written since would miss it)."""
+    now = part.clock.now()
+    left = floor_minute(now) + MINUTE - now
+    if left < timedelta(seconds=room_s):
+        part.clock.stalled += left + timedelta(seconds=1)
+
+
 # A lease for a test whose work takes many seconds: nothing renews a test's lease, and the
 # default one holds for 12 s, which a slow machine can use up.
 _LONG_WORK = timedelta(seconds=120)
@@ -481,7 +493,6 @@ def _one_off_in(user: str, text: str, seconds: int) -> Reminder:
     return new_reminder(user, text, one_off_instant(due), due, created)
 
 
-@pytest.mark.slow
 def test_an_entry_the_reads_since_the_last_look_cannot_see_rings_after_the_final_read(
     own_keyspace: CassandraConnection,
 ) -> None:
@@ -510,11 +521,16 @@ def test_an_entry_the_reads_since_the_last_look_cannot_see_rings_after_the_final
             )
 
             end = minute + timedelta(minutes=1)
-            await _sleep_until(end - timedelta(seconds=1))
+            assert due is not None
+            # The reads since the last look go on past its due, on the wall clock (that of
+            # the entries' stamps); then the part's clock is moved on to the minute's last
+            # second rather than waited for (no entry is written from here on).
+            await _sleep_until(due + timedelta(seconds=5))
+            part.clock.stalled = max(timedelta(0), end - timedelta(seconds=1) - part.clock.now())
             assert part.notifier.accepted == []  # due, but not seen by the reads since
             assert lease.checkpoint == minute - timedelta(minutes=1)
             await _until(lambda: len(part.notifier.accepted) == 1, 20)
-            assert datetime.now(UTC) >= end + part.settings.grace
+            assert part.clock.now() >= end + part.settings.grace
             await _until(lambda: lease.checkpoint is not None and lease.checkpoint >= minute, 20)
             worker.stop()
             assert len(part.notifier.accepted) == 1
@@ -528,7 +544,6 @@ def test_an_entry_the_reads_since_the_last_look_cannot_see_rings_after_the_final
 _ROW_LANDS_WITHIN = timedelta(seconds=8)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("landing", ["create", "resume"])
 def test_a_row_whose_write_lands_after_its_entry_was_read_rings_at_the_final_read(
     own_keyspace: CassandraConnection, landing: str
@@ -571,14 +586,20 @@ def test_a_row_whose_write_lands_after_its_entry_was_read_rings_at_the_final_rea
                 resumed = dataclasses.replace(
                     stored.reminder, status=Status.PENDING, version=stored.reminder.version + 1
                 )
-                assert await part.store.replace(stored, resumed, datetime.now(UTC))
+                # The row alone: its entry is the one written first (a replace writing one
+                # now would be read at once, and ring without the final read).
+                assert await rows_only.replace(stored, resumed, datetime.now(UTC))
             assert part.notifier.accepted == []
 
             end = minute + timedelta(minutes=1)
+            # Skipped and handed back to the minute, and the row landed: the part's clock
+            # is moved on to the minute's end rather than waited for (the reads since the
+            # last look have nothing left to find); the grace G is still waited out.
+            part.clock.stalled = max(timedelta(0), end - part.clock.now())
             await _until(lambda: lease.checkpoint is not None and lease.checkpoint >= minute, 90)
             worker.stop()
             assert len(part.notifier.accepted) == 1
-            assert datetime.now(UTC) >= end + part.settings.grace
+            assert part.clock.now() >= end + part.settings.grace
             assert (await part.row(reminder)).status is Status.DONE
 
     asyncio.run(scenario())
@@ -1255,10 +1276,11 @@ def test_an_entry_made_due_sooner_is_not_held_up_by_one_waiting_for_a_later_due(
     behind that wait."""
 
     async def scenario() -> None:
-        # All three dues in one minute, as the entries' horizon (its end) assumes.
-        await _with_room_left_in_the_minute(40)
         async with leased_part(own_keyspace, lease=timedelta(seconds=60)) as part:
-            start = datetime.now(UTC).replace(microsecond=0)
+            # All three dues in one minute, as the entries' horizon (its end) assumes: by
+            # the part's clock, which the rings wait by and this test reads throughout.
+            _with_room_left_in_the_parts_minute(part, 40)
+            start = part.clock.now().replace(microsecond=0)
             # Seconds apart, so the edit lands before the first due on a slow machine (at
             # 2 s ahead, a full run once claimed the ring before the edit; 4 s is tight).
             first = await part.due_reminder("u-sooner", start + timedelta(seconds=8))
@@ -1267,14 +1289,14 @@ def test_an_entry_made_due_sooner_is_not_held_up_by_one_waiting_for_a_later_due(
             # on time with 4 s to spare for a loaded machine.
             later, sooner = start + timedelta(seconds=26), start + timedelta(seconds=14)
             edited = await edit_due(part, first, later)
-            await _sleep_until(start + timedelta(seconds=10))
+            await part.clock.sleep_until(start + timedelta(seconds=10))
             assert not first_entry.done()  # past its due, it waits for `later`
             await edit_due(part, edited, sooner)
             # The entry the second edit wrote: its due, its minute's horizon.
             sooner_entry = part.ring(dataclasses.replace(first, due=sooner))
 
             await _until(lambda: bool(part.notifier.accepted), timeout_s=20)
-            handed_off = datetime.now(UTC)
+            handed_off = part.clock.now()
             assert sooner <= handed_off < sooner + timedelta(seconds=4)
             assert await sooner_entry
             assert await first_entry  # woken at the later due: the row has rung, skipped
@@ -1285,10 +1307,11 @@ def test_an_entry_made_due_sooner_is_not_held_up_by_one_waiting_for_a_later_due(
 
 
 async def edit_due(part: Part, reminder: Reminder, due: datetime) -> Reminder:
-    """The user's edit of a one-off's time, landed as the API lands it (by LWT)."""
+    """The user's edit of a one-off's time, landed as the API lands it (by LWT), at the
+    part's time."""
     stored = await part.store.get_serial(reminder.user_id, reminder.reminder_id)
     assert stored is not None
-    now = datetime.now(UTC)
+    now = part.clock.now()
     after = edit_schedule(stored.reminder, stored.reminder.text, one_off_instant(due), due, now)
     assert await part.store.replace(stored, after, now)
     return after
@@ -1528,7 +1551,6 @@ def test_a_busy_minutes_rings_waiting_their_turn_are_not_paced_as_a_backlog(
     entries = 150
 
     async def scenario() -> float:
-        await _with_room_left_in_the_minute(50)
         async with leased_part(
             own_keyspace,
             max_in_flight=1,
@@ -1536,9 +1558,12 @@ def test_a_busy_minutes_rings_waiting_their_turn_are_not_paced_as_a_backlog(
             catch_up_rings_per_s=1.0,
             lease=_LONG_WORK,
         ) as part:
+            # The whole scenario in one minute of the part's clock (the worker's): its
+            # entries are all written before the worker's first (whole) read.
+            _with_room_left_in_the_parts_minute(part, 50)
             # Ahead enough that the entries are written and first read before it on a slow
             # machine: read after their due, they would be paced as a backlog.
-            due = (datetime.now(UTC) + timedelta(seconds=10)).replace(microsecond=0)
+            due = (part.clock.now() + timedelta(seconds=10)).replace(microsecond=0)
             minute = await _entries_without_rows(own_keyspace.session, due, entries)
             worker = await worker_from(part, own_keyspace.session, minute)
             working = asyncio.create_task(worker.run())
@@ -1546,7 +1571,7 @@ def test_a_busy_minutes_rings_waiting_their_turn_are_not_paced_as_a_backlog(
                 lambda: _decided(part) >= entries,
                 60,
             )
-            all_done_after = (datetime.now(UTC) - due).total_seconds()
+            all_done_after = (part.clock.now() - due).total_seconds()
             worker.stop()
             await working
             return all_done_after
@@ -1628,7 +1653,10 @@ def test_a_notifier_back_after_a_long_outage_is_reached_within_seconds() -> None
         client = NotifierClient(f"127.0.0.1:{port}")
         now = datetime.now(UTC)
         ring = Ring("k/1", "u-back", "ring", now, now + timedelta(minutes=5), now)
-        down_until = time.monotonic() + 20
+        # 15 s: just past the attempt gRPC's own backoff (from 0.5 s, x1.6, jittered) makes
+        # at ~13 s, its next ~8 s on; without the cap this waited 4.7 to 9 s (18 runs), where
+        # after a 20 s outage an attempt at ~21 s often came within the bound.
+        down_until = time.monotonic() + 15
         tries = 0
         while time.monotonic() < down_until:  # the dispatcher's retries meanwhile
             [answer] = (await client.send([ring])).values()
