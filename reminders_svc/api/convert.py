@@ -34,7 +34,7 @@ from reminders_svc.schedule import (
     parse_repeat,
     parse_rrule,
 )
-from reminders_svc.schedule.zones import start_from
+from reminders_svc.schedule.zones import NOT_PLACES, start_from
 from reminders_svc.timestamps import timestamp
 
 _STATES = {
@@ -90,11 +90,6 @@ def bounded(text: str, field: str, longest: int) -> str:
     if len(text) > longest:
         raise InvalidArgument(field, f"at most {longest} characters")
     return text
-
-
-# In the tz database's list, but no place's zone: "Factory" is the placeholder of a
-# machine whose zone is unset (its abbreviation is "-00").
-NOT_PLACES = frozenset({"Factory"})
 
 
 def version_seen(version: int, field: str = "version") -> int | None:

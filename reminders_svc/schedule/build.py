@@ -10,9 +10,10 @@ from datetime import UTC, datetime
 from reminders_svc.schedule.errors import ScheduleError
 from reminders_svc.schedule.expand import HORIZON_YEARS, check_cost, first_ring
 from reminders_svc.schedule.model import OneOff, Repeat
-from reminders_svc.schedule.rule import Rule, parse_rule_text
+from reminders_svc.schedule.rule import Rule, check_ordinals, parse_rule_text
 from reminders_svc.schedule.zones import (
     check_year,
+    load_place,
     load_zone,
     rings_at,
     round_up,
@@ -37,13 +38,13 @@ def _naive(value: datetime, field: str) -> datetime:
 
 def one_off_local(local: datetime, zone: str) -> OneOff:
     """Rings once at ``local`` wall time (naive) in ``zone``."""
-    load_zone(zone)
+    load_place(zone)
     return OneOff(zone=zone, local=_naive(local, "at").replace(microsecond=0), instant=None)
 
 
 def one_off_instant(instant: datetime, zone: str = "UTC") -> OneOff:
     """Rings once at an aware ``instant``; ``zone`` is the user's, for display."""
-    load_zone(zone)
+    load_place(zone)
     if instant.tzinfo is None or instant.utcoffset() is None:
         raise ScheduleError("at", f"{instant.isoformat()} must be an aware instant")
     check_year(instant, "at")
@@ -53,7 +54,7 @@ def one_off_instant(instant: datetime, zone: str = "UTC") -> OneOff:
 def parse_rrule(text: str, zone: str, start: datetime, *, start_given: bool = True) -> Repeat:
     """A repeat from RFC 5545 RRULE text, DTSTART = ``start`` (naive local) in ``zone``
     (see `repeat_from_rule` for a start not given)."""
-    rule = parse_rule_text(text, load_zone(zone))
+    rule = parse_rule_text(text, load_place(zone))
     return repeat_from_rule(rule, zone, start, "rrule", start_given=start_given)
 
 
@@ -67,6 +68,7 @@ def repeat_from_rule(
     rings: "every 2 weeks on Monday", made on a Sunday, rings the next day, where counting
     from now's week skipped it; "every 3 months on the 1st", made on December 8, rings on
     January 1, not March 1. Calendars count from the first occurrence alike."""
+    check_ordinals(rule, field)
     if not start_given and rule.interval > 1:
         anchored = _from_first_match(rule, zone, start, field)
         if anchored is not None:
@@ -77,26 +79,36 @@ def repeat_from_rule(
 
 def _from_first_match(rule: Rule, zone: str, start: datetime, field: str) -> Repeat | None:
     """The rule started at its first match from `start` (the same rule with INTERVAL=1
-    finds it), or None where that cannot be: no match, or one whose wall time does not
-    name it (moved by a clock change: in a gap, or a repeated hour's second pass), which
-    keep the count from `start`."""
+    finds it), or None where that cannot be: a match whose wall time does not name it
+    (moved by a clock change: in a gap, or a repeated hour's second pass), or none found
+    within the search's steps, which keep the count from `start`. Where INTERVAL=1 never
+    rings, the rule (some of its periods) never does: refused at once, not searched
+    again counted from `start`."""
     zone_info = load_zone(zone)
     begin = round_up(_naive(start, "start"), "minute")
     if rings_at(begin, zone_info) != begin:
         # The start's own wall time is skipped by a clock change: the time of day it
         # lends the rule would move with the anchor (02:00 made 03:00 for good).
         return None
+    # Without COUNT, which no more than bounds the series after its first ring.
+    every_period = _checked(dataclasses.replace(rule, interval=1, count=None), zone, begin)
     try:
-        _, first = _repeat_from(dataclasses.replace(rule, interval=1), zone, start, field)
-        local = to_local(first, zone_info).replace(fold=0)
+        first = first_ring(every_period)
+    except ScheduleError:  # too sparse for the steps: the rule's own walk skips periods
+        return None
+    if first is None:
+        raise _never_occurs(rule, field)
+    local = to_local(first, zone_info).replace(fold=0)
+    try:
         anchored, anchored_first = _repeat_from(rule, zone, local, field)
-    except ScheduleError:
+    except ScheduleError:  # its COUNT's walk from there: counted from `start` it may pass
         return None
     return anchored if anchored_first == first else None
 
 
-def _repeat_from(rule: Rule, zone: str, start: datetime, field: str) -> tuple[Repeat, datetime]:
-    """The Repeat and its first ring; ScheduleError if it never rings."""
+def _checked(rule: Rule, zone: str, start: datetime) -> Repeat:
+    """The Repeat, if its end is not before its start and its expansion costs little
+    (`check_cost`); it may still never ring."""
     zone_info = load_zone(zone)
     # Reminders ring on whole minutes; a start within a minute begins at its end, so no
     # ring is before the start given (rounded down, 12:00:30 lost a 12:00 COUNT=1 ring).
@@ -110,15 +122,24 @@ def _repeat_from(rule: Rule, zone: str, start: datetime, field: str) -> tuple[Re
             f" start {start.isoformat()}, {zone}",
         )
     check_cost(rule, start)
-    repeat = Repeat(rrule=rule.text(), zone=zone, start=start)
+    return Repeat(rrule=rule.text(), zone=zone, start=start)
+
+
+def _repeat_from(rule: Rule, zone: str, start: datetime, field: str) -> tuple[Repeat, datetime]:
+    """The Repeat and its first ring; ScheduleError if it never rings."""
+    repeat = _checked(rule, zone, start)
     first = first_ring(repeat)
     if first is None:
-        if rule.until is not None or rule.count is not None:
-            raise ScheduleError(field, "never occurs between the start and its end")
-        raise ScheduleError(
-            field, f"never occurs: no occurrence within {HORIZON_YEARS} years of the start"
-        )
+        raise _never_occurs(rule, field)
     return repeat, first
+
+
+def _never_occurs(rule: Rule, field: str) -> ScheduleError:
+    if rule.until is not None or rule.count is not None:
+        return ScheduleError(field, "never occurs between the start and its end")
+    return ScheduleError(
+        field, f"never occurs: no occurrence within {HORIZON_YEARS} years of the start"
+    )
 
 
 # A wall time as RFC 3339 writes one, without its offset: date, "T", time to the minute or

@@ -6,11 +6,11 @@ from datetime import datetime
 
 from reminders_svc.schedule.expand import aligned_hours, make_plan
 from reminders_svc.schedule.model import OneOff, Repeat, Schedule
-from reminders_svc.schedule.rule import ByDay, Freq, Rule, parse_rule_text
+from reminders_svc.schedule.rule import MOST_IN_A_MONTH, ByDay, Freq, Rule, parse_rule_text
 from reminders_svc.schedule.zones import load_zone, rings_at, to_local
 
 _DAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
-_MONTH_NAMES = (
+MONTH_NAMES = (
     "January", "February", "March", "April", "May", "June", "July",
     "August", "September", "October", "November", "December",
 )  # fmt: skip
@@ -44,18 +44,33 @@ def _listing(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def _days(rule: Rule) -> str:
-    if rule.by_day == _WORKWEEK:
+def _days(by_day: tuple[ByDay, ...]) -> str:
+    if by_day == _WORKWEEK:
         return "weekday"
-    if rule.by_day == _WEEKEND:
+    if by_day == _WEEKEND:
         return "weekend day"
     names = [
         _DAY_NAMES[entry.weekday]
         if entry.ordinal is None
         else f"{ordinal(entry.ordinal)} {_DAY_NAMES[entry.weekday]}"
-        for entry in rule.by_day
+        for entry in by_day
     ]
     return _listing(names)
+
+
+def _plain_and_nth(rule: Rule, every: str, months: list[str]) -> str:
+    """A BYDAY list of plain days and ordinals, a union (RFC 5545): each plain day rings
+    every week of the period, each ordinal once in it ("Every Monday and the last Friday
+    of the month"; said the other way round, "on the last Friday and Monday", it read as
+    the month's last Friday and last Monday)."""
+    plain = _days(tuple(entry for entry in rule.by_day if entry.ordinal is None))
+    nth = _days(tuple(entry for entry in rule.by_day if entry.ordinal is not None))
+    text = f"Every {plain} and the {nth}"
+    if rule.interval > 1:
+        return f"{text} of {every.lower()}"
+    if months:
+        return text  # "in March" follows
+    return f"{text} of the {_UNITS[rule.freq]}"
 
 
 def _every(rule: Rule, start: datetime) -> str:
@@ -66,11 +81,12 @@ def _every(rule: Rule, start: datetime) -> str:
     unit = _UNITS[rule.freq]
     every = f"Every {rule.interval} {unit}s" if rule.interval > 1 else f"Every {unit}"
     month_days, month_numbers = _month_days(rule, start)
-    months = [_MONTH_NAMES[month - 1] for month in month_numbers]
+    months = [MONTH_NAMES[month - 1] for month in month_numbers]
     if rule.by_day or rule.freq is Freq.WEEKLY:
         # A weekly rule without days rings on the start's weekday.
-        days = _days(rule) if rule.by_day else _DAY_NAMES[start.weekday()]
+        days = _days(rule.by_day) if rule.by_day else _DAY_NAMES[start.weekday()]
         plain = all(entry.ordinal is None for entry in rule.by_day)
+        nth = all(entry.ordinal is not None for entry in rule.by_day)
         # Hours, or days but not each one: the unit rings on those days, not once a day.
         within_days = rule.freq is Freq.HOURLY or (rule.freq is Freq.DAILY and rule.interval > 1)
         if rule.freq is Freq.WEEKLY or within_days:
@@ -80,6 +96,8 @@ def _every(rule: Rule, start: datetime) -> str:
             every = f"Every {days}" if once_a_day else f"{every} on {each}"
         elif plain:
             every = f"Every {days}" if rule.interval == 1 else f"Every {days} of {every.lower()}"
+        elif not nth:
+            every = _plain_and_nth(rule, every, months)
         elif rule.freq is Freq.YEARLY and not months:
             every += f" on the {days} of the year"
         else:
@@ -115,16 +133,20 @@ def _gaps(rule: Rule, start: datetime) -> str:
         return ""  # picks from what the period holds: nothing named is skipped
     month_days, month_numbers = _month_days(rule, start)
     months = month_numbers or tuple(range(1, 13))
+    periods = "months"
     if month_days:
         listed = len(month_days)
         lacking = [ordinal(d) for d in month_days if any(abs(d) > _DAYS_IN[m - 1] for m in months)]
-    elif rule.freq is Freq.MONTHLY or (rule.freq is Freq.YEARLY and month_numbers):
+    elif rule.freq in (Freq.MONTHLY, Freq.YEARLY) and rule.by_day:
         listed = len(rule.by_day)
-        # No month holds a sixth of a weekday; some hold a fifth.
+        # Every month holds 4 of each weekday, some a 5th; every year 52, some a 53rd (a
+        # yearly rule without BYMONTH counts in the year).
+        in_year = rule.freq is Freq.YEARLY and not month_numbers
+        most, periods = (53, "years") if in_year else (MOST_IN_A_MONTH, "months")
         lacking = [
             f"{ordinal(e.ordinal)} {_DAY_NAMES[e.weekday]}"
             for e in rule.by_day
-            if e.ordinal is not None and abs(e.ordinal) == 5
+            if e.ordinal is not None and abs(e.ordinal) >= most
         ]
     else:
         return ""
@@ -144,9 +166,9 @@ def _gaps(rule: Rule, start: datetime) -> str:
             said += f", the {_listing(never)} never"
         return said
     if listed == 1:
-        return ", skipped in months without one"
+        return f", skipped in {periods} without one"
     them = "one" if len(lacking) == 1 else "them"
-    return f", the {_listing(lacking)} skipped in months without {them}"
+    return f", the {_listing(lacking)} skipped in {periods} without {them}"
 
 
 def _times(rule: Rule, repeat: Repeat) -> str:

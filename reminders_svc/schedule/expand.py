@@ -21,6 +21,7 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import MAXYEAR, UTC, date, datetime, timedelta
+from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
 from reminders_svc.schedule.errors import ScheduleError
@@ -75,7 +76,12 @@ class _Plan:
     ordinals_in_year: bool  # YEARLY without BYMONTH: "20MO" is the year's 20th Monday
     hours: tuple[int, ...]
     minute: int
+    # The kept days of a month, by (month, leap year, weekday of January 1), and by the
+    # shape they depend on (fewer: counting a period's candidates looks at all of them).
     _days_cache: dict[tuple[int, bool, int], tuple[int, ...]] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
+    _shape_cache: dict[_MonthShape, tuple[int, ...]] = field(
         default_factory=dict, compare=False, hash=False, repr=False
     )
 
@@ -88,31 +94,44 @@ class _Plan:
         key = (month, calendar.isleap(year), date(year, 1, 1).weekday())
         days = self._days_cache.get(key)
         if days is None:
-            days = tuple(day for day in _month_range(year, month) if self._keeps(year, month, day))
+            first_weekday, length = calendar.monthrange(year, month)
+            if self.ordinals_in_year and self.nth_weekdays:
+                days_before = date(year, month, 1).toordinal() - date(year, 1, 1).toordinal()
+                shape = _MonthShape(first_weekday, length, days_before, 365 + calendar.isleap(year))
+            else:  # the rest counts in the month alone
+                shape = _MonthShape(first_weekday, length)
+            days = self._shape_cache.get(shape)
+            if days is None:
+                days = tuple(day for day in range(1, length + 1) if self._keeps(shape, day))
+                self._shape_cache[shape] = days
             self._days_cache[key] = days
         return days
 
-    def _keeps(self, year: int, month: int, day: int) -> bool:
-        month_length = calendar.monthrange(year, month)[1]
-        if self.month_days and not self.month_days & {day, day - month_length - 1}:
+    def _keeps(self, shape: _MonthShape, day: int) -> bool:
+        if self.month_days and not self.month_days & {day, day - shape.length - 1}:
             return False
         if not self.filters_by_day:
             return True
-        weekday = date(year, month, day).weekday()
+        weekday = (shape.first_weekday + day - 1) % 7
         if weekday in self.weekdays:
             return True
         if self.ordinals_in_year:
-            position = date(year, month, day).timetuple().tm_yday
-            period_length = 366 if calendar.isleap(year) else 365
+            position, period_length = shape.days_before + day, shape.year_length
         else:
-            position, period_length = day, month_length
+            position, period_length = day, shape.length
         from_start = (position - 1) // 7 + 1
         from_end = -((period_length - position) // 7 + 1)
         return bool(self.nth_weekdays & {(weekday, from_start), (weekday, from_end)})
 
 
-def _month_range(year: int, month: int) -> range:
-    return range(1, calendar.monthrange(year, month)[1] + 1)
+class _MonthShape(NamedTuple):
+    """What a month's kept days depend on: its first weekday and length, and where BYDAY
+    ordinals count in the year, the days of the year before it and the year's length."""
+
+    first_weekday: int
+    length: int
+    days_before: int = 0
+    year_length: int = 0
 
 
 def make_plan(rule: Rule, start: datetime) -> _Plan:
@@ -151,12 +170,36 @@ MAX_SET_CANDIDATES = 366
 MAX_COUNT_WALK = 10_000
 
 
-def _most_days_in_period(plan: _Plan) -> int:
+# Years of every calendar shape (leap or not, beginning on each weekday): a Gregorian
+# cycle of 28 between century years.
+_EVERY_YEAR_SHAPE = range(2001, 2029)
+_PERIOD_NAMES = {
+    Freq.YEARLY: "a year",
+    Freq.MONTHLY: "a month",
+    Freq.WEEKLY: "a week",
+    Freq.DAILY: "a day",
+    Freq.HOURLY: "an hour",
+}
+
+
+def most_times_in_period(plan: _Plan) -> int:
+    """The most candidate times a period of the rule holds (those BYSETPOS picks among),
+    counted: its kept days (BYMONTH, BYMONTHDAY, BYDAY) in the period of each calendar
+    shape, times its hours. Estimated from the period's length alone, BYSETPOS=2 of a
+    weekly BYDAY=FR looked possible and was walked for 400 years."""
     freq = plan.rule.freq
-    if freq is Freq.YEARLY:
-        months = plan.months or frozenset(range(1, 13))
-        return sum(calendar.monthrange(2024, month)[1] for month in months)  # a leap year
-    return {Freq.MONTHLY: 31, Freq.WEEKLY: 7}.get(freq, 1)
+    if freq is Freq.HOURLY:
+        return 1
+    if freq is Freq.DAILY:
+        return len(plan.hours)
+    if freq is Freq.WEEKLY:
+        return len(plan.weekdays) * len(plan.hours)  # every month holds a whole week
+    months = sorted(plan.months) or range(1, 13)
+    counts = [
+        [len(plan.days_in_month(year, month)) for month in months] for year in _EVERY_YEAR_SHAPE
+    ]
+    days = max(map(max if freq is Freq.MONTHLY else sum, counts))
+    return days * len(plan.hours)
 
 
 def check_cost(rule: Rule, start: datetime) -> None:
@@ -179,7 +222,7 @@ def check_cost(rule: Rule, start: datetime) -> None:
 
 def _check_set_positions(plan: _Plan) -> None:
     rule = plan.rule
-    per_period = 1 if rule.freq is Freq.HOURLY else _most_days_in_period(plan) * len(plan.hours)
+    per_period = most_times_in_period(plan)
     if per_period > MAX_SET_CANDIDATES:
         raise ScheduleError(
             "rrule",
@@ -187,8 +230,11 @@ def _check_set_positions(plan: _Plan) -> None:
             f" {per_period}: use fewer BYHOUR values, a BYMONTH, or a shorter FREQ",
         )
     if all(abs(position) > per_period for position in rule.by_set_pos):
+        positions = ",".join(str(position) for position in rule.by_set_pos)
         raise ScheduleError(
-            "rrule", f"never occurs: a period holds at most {per_period} times for BYSETPOS"
+            "rrule",
+            f"never occurs: BYSETPOS={positions} but {_PERIOD_NAMES[rule.freq]} holds at most"
+            f" {per_period} time{'s' * (per_period != 1)}",
         )
     # At least a candidate a period, walked: a guard at once; the walk in check_cost decides.
     if rule.count is not None and rule.count * per_period > MAX_COUNT_WALK:

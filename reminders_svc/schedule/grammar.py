@@ -3,37 +3,41 @@
     every [N] (hour|hours)
     every [N] (day|days) TIME
     every (weekday|weekend) TIME
-    every DAYS TIME                                  DAYS: Monday | Mon,Wed,Fri
+    every DAYS TIME                                  DAYS: Monday | Mondays | Mon,Wed,Fri
     every [N] (week|weeks) [on DAYS] TIME
     every [N] (month|months) on [the] (1st | last day | 2nd Tue | last Fri) TIME
-    every [N] (year|years) on MONTH DAY TIME         MONTH DAY: Oct 26
-    ... followed by an optional end: until YYYY-MM-DD | for N times
+    every NTH WEEKDAY TIME                           every 2nd Tue: monthly, as above
+    every [N] (year|years) on MONTH DAY TIME         MONTH DAY: Oct 26 (Feb 29, not 30)
+    ... followed by an optional end: until YYYY-MM-DD | for N times (one of them)
 
-TIME is [at] HH:MM (24-hour). Words are case-insensitive.
+TIME is [at] HH:MM (24-hour), or times at one minute, HH:MM,HH:MM (a rule rings at one
+minute of an hour). Words are case-insensitive; numbers have at most 9 digits.
 """
 
 from __future__ import annotations
 
+import calendar
 import re
 import string
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
 
-from reminders_svc.schedule.build import repeat_from_rule
-from reminders_svc.schedule.describe import ordinal
+from reminders_svc.schedule.build import quoted, repeat_from_rule
+from reminders_svc.schedule.describe import MONTH_NAMES, ordinal
 from reminders_svc.schedule.errors import ScheduleError
 from reminders_svc.schedule.model import Repeat
 from reminders_svc.schedule.rule import (
     MAX_COUNT,
     MAX_INTERVAL,
+    MOST_IN_A_MONTH,
     ByDay,
     Freq,
     Rule,
     check_bounded,
     end_of_day,
 )
-from reminders_svc.schedule.zones import check_year, load_zone
+from reminders_svc.schedule.zones import check_year, load_place, load_zone
 
 # ASCII digits only ("\d" takes every script's, which int() reads as well).
 _TOKEN = re.compile(
@@ -46,7 +50,7 @@ _WEEKDAYS = {
          ("thu", "thur", "thurs", "thursday"), ("fri", "friday"), ("sat", "saturday"),
          ("sun", "sunday"))
     )
-    for name in names
+    for name in (*names, names[-1] + "s")  # "every Mondays", as "every days" reads
 }  # fmt: skip
 _MONTHS = {
     name: index
@@ -60,6 +64,10 @@ _MONTHS = {
     for name in names
 }  # fmt: skip
 _ORDINAL_WORDS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "last": -1}
+
+
+# More than any number the grammar takes (an interval, a count, a day of the month).
+_MOST_DIGITS = 9
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,12 @@ def _tokenize(expression: str) -> list[_Token]:
             tokens.append(_Token("time", at_time, start))
         elif digits:
             text = match.group(0).strip()
+            if len(digits) > _MOST_DIGITS:  # int() refuses past 4,300 digits: a ValueError
+                raise ScheduleError(
+                    "repeat",
+                    f"at character {start + 1} ({quoted(text, 20)}): expected a number of at"
+                    f" most {_MOST_DIGITS} digits",
+                )
             tokens.append(_Token("number", text, start, int(digits), bool(suffix)))
         elif word:
             tokens.append(_Token("word", word, start))
@@ -113,6 +127,11 @@ def _hint(before: _Token | None, refused: _Token | None, after: _Token | None) -
     )
     if _TWELVE_HOUR.fullmatch(text) or _TWELVE_HOUR.fullmatch(following):
         return " (times are 24-hour: 21:30, not 9:30 pm)"
+    times = [t.text for t in (before, after) if t is not None and t.kind == "time"]
+    if text == "and" and times:
+        one_minute = len(times) == 2 and len({time[-2:] for time in times}) == 1
+        listed = ",".join(times) if one_minute else "08:00,20:00"
+        return f" (times are listed with commas, at one minute: {listed})"
     if text == "and" or (text in _WEEKDAYS and previous in _WEEKDAYS):
         return " (days are listed with commas: Mon,Fri)"
     if previous in _ORDINAL_WORDS and previous != "last":
@@ -173,7 +192,6 @@ class _Parser:
         return tuple(ByDay(day) for day in sorted(set(days)))
 
     def time_of_day(self) -> tuple[int, int]:
-        self.accept("at")
         token = self.take("time", "a time HH:MM")
         hour, minute = (int(part) for part in token.text.split(":"))
         if hour > 23 or minute > 59:
@@ -183,8 +201,31 @@ class _Parser:
 
 
 def _clock(rule_args: dict[str, object], parser: _Parser) -> None:
+    """TIME, or times at one minute past different hours ("08:00,20:00"): a rule rings at
+    one minute of each hour it rings in (BYMINUTE takes one value)."""
+    parser.accept("at")
     hour, minute = parser.time_of_day()
-    rule_args["by_hour"], rule_args["by_minute"] = (hour,), (minute,)
+    hours = {hour}
+    while (token := parser.peek()) is not None and token.kind == "comma":
+        parser.index += 1
+        hour, other_minute = parser.time_of_day()
+        if other_minute != minute:
+            parser.index -= 1
+            raise parser.fail(
+                f"a time at :{minute:02d} as the first (the times of a repeat share their"
+                " minutes: other minutes take another reminder)"
+            )
+        hours.add(hour)
+    rule_args["by_hour"], rule_args["by_minute"] = tuple(sorted(hours)), (minute,)
+
+
+def _nth_weekday_ahead(parser: _Parser) -> bool:
+    """Whether the next words are an nth weekday ("2nd Tue", "first Monday", "last Fri"),
+    which ring once a month."""
+    ahead = parser.tokens[parser.index : parser.index + 2]
+    if len(ahead) < 2 or ahead[1].text not in _WEEKDAYS:
+        return False
+    return ahead[0].suffixed or (ahead[0].kind == "word" and ahead[0].text in _ORDINAL_WORDS)
 
 
 def _monthly_day(parser: _Parser, rule_args: dict[str, object]) -> None:
@@ -192,25 +233,25 @@ def _monthly_day(parser: _Parser, rule_args: dict[str, object]) -> None:
     parser.accept("the")
     token = parser.peek()
     if token is not None and token.kind == "number":
-        parser.index += 1
-        if not 1 <= token.number <= 31:
-            parser.index -= 1
-            raise parser.fail("a day of the month 1..31")
-        ordinal = token.number
-        if not token.suffixed or (after := parser.peek()) is None or after.text not in _WEEKDAYS:
-            rule_args["by_month_day"] = (ordinal,)
+        if not _nth_weekday_ahead(parser):
+            if not 1 <= token.number <= 31:
+                raise parser.fail("a day of the month 1..31")
+            parser.index += 1
+            rule_args["by_month_day"] = (token.number,)
             return
-        if ordinal > 5:
-            raise parser.fail("an ordinal 1st..5th before a weekday")
+        if not 1 <= token.number <= MOST_IN_A_MONTH:
+            raise parser.fail(f"an ordinal 1st..{ordinal(MOST_IN_A_MONTH)} before a weekday")
+        parser.index += 1
+        nth = token.number
     else:
         word = parser.accept(*_ORDINAL_WORDS)
         if word is None:
             raise parser.fail("a day like 1st, last day, last Fri or 2nd Tue")
-        ordinal = _ORDINAL_WORDS[word]
-        if ordinal == -1 and parser.accept("day"):
+        nth = _ORDINAL_WORDS[word]
+        if nth == -1 and parser.accept("day"):
             rule_args["by_month_day"] = (-1,)
             return
-    rule_args["by_day"] = (ByDay(parser.weekday(), ordinal),)
+    rule_args["by_day"] = (ByDay(parser.weekday(), nth),)
 
 
 def _yearly_day(parser: _Parser, rule_args: dict[str, object]) -> None:
@@ -218,11 +259,14 @@ def _yearly_day(parser: _Parser, rule_args: dict[str, object]) -> None:
     if token.text not in _MONTHS:
         parser.index -= 1
         raise parser.fail("a month name (Jan..Dec)")
+    month = _MONTHS[token.text]
+    longest = calendar.monthrange(2000, month)[1]  # a leap year: February 29 rings in them
     day = parser.take("number", "a day of the month")
-    if not 1 <= day.number <= 31:
+    if not 1 <= day.number <= longest:
         parser.index -= 1
-        raise parser.fail("a day of the month 1..31")
-    rule_args["by_month"], rule_args["by_month_day"] = (_MONTHS[token.text],), (day.number,)
+        length = f"{longest} days" + " in leap years" * (month == 2)
+        raise parser.fail(f"a day 1..{longest} ({MONTH_NAMES[month - 1]} has {length})")
+    rule_args["by_month"], rule_args["by_month_day"] = (month,), (day.number,)
 
 
 _DayOfPeriod = Callable[[_Parser, dict[str, object]], None]
@@ -233,6 +277,11 @@ _ON_A_DAY: dict[str, tuple[Freq, _DayOfPeriod, str]] = {
 
 
 def _body(parser: _Parser, rule_args: dict[str, object]) -> None:
+    if _nth_weekday_ahead(parser):  # "every 2nd Tue", "every last Fri": once a month
+        rule_args["freq"] = Freq.MONTHLY
+        _monthly_day(parser, rule_args)
+        _clock(rule_args, parser)
+        return
     interval_token = parser.peek()
     if interval_token is not None and interval_token.kind == "number":
         parser.index += 1
@@ -292,8 +341,12 @@ def _end(parser: _Parser, rule_args: dict[str, object], zone: str) -> None:
         rule_args["count"] = check_bounded("count", token.number, "count", MAX_COUNT)
         if parser.accept("times", "time") is None:
             raise parser.fail("'times'")
-    if parser.peek() is not None:
-        raise parser.fail("the end, or 'until YYYY-MM-DD' or 'for N times'")
+    following = parser.peek()
+    if following is None:
+        return
+    if rule_args.keys() & {"until", "count"} and following.text in ("until", "for"):
+        raise parser.fail("the end (one end: until a date or for N times, not both)")
+    raise parser.fail("the end, or 'until YYYY-MM-DD' or 'for N times'")
 
 
 def parse_repeat(
@@ -301,7 +354,7 @@ def parse_repeat(
 ) -> Repeat:
     """A repeat from the natural grammar, beginning at ``start`` (naive local) in ``zone``
     (see `repeat_from_rule` for a start not given)."""
-    load_zone(zone)
+    load_place(zone)
     parser = _Parser(expression)
     if parser.accept("every") is None:
         raise parser.fail("'every'")

@@ -13,7 +13,13 @@ from reminders_svc.schedule.errors import ScheduleError
 from reminders_svc.schedule.expand import occurrences, validate_new
 from reminders_svc.schedule.grammar import parse_repeat
 from reminders_svc.schedule.model import Schedule
-from reminders_svc.schedule.zones import check_year, load_zone, start_from, tzdata_version
+from reminders_svc.schedule.zones import (
+    check_year,
+    load_place,
+    load_zone,
+    start_from,
+    tzdata_version,
+)
 
 MAX_PREVIEW = 1000
 
@@ -61,7 +67,7 @@ def _from_instant(text: str | None) -> datetime:
 def _schedule(args: argparse.Namespace, now: datetime) -> Schedule:
     if args.zone is None:
         raise ScheduleError("zone", "--zone is required")
-    zone = load_zone(args.zone)
+    zone = load_place(args.zone)
     if args.at is not None:
         return one_off_local(parse_local_datetime(args.at, "at"), args.zone)
     start = (

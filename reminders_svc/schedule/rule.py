@@ -105,13 +105,13 @@ _RANGES = {
     "BYMONTHDAY": (-31, 31, False),
     "BYHOUR": (0, 23, True),
     "BYMINUTE": (0, 59, True),
+    "BYSECOND": (0, 60, True),  # 60: a leap second, as RFC 5545 allows (refused: not 0)
     "BYSETPOS": (-366, 366, False),
 }
 
 
 def parse_rule_text(text: str, zone: ZoneInfo) -> Rule:
     """Parse RRULE text (with or without "RRULE:"); a local UNTIL is read in ``zone``."""
-    body = text.strip()
     # RFC 5545's text is ASCII: str.upper() turns U+0131 (dotless i) into "I", and \d takes
     # other scripts' digits.
     if not text.isascii():
@@ -119,6 +119,7 @@ def parse_rule_text(text: str, zone: ZoneInfo) -> Rule:
         raise ScheduleError(
             "rrule", f"at character {position} ({character!r}): RRULE text is ASCII only"
         )
+    body = _rrule_line(text)
     if body.upper().startswith("RRULE:"):
         body = body[len("RRULE:") :]
     if not body:
@@ -140,13 +141,34 @@ def parse_rule_text(text: str, zone: ZoneInfo) -> Rule:
     return _rule_from_parts(parts, zone)
 
 
+# iCalendar properties a recurrence may come with, each on a line of its own.
+_OTHER_PROPERTY = re.compile(r"(DTSTART|RDATE|EXDATE|EXRULE)\s*[;:]", re.ASCII | re.IGNORECASE)
+
+
+def _rrule_line(text: str) -> str:
+    """The one RRULE line of ``text``: the start is the repeat's own (start_local_time),
+    and other iCalendar lines (DTSTART, RDATE, EXDATE) are refused as such, not read as
+    RRULE parts with line breaks in them."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    others = sorted({found[1].upper() for line in lines if (found := _OTHER_PROPERTY.match(line))})
+    if others:
+        raise ScheduleError(
+            "rrule",
+            f"{' and '.join(others)} not accepted: the RRULE alone (the start is the repeat's"
+            " start_local_time; RDATE, EXDATE and EXRULE are not supported)",
+        )
+    if len(lines) > 1:
+        raise ScheduleError("rrule", f"{len(lines)} lines: one RRULE line only")
+    return lines[0] if lines else ""
+
+
 def _rule_from_parts(parts: dict[str, str], zone: ZoneInfo) -> Rule:
     if "FREQ" not in parts:
         raise ScheduleError("rrule", "FREQ is required")
     freq = _freq(parts["FREQ"])
     if "COUNT" in parts and "UNTIL" in parts:
         raise ScheduleError("rrule", "COUNT and UNTIL cannot both be given")
-    if parts.get("BYSECOND", "0") != "0":
+    if _numbers("BYSECOND", parts) not in ((), (0,)):
         raise ScheduleError("rrule", "BYSECOND must be 0 (reminders ring on whole minutes)")
     by_day = _by_day(parts.get("BYDAY"), freq)
     by_month_day = _numbers("BYMONTHDAY", parts)
@@ -236,6 +258,31 @@ def _by_day(value: str | None, freq: Freq) -> tuple[ByDay, ...]:
                 raise ScheduleError("rrule", f"BYDAY: ordinal in {item} must be 1..53 or -53..-1")
         entries.add(ByDay(WEEKDAY_CODES.index(match.group(2)), ordinal))
     return tuple(sorted(entries, key=lambda entry: (entry.ordinal or 0, entry.weekday)))
+
+
+# A month holds at most 5 of a weekday: an ordinal counted within one goes no further.
+MOST_IN_A_MONTH = 5
+
+
+def check_ordinals(rule: Rule, field: str) -> None:
+    """Refuse a BYDAY ordinal past what its period holds: counted within a month (FREQ=
+    MONTHLY, or YEARLY with BYMONTH, as RFC 5545 counts it), 6FR never matches; a yearly
+    one without BYMONTH counts within the year, up to 53. Checked when a rule is made: a
+    rule stored before this check keeps working (its other BYDAY entries ring)."""
+    if rule.freq is Freq.MONTHLY:
+        within = "FREQ=MONTHLY"
+    elif rule.freq is Freq.YEARLY and rule.by_month:
+        within = "FREQ=YEARLY and BYMONTH"
+    else:
+        return
+    for entry in rule.by_day:
+        if entry.ordinal is not None and abs(entry.ordinal) > MOST_IN_A_MONTH:
+            raise ScheduleError(
+                field,
+                f"BYDAY: ordinal in {entry.text()} must be 1..{MOST_IN_A_MONTH} or"
+                f" -{MOST_IN_A_MONTH}..-1 with {within} (a month holds at most"
+                f" {MOST_IN_A_MONTH} of a weekday)",
+            )
 
 
 def parse_until(value: str, zone: ZoneInfo) -> datetime:

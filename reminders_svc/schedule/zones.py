@@ -105,6 +105,20 @@ def load_zone(name: str) -> ZoneInfo:
     return _read_zone(name)
 
 
+# In the tz database's list, but no place's zone: "Factory" is the placeholder of a
+# machine whose zone is unset (its abbreviation is "-00").
+NOT_PLACES = frozenset({"Factory"})
+
+
+def load_place(name: str) -> ZoneInfo:
+    """The zone of a schedule being made: `load_zone`'s, but not a placeholder
+    (`NOT_PLACES`). A stored schedule's zone is loaded with `load_zone`: one made before
+    this check keeps ringing."""
+    if name in NOT_PLACES:
+        raise ScheduleError("zone", f"{name!r} is no place's time zone (want an IANA name)")
+    return load_zone(name)
+
+
 # Overridden zones the version names; the rest it counts.
 _NAMED_OVERRIDES = 5
 

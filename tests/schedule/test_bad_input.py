@@ -8,8 +8,11 @@ from datetime import UTC, datetime
 import pytest
 
 from reminders_svc.schedule import (
+    Repeat,
     ScheduleError,
+    build,
     load_zone,
+    occurrences,
     one_off_instant,
     one_off_local,
     parse_local_datetime,
@@ -17,6 +20,7 @@ from reminders_svc.schedule import (
     parse_rrule,
     validate_new,
 )
+from reminders_svc.schedule.expand import first_ring
 
 START = datetime(2026, 10, 20, 8, 0)
 NOW = datetime(2026, 10, 20, 12, 0, tzinfo=UTC)
@@ -31,6 +35,27 @@ def rrule(text: str) -> Callable[[], object]:
 def repeat(text: str) -> Callable[[], object]:
     return lambda: parse_repeat(text, NY, START)
 
+
+# BYSETPOS past every period's times: (what holds fewer, the rule, why it never picks).
+NEVER_PICKED = [
+    ("a week's one Friday", "FREQ=WEEKLY;BYDAY=FR;BYSETPOS=2;INTERVAL=2",
+     "BYSETPOS=2 but a week holds at most 1 time"),
+    ("a week's one time", "FREQ=WEEKLY;BYMINUTE=30;BYSETPOS=-2;INTERVAL=4",
+     "BYSETPOS=-2 but a week holds at most 1 time"),
+    ("a week's 2 days at 2 hours", "FREQ=WEEKLY;BYDAY=SU,MO;BYHOUR=22,23;BYSETPOS=10;INTERVAL=3",
+     "BYSETPOS=10 but a week holds at most 4 times"),
+    ("a month's Mondays, Tuesdays and Saturdays",  # 5 + 5 + 4 at most
+     "FREQ=MONTHLY;BYDAY=MO,TU,SA;BYHOUR=6;BYSETPOS=20;INTERVAL=5",
+     "BYSETPOS=20 but a month holds at most 14 times"),
+    ("a month's 1st or 2nd on a Monday", "FREQ=MONTHLY;BYMONTHDAY=1,2;BYDAY=MO;BYSETPOS=2",
+     "BYSETPOS=2 but a month holds at most 1 time"),
+    ("a year's 53rd Monday", "FREQ=YEARLY;BYDAY=53MO;BYSETPOS=-2",
+     "BYSETPOS=-2 but a year holds at most 1 time"),
+    ("a year's Mondays and Tuesdays", "FREQ=YEARLY;BYDAY=MO,TU,20WE;BYSETPOS=200,-108",
+     "BYSETPOS=-108,200 but a year holds at most 107 times"),
+    ("February's Mondays at every hour", f"FREQ=YEARLY;BYMONTH=2;BYDAY=MO;BYHOUR={EVERY_HOUR};"
+     "BYSETPOS=121", "BYSETPOS=121 but a year holds at most 120 times"),
+]  # fmt: skip
 
 BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
     ("unknown zone", lambda: load_zone("Mars/Olympus"), "zone",
@@ -63,22 +88,68 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
     ("lone BYSETPOS", rrule("FREQ=MONTHLY;BYSETPOS=1"), "rrule",
      "BYSETPOS needs another BYxxx part to select from"),
     ("BYSETPOS past an hour's one time", rrule("FREQ=HOURLY;BYMONTH=5;BYSETPOS=2"), "rrule",
-     "never occurs: a period holds at most 1 times for BYSETPOS"),
+     "never occurs: BYSETPOS=2 but an hour holds at most 1 time"),
     ("BYSETPOS past a day's times", rrule(f"FREQ=DAILY;BYHOUR={EVERY_HOUR};BYSETPOS=25"),
-     "rrule", "never occurs: a period holds at most 24 times for BYSETPOS"),
+     "rrule", "never occurs: BYSETPOS=25 but a day holds at most 24 times"),
+    # A period's times counted, not its days (each was walked for 400 years, 60-120 ms).
+    *[
+        (f"BYSETPOS past {held}", rrule(text), "rrule", f"never occurs: {message}")
+        for held, text, message in NEVER_PICKED
+    ],
     ("BYSETPOS over a year of hours",
      rrule(f"FREQ=YEARLY;BYDAY=MO,TU,WE,TH,FR,SA,SU;BYHOUR={EVERY_HOUR};BYSETPOS=-1"), "rrule",
      "BYSETPOS picks from at most 366 times a period, not up to 8784: use fewer BYHOUR"
      " values, a BYMONTH, or a shorter FREQ"),
     ("BYSETPOS with a long COUNT",
      rrule("FREQ=YEARLY;COUNT=1000;BYDAY=MO,TU,WE,TH,FR;BYSETPOS=-1"), "rrule",
-     "COUNT with BYSETPOS picking from up to 366 times a period: at most 27, or UNTIL"),
+     "COUNT with BYSETPOS picking from up to 262 times a period: at most 38, or UNTIL"),
     # Within the estimate (one ring a year), but a 366th day comes only in leap years.
     ("BYSETPOS a leap year's, with a COUNT",
      rrule("FREQ=YEARLY;COUNT=6;BYDAY=MO,TU,WE,TH,FR,SA,SU;BYSETPOS=366"), "rrule",
      "COUNT=6 takes over 10000 expansion steps from its start (3 rings in them): use a"
      " smaller COUNT, a later start, or UNTIL"),
+    # iCalendar lines around the RRULE, refused as such (read as parts, with their line
+    # breaks in the message).
+    ("a DTSTART line", rrule("DTSTART:20261026T090000\nRRULE:FREQ=WEEKLY"), "rrule",
+     "DTSTART not accepted: the RRULE alone (the start is the repeat's start_local_time;"
+     " RDATE, EXDATE and EXRULE are not supported)"),
+    ("a DTSTART with its zone", rrule("DTSTART;TZID=America/New_York:20261026T090000"), "rrule",
+     "DTSTART not accepted: the RRULE alone (the start is the repeat's start_local_time;"
+     " RDATE, EXDATE and EXRULE are not supported)"),
+    ("an EXDATE line", rrule("RRULE:FREQ=DAILY\r\nEXDATE:20261027T090000\r\n"), "rrule",
+     "EXDATE not accepted: the RRULE alone (the start is the repeat's start_local_time;"
+     " RDATE, EXDATE and EXRULE are not supported)"),
+    ("two RRULE lines", rrule("RRULE:FREQ=DAILY\nRRULE:FREQ=WEEKLY"), "rrule",
+     "2 lines: one RRULE line only"),
+    ("the placeholder zone", lambda: parse_rrule("FREQ=DAILY", "Factory", START), "zone",
+     "'Factory' is no place's time zone (want an IANA name)"),
+    ("a one-off in the placeholder zone",
+     lambda: one_off_local(datetime(2026, 11, 1, 9), "Factory"), "zone",
+     "'Factory' is no place's time zone (want an IANA name)"),
+    ("an expression in the placeholder zone",
+     lambda: parse_repeat("every day 09:00", "Factory", START), "zone",
+     "'Factory' is no place's time zone (want an IANA name)"),
+    # Python's int() refuses past 4,300 digits (a ValueError, and a traceback from preview).
+    ("a number of 5,000 digits", repeat("every " + "9" * 5000 + " days 08:00"), "repeat",
+     "at character 7 ('999999999999999...'): expected a number of at most 9 digits"),
     # Common ways of writing, refused with what to write instead.
+    ("times joined by and", repeat("every day 08:00 and 20:00"), "repeat",
+     "at character 17 ('and'): expected the end, or 'until YYYY-MM-DD' or 'for N times'"
+     " (times are listed with commas, at one minute: 08:00,20:00)"),
+    ("times at two minutes", repeat("every day 08:30,20:00"), "repeat",
+     "at character 17 ('20:00'): expected a time at :30 as the first (the times of a repeat"
+     " share their minutes: other minutes take another reminder)"),
+    ("both ends", repeat("every weekday 07:30 until 2026-10-30 for 2 times"), "repeat",
+     "at character 38 ('for'): expected the end (one end: until a date or for N times, not"
+     " both)"),
+    ("both ends, count first", repeat("every weekday 07:30 for 2 times until 2026-10-30"),
+     "repeat",
+     "at character 33 ('until'): expected the end (one end: until a date or for N times,"
+     " not both)"),
+    ("a 6th weekday", repeat("every 6th Monday 09:00"), "repeat",
+     "at character 7 ('6th'): expected an ordinal 1st..5th before a weekday"),
+    ("a 6th weekday of the month", repeat("every month on the 6th Mon 09:00"), "repeat",
+     "at character 20 ('6th'): expected an ordinal 1st..5th before a weekday"),
     ("a 12-hour time", repeat("every day 9am"), "repeat",
      "at character 11 ('9'): expected a time HH:MM (times are 24-hour: 21:30, not 9:30 pm)"),
     ("days joined by and", repeat("every 2 weeks on Monday and Friday 09:00"), "repeat",
@@ -117,8 +188,17 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
      " 2026-10-20T08:00:00, America/New_York"),
     ("feb 30", rrule("FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30"), "rrule",
      "never occurs: no occurrence within 400 years of the start"),
+    # RFC 5545 counts a monthly rule's ordinals, and a yearly one's with BYMONTH, in the
+    # month: a 6th never matches (a plain day beside it rang alone, described as both).
     ("6th monday", rrule("FREQ=MONTHLY;BYDAY=6MO"), "rrule",
-     "never occurs: no occurrence within 400 years of the start"),
+     "BYDAY: ordinal in 6MO must be 1..5 or -5..-1 with FREQ=MONTHLY (a month holds at"
+     " most 5 of a weekday)"),
+    ("a 6th beside a plain day", rrule("FREQ=MONTHLY;BYDAY=MO,6FR"), "rrule",
+     "BYDAY: ordinal in 6FR must be 1..5 or -5..-1 with FREQ=MONTHLY (a month holds at"
+     " most 5 of a weekday)"),
+    ("a 10th in a month", rrule("FREQ=YEARLY;BYMONTH=1;BYDAY=1TU,10MO"), "rrule",
+     "BYDAY: ordinal in 10MO must be 1..5 or -5..-1 with FREQ=YEARLY and BYMONTH (a month"
+     " holds at most 5 of a weekday)"),
     ("interval misses weekday", rrule("FREQ=DAILY;INTERVAL=7;BYDAY=MO"), "rrule",
      "never occurs: no occurrence within 400 years of the start"),
     ("interval misses hour", rrule("FREQ=HOURLY;INTERVAL=48;BYHOUR=9"), "rrule",
@@ -146,8 +226,11 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
      "at character 20 ('32nd'): expected a day of the month 1..31"),
     ("bad month", repeat("every year on Smarch 3 09:00"), "repeat",
      "at character 15 ('smarch'): expected a month name (Jan..Dec)"),
+    # A month's length said where the day is written (answered after a 400-year search).
     ("grammar feb 30", repeat("every year on Feb 30 09:00"), "repeat",
-     "never occurs: no occurrence within 400 years of the start"),
+     "at character 19 ('30'): expected a day 1..29 (February has 29 days in leap years)"),
+    ("grammar apr 31", repeat("every year on Apr 31 09:00"), "repeat",
+     "at character 19 ('31'): expected a day 1..30 (April has 30 days)"),
     ("for 0 times", repeat("every day 08:00 for 0 times"), "count",
      "count=0 must be between 1 and 1000"),
     ("bad date", repeat("every day 08:00 until 2027-02-30"), "repeat",
@@ -251,3 +334,57 @@ def test_a_repeat_that_ends_after_one_ring_is_not_refused_for_its_spacing() -> N
     for text in ("FREQ=YEARLY;INTERVAL=401;COUNT=1", "FREQ=YEARLY;INTERVAL=401;UNTIL=20300101"):
         schedule = parse_rrule(text, NY, datetime(2027, 6, 1, 9))
         assert validate_new(schedule, NOW) == datetime(2027, 6, 1, 13, tzinfo=UTC), text
+
+
+@pytest.mark.parametrize("start_given", [True, False], ids=["start given", "no start"])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [pytest.param(text, message, id=held) for held, text, message in NEVER_PICKED],
+)
+def test_a_set_position_no_period_holds_is_refused_without_a_search(
+    text: str, message: str, start_given: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counted from the rule at once (a search for its first ring took 60-120 ms, and
+    without a start it was made twice)."""
+
+    def no_search(repeat: Repeat) -> None:
+        raise AssertionError(f"searched for a ring of {repeat.rrule}")
+
+    monkeypatch.setattr(build, "first_ring", no_search)
+    with pytest.raises(ScheduleError) as caught:
+        parse_rrule(text, NY, START, start_given=start_given)
+    assert (caught.value.field, caught.value.message) == ("rrule", f"never occurs: {message}")
+
+
+def test_a_rule_that_never_rings_is_searched_once_without_a_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where INTERVAL=1 finds no first match, the rule (some of its periods) has none:
+    refused then, not searched again counted from now."""
+    searches: list[Repeat] = []
+
+    def counted(repeat: Repeat) -> datetime | None:
+        searches.append(repeat)
+        return first_ring(repeat)
+
+    monkeypatch.setattr(build, "first_ring", counted)
+    with pytest.raises(ScheduleError) as caught:
+        parse_rrule("FREQ=YEARLY;INTERVAL=2;BYMONTH=2;BYMONTHDAY=30", NY, START, start_given=False)
+    assert caught.value.message == "never occurs: no occurrence within 400 years of the start"
+    assert len(searches) == 1
+
+
+def test_monthly_and_yearly_count_a_months_times_alike() -> None:
+    """February's Mondays at 12 hours: up to 60 times in a month or a year (a monthly
+    rule was refused as "up to 372", every day of a 31-day month)."""
+    hours = ",".join(str(hour) for hour in range(12))
+    first = [
+        occurrences(
+            parse_rrule(f"FREQ={freq};BYMONTH=2;BYDAY=MO;BYHOUR={hours};BYSETPOS=60", NY, START),
+            NOW,
+            1,
+        )
+        for freq in ("MONTHLY", "YEARLY")
+    ]
+    # 2044 is the next leap year whose February begins on a Monday: 5 Mondays.
+    assert first == [[datetime(2044, 2, 29, 16, 0, tzinfo=UTC)]] * 2

@@ -34,6 +34,15 @@ START = datetime(2027, 1, 31, 9, 0)  # a Sunday, the 31st: short months show
         ("FREQ=MONTHLY;BYDAY=-1FR", "Every month on the last Friday"),
         ("FREQ=YEARLY;BYDAY=20MO", "Every year on the 20th Monday of the year"),
         ("FREQ=YEARLY;BYMONTH=10;BYDAY=-1FR", "Every year on the last Friday in October"),
+        # Plain days and ordinals, a union: each plain day rings all through the period
+        # (this read "on the last Friday and Monday", as if the month's last Monday).
+        ("FREQ=MONTHLY;BYDAY=MO,-1FR", "Every Monday and the last Friday of the month"),
+        (
+            "FREQ=MONTHLY;INTERVAL=2;BYDAY=MO,TU,WE,TH,FR,-1SA",
+            "Every weekday and the last Saturday of every 2 months",
+        ),
+        ("FREQ=YEARLY;BYMONTH=3;BYDAY=MO,1FR", "Every Monday and the 1st Friday in March"),
+        ("FREQ=YEARLY;BYDAY=TU,20MO", "Every Tuesday and the 20th Monday of the year"),
         # A yearly rule's month days without months fall in every month.
         ("FREQ=YEARLY;BYMONTHDAY=15", "Every month on the 15th day"),
         ("FREQ=YEARLY;INTERVAL=2;BYMONTHDAY=15", "Every month of every 2 years on the 15th day"),
@@ -110,6 +119,22 @@ def test_a_rule_is_described_as_it_rings(rrule: str, described: str) -> None:
             "FREQ=YEARLY;BYMONTH=10;BYDAY=5SU",
             "Every year on the 5th Sunday in October at 09:00, skipped in months without one",
         ),
+        (
+            "FREQ=MONTHLY;BYDAY=MO,5FR",
+            "Every Monday and the 5th Friday of the month at 09:00, the 5th Friday skipped in"
+            " months without one",
+        ),
+        # Counted in the year (no BYMONTH): every year holds 52 Mondays, some a 53rd.
+        (
+            "FREQ=YEARLY;BYDAY=53MO",
+            "Every year on the 53rd Monday of the year at 09:00, skipped in years without one",
+        ),
+        (
+            "FREQ=YEARLY;BYDAY=MO,-53FR",
+            "Every Monday and the 53rd to last Friday of the year at 09:00, the 53rd to last"
+            " Friday skipped in years without one",
+        ),
+        ("FREQ=YEARLY;BYDAY=52MO", "Every year on the 52nd Monday of the year at 09:00"),
         # A set position picks from what each period holds: nothing named is skipped.
         (
             "FREQ=MONTHLY;BYMONTHDAY=30,31;BYSETPOS=-1",
@@ -153,6 +178,21 @@ def test_what_the_descriptions_of_rfc_5545s_readings_claim_is_what_rings() -> No
     assert first("FREQ=YEARLY;BYMONTHDAY=15", 3) == ["02-15", "03-15", "04-15"]  # every month
     assert first("FREQ=MONTHLY", 3) == ["01-31", "03-31", "05-31"]  # the 31st: short skipped
     assert first("FREQ=MONTHLY;BYDAY=MO", 2) == ["02-01", "02-08"]  # every Monday
+    # Every Monday and the last Friday of the month.
+    assert first("FREQ=MONTHLY;BYDAY=MO,-1FR", 6) == [
+        "02-01",
+        "02-08",
+        "02-15",
+        "02-22",
+        "02-26",
+        "03-01",
+    ]
+    assert first("FREQ=YEARLY;BYMONTH=3;BYDAY=MO,1FR", 3) == ["03-01", "03-05", "03-08"]
+    # A 53rd Monday: in 2029 and 2035, which begin on a Monday, not in the years between.
+    rings = occurrences(
+        parse_rrule("FREQ=YEARLY;BYDAY=53MO", "UTC", START), START.replace(tzinfo=UTC), 2
+    )
+    assert [f"{ring:%Y-%m-%d}" for ring in rings] == ["2029-12-31", "2035-12-31"]
 
 
 def test_the_grammars_expressions_read_back_as_written() -> None:
@@ -162,6 +202,10 @@ def test_the_grammars_expressions_read_back_as_written() -> None:
         ("every month on the 2nd Tue 09:00", "Every month on the 2nd Tuesday at 09:00"),
         ("every year on Oct 26 09:00", "Every year on October 26 at 09:00"),
         ("every 2 weeks on Tue,Thu 18:00", "Every 2 weeks on Tuesday and Thursday at 18:00"),
+        ("every 2nd Tuesday 18:00", "Every month on the 2nd Tuesday at 18:00"),
+        ("every last Friday 17:00", "Every month on the last Friday at 17:00"),
+        ("every Mondays 09:00", "Every Monday at 09:00"),
+        ("every day 08:00,20:00", "Every day at 08:00 and 20:00"),
     ]:
         text = describe(parse_repeat(expression, "UTC", START))
         assert text == f"{described}, from 2027-01-31, UTC", expression

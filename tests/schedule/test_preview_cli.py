@@ -60,6 +60,28 @@ def test_a_from_out_of_range_exits_2_not_a_traceback(
     assert capsys.readouterr().err == "reminders preview: from: the year must be 1900 to 8999\n"
 
 
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        # int() refused its 4,301st digit with a ValueError: a traceback.
+        (
+            ("--repeat", "every " + "9" * 5000 + " days 08:00", "--zone", "UTC"),
+            "repeat: at character 7 ('999999999999999...'): expected a number of at most 9 digits",
+        ),
+        (
+            ("--repeat", "every day 09:00", "--zone", "Factory"),
+            "zone: 'Factory' is no place's time zone (want an IANA name)",
+        ),
+    ],
+    ids=["a number of 5,000 digits", "the placeholder zone"],
+)
+def test_bad_input_exits_2_naming_it(
+    argv: tuple[str, ...], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert preview(*argv, "--from", "2026-10-20T00:00:00Z") == 2
+    assert capsys.readouterr().err == f"reminders preview: {error}\n"
+
+
 def test_past_one_off_is_refused_against_from(capsys: pytest.CaptureFixture[str]) -> None:
     code = preview("--at", "2026-01-01T09:00:00", "--zone", "UTC", "--from", "2026-06-01T00:00")
     assert code == 2

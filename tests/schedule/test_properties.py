@@ -8,6 +8,7 @@ the mapped local candidate, and next_after must walk the same rings occurrences 
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from datetime import UTC, date, datetime, time, timedelta
 
 from dateutil import rrule as dateutil_rrule
@@ -15,7 +16,13 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from reminders_svc.schedule import ScheduleError, next_after, occurrences, parse_rrule
-from reminders_svc.schedule.expand import _Budget, local_occurrences, make_plan
+from reminders_svc.schedule.expand import (
+    _Budget,
+    _period_key,
+    local_occurrences,
+    make_plan,
+    most_times_in_period,
+)
 from reminders_svc.schedule.rule import Freq, parse_rule_text
 from reminders_svc.schedule.zones import load_zone, to_local, zone_names
 
@@ -98,6 +105,26 @@ def test_local_expansion_matches_dateutil(rule_text: str, start: datetime) -> No
         mine = [ring for ring in mine if ring >= next_week]
         reference = [ring for ring in reference if ring >= next_week]
     assert mine[:12] == reference[:12]
+
+
+@settings(SETTINGS, max_examples=100)
+@given(rule_text=rules().filter(lambda text: "BYSETPOS" not in text), start=starts)
+def test_no_period_holds_more_times_than_a_set_position_may_pick(
+    rule_text: str, start: datetime
+) -> None:
+    """BYSETPOS positions past `most_times_in_period` are refused as never picking: no
+    period may hold more candidates (the count is exact: the refusals in
+    test_bad_input name rules it is the most for)."""
+    plan = make_plan(parse_rule_text(rule_text, load_zone("UTC")), start)
+    budget = _Budget()
+    sizes: Counter[tuple[int, ...]] = Counter()
+    try:
+        for local in local_occurrences(plan, start, date(start.year + 1, 12, 31), budget):
+            sizes[_period_key(plan, local)] += 1
+            budget.steps = 0
+    except ScheduleError:
+        reject()  # too sparse for the step budget
+    assert max(sizes.values(), default=0) <= most_times_in_period(plan)
 
 
 def test_weekly_bysetpos_counts_the_whole_first_week_as_rfc_5545_does() -> None:
