@@ -27,14 +27,13 @@ from reminders_svc.schedule import (
     ScheduleError,
     check_year,
     describe,
-    load_zone,
     one_off_instant,
     one_off_local,
     parse_local_datetime,
     parse_repeat,
     parse_rrule,
 )
-from reminders_svc.schedule.zones import NOT_PLACES, start_from
+from reminders_svc.schedule.zones import load_place, start_from
 from reminders_svc.timestamps import timestamp
 
 _STATES = {
@@ -168,11 +167,10 @@ def schedule_from_proto(message: pb.Schedule, now: datetime, field: str) -> Sche
     if not message.time_zone:
         raise InvalidArgument(zone_field, "required (an IANA zone such as Europe/Paris)")
     bounded(message.time_zone, zone_field, MAX_ZONE_CHARS)
-    if message.time_zone in NOT_PLACES:
-        raise InvalidArgument(zone_field, f"{message.time_zone!r} is no place's time zone")
     kind = message.WhichOneof("kind")
     with schedule_errors(message, field):
-        zone = load_zone(message.time_zone)  # an unknown zone is the zone field's fault, first
+        # An unknown zone, or no place's ("Factory"), is the zone field's fault, first.
+        zone = load_place(message.time_zone)
         if kind == "once":
             return _one_off(message.once, message.time_zone, f"{field}.once")
         if kind == "repeat":

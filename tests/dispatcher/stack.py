@@ -91,18 +91,24 @@ def health_status(target: str) -> int:
         return status
 
 
-def wait_serving(target: str, timeout_s: float = 60) -> None:
+def wait_health(target: str, status: int, timeout_s: float = 60) -> None:
+    """Until the server's overall health is `status` (one not answering yet is waited for)."""
     deadline = time.monotonic() + timeout_s
     with grpc.insecure_channel(target) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=2).status == 1:
+                if stub.Check(health_pb2.HealthCheckRequest(), timeout=2).status == status:
                     return
             except grpc.RpcError:
                 pass
-            time.sleep(0.2)
-    raise AssertionError(f"{target} did not become SERVING")
+            time.sleep(0.1)
+    name = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
+    raise AssertionError(f"{target} did not become {name} within {timeout_s} s")
+
+
+def wait_serving(target: str, timeout_s: float = 60) -> None:
+    wait_health(target, health_pb2.HealthCheckResponse.SERVING, timeout_s)
 
 
 class Stack:

@@ -29,7 +29,6 @@ from tests.dispatcher.stack import (
     PARTS,
     Stack,
     closing,
-    health_status,
     move_due,
     new_user,
     owners,
@@ -40,6 +39,7 @@ from tests.dispatcher.stack import (
     soon,
     user_in,
     wait_checkpointed,
+    wait_health,
     wait_owning,
     wait_serving,
 )
@@ -702,14 +702,6 @@ def test_a_dispatcher_started_before_its_database_waits_not_ready_then_works(
         proxy.close()
 
 
-def _wait_health(target: str, status: int, timeout_s: float) -> None:
-    """Until the server's overall health is `status`."""
-    deadline = time.monotonic() + timeout_s
-    while (seen := health_status(target)) != status:
-        assert time.monotonic() < deadline, f"health still {seen} after {timeout_s} s"
-        time.sleep(0.1)
-
-
 def _wait_clock_measured_ahead(metrics_port: int, timeout_s: float = 60) -> None:
     """Until the dispatcher has measured its host clock 30 s ahead of the database's (the
     fault hook's), so what the test checks next follows a measurement, not a start-up."""
@@ -772,7 +764,7 @@ def test_a_dispatcher_whose_clock_goes_bad_hands_its_parts_over_after_a_lease(
     # Measured off: not ready at once, its parts still held until off for a lease (6 s).
     _wait_clock_measured_ahead(metrics_port)
     # The same tick marks it not ready, just after the measurement; well within the lease.
-    _wait_health(f"127.0.0.1:{port}", health_pb2.HealthCheckResponse.NOT_SERVING, timeout_s=3)
+    wait_health(f"127.0.0.1:{port}", health_pb2.HealthCheckResponse.NOT_SERVING, timeout_s=3)
     assert "drifting" in {owner for owner, _ in owners(stack).values()}
 
     wait_owning(stack, {"steady"}, timeout_s=60)
