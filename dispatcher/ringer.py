@@ -45,7 +45,7 @@ import random
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -567,6 +567,10 @@ class Ringer:
         self._metrics.skips.labels(dispatch.SkipReason.MISSED.value).inc()
         # After the row: a crash in between loses this record, never the skip.
         await self._record(self._delivery(passed, now, None, _MISSED, None), keep_earlier=True)
+        # A purge since the skip landed removed the history before this record: it would
+        # outlive the purge. Its row delete landed before that removal, so this read sees it.
+        if await self._store.get(row.user_id, row.reminder_id) is None:
+            await self._forget(passed)
         return True
 
     async def _finish(
@@ -647,29 +651,35 @@ class Ringer:
         if self._clock.now() < closes_at - self._settings.skew:
             return
         self._metrics.entries_rewritten.inc()
+        # The row has landed, and without this entry nothing would read it again.
+        await self._until_done(
+            lambda: self._store.write_bucket_entry(row, self._clock.now()),
+            f"writing reminder {row.reminder_id}'s entry again",
+        )
+
+    async def _until_done(self, write: Callable[[], Awaitable[None]], what: str) -> None:
+        """`write` retried on storage errors until it lands (the shutdown grace cancels it):
+        for a write that nothing would make again once this ring is over."""
         backoff = _Backoff(0.5, 10.0)
         while True:
             try:
-                await self._store.write_bucket_entry(row, self._clock.now())
+                await write()
                 return
             except STORAGE_ERRORS as error:
-                # Retried until written (the shutdown grace cancels it): the row has landed,
-                # and without this entry nothing would read it again.
-                log.warning(
-                    "writing reminder %s's entry again failed (%s); retrying",
-                    row.reminder_id,
-                    type(error).__name__,
-                )
+                log.warning("%s failed (%s); retrying", what, type(error).__name__)
                 await asyncio.sleep(backoff.next())
 
-    async def _forget(self, claimed_row: Reminder) -> None:
+    async def _forget(self, row: Reminder) -> None:
         """The row is gone while its ring was under way: an operator purged the user's data
         (a user's delete leaves a tombstone row). The purge removes the user's history
-        after the rows; this ring's record, written before its row was found gone, is
-        removed here, so none outlives the purge (refinement 29)."""
-        assert claimed_row.claim is not None
-        await self._history.forget(
-            claimed_row.user_id, claimed_row.reminder_id, claimed_row.claim.due
+        after the rows; this ring's record, written before its row was found gone, may be
+        later than that and is removed here, so none outlives the purge (refinement 29).
+        Retried until done: the ring, tried again, would find no row and forget nothing."""
+        assert row.claim is not None
+        due = row.claim.due
+        await self._until_done(
+            lambda: self._history.forget(row.user_id, row.reminder_id, due),
+            f"removing the record of purged reminder {row.reminder_id}'s ring",
         )
 
     async def _set_claim_expiry(self, row: Reminder, expires: datetime) -> bool:

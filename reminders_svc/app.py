@@ -142,7 +142,7 @@ class RemindersApp:
         else:
             raise Unavailable.contention("this request_id")
         try:
-            made, saw_a_purge = await self._insert(proposed, count)
+            made, first_try = await self._insert(proposed, count)
         except (QuotaExceeded, UserDataBeingDeleted):
             if record == wanted:
                 # This request wrote the record and made nothing: take the record back,
@@ -150,10 +150,13 @@ class RemindersApp:
                 # it.)
                 await self._take_back(user_id, request_id, record)
             raise
-        if saw_a_purge:
-            # The record, written while a purge's fence stood, went with that purge's
-            # records; the row landed after its lift. Recorded again, now, so that a retry
-            # answers with this reminder instead of making a second.
+        if not first_try:
+            # The row landed after losing a compare on the count: a purge may have come
+            # and gone meanwhile (its fence read, or its lift the count's change), taking
+            # this request's record with its own. Recorded again, now, so that a retry
+            # answers with this reminder instead of making a second. (A user's first
+            # reminder compares a count that a whole purge leaves as it was, null: a purge
+            # run entirely between its record and its row, a few milliseconds, is left.)
             await self._record_again(
                 user_id, request_id, CreateRecord(payload_hash, made.reminder_id), now
             )
@@ -241,11 +244,10 @@ class RemindersApp:
         return None if existing is None else existing.reminder
 
     async def _insert(self, proposed: Reminder, count: int | None) -> tuple[Reminder, bool]:
-        """The reminder made (or found made by a concurrent replay), and whether a purge's
-        fence was read on the way. `count`: the user's active count, read under the
-        user's lock (which the caller holds), for the first try."""
+        """The reminder made (or found made by a concurrent replay), and whether on the
+        first try. `count`: the user's active count, read under the user's lock (which
+        the caller holds), for the first try."""
         user_id = proposed.user_id
-        saw_a_purge = False
         for attempt in range(_MAX_ATTEMPTS):
             await _backoff(attempt)
             if attempt > 0:
@@ -254,9 +256,8 @@ class RemindersApp:
             try:
                 limit = self._limits.max_active_per_user
                 if await self._store.create(proposed, count, limit):
-                    return proposed, saw_a_purge
+                    return proposed, attempt == 0
             except (QuotaExceeded, UserDataBeingDeleted) as error:
-                saw_a_purge = saw_a_purge or isinstance(error, UserDataBeingDeleted)
                 if attempt == 0:
                     # A plain read's count may lag a delete (or a lifted purge fence):
                     # only one read through Paxos refuses.
@@ -266,7 +267,7 @@ class RemindersApp:
             # request may have made the row (taking the last slot).
             existing = await self._store.get_serial(user_id, proposed.reminder_id)
             if existing is not None:
-                return existing.reminder, saw_a_purge
+                return existing.reminder, False
             if refused is not None:
                 raise refused
         raise Unavailable.contention("this user's reminders")

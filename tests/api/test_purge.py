@@ -330,13 +330,14 @@ def test_creates_racing_a_purge_leave_the_count_equal_to_the_rows_left(
 
 class StoreReadingAFenceItsPurgeThenLifts(ReminderStore):
     """A create, its request recorded, tries its row with a count that read a purge's
-    fence; that purge then finishes, its create records (this one's too) deleted and its
-    fence lifted, before the create reads the count again through Paxos and lands its
-    row."""
+    fence (`read_the_fence`), or the count it read before that purge; that purge then
+    finishes, its create records (this one's too) deleted and its fence lifted, before
+    the create reads the count again through Paxos and lands its row."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, *, read_the_fence: bool = True) -> None:
         super().__init__(session, Retention())
         self._purge = UserPurge(session, HANDOFF_WINDOW)
+        self._read_the_fence = read_the_fence
         self.purged = False
 
     async def create(self, reminder: Reminder, active_count: int | None, max_active: int) -> bool:
@@ -344,23 +345,33 @@ class StoreReadingAFenceItsPurgeThenLifts(ReminderStore):
             return await super().create(reminder, active_count, max_active)
         self.purged = True
         await self._purge.run(reminder.user_id, SEED_NOW)
-        return await super().create(reminder, PURGE_FENCE, max_active)
+        compared = PURGE_FENCE if self._read_the_fence else active_count
+        return await super().create(reminder, compared, max_active)
 
 
-def test_a_create_landing_after_a_purge_it_saw_keeps_its_record_so_a_retry_makes_no_other(
-    cassandra: CassandraConnection, user: str
+@pytest.mark.parametrize(
+    "read_the_fence", [True, False], ids=["count-read-the-fence", "count-read-before-it"]
+)
+def test_a_create_landing_after_a_purge_keeps_its_record_so_a_retry_makes_no_other(
+    cassandra: CassandraConnection, user: str, read_the_fence: bool
 ) -> None:
-    """The record, written while the fence was up, went with the purge's; the row landed
-    after the lift. A retry of the create (safe, says the contract) made a second reminder."""
+    """The record, written before the purge's lift, went with the purge's; the row landed
+    after the lift. A retry of the create (safe, says the contract) made a second
+    reminder: also when the create's count was read before the fence (it only lost its
+    compare, to the lifted count), which nothing marked as a purge seen."""
     schedule = parse_repeat("every Monday 09:00", "America/New_York", datetime(2026, 10, 19, 10))
-    racing_store = StoreReadingAFenceItsPurgeThenLifts(cassandra.session)
-    racing = RemindersApp(racing_store, Limits(), FakeClock(SEED_NOW))
-    made = asyncio.run(racing.create(user, "req", "call mom", schedule, b"payload"))
-    assert racing_store.purged
-
     honest = RemindersApp(
         ReminderStore(cassandra.session, Retention()), Limits(), FakeClock(SEED_NOW)
     )
+    asyncio.run(honest.create(user, "earlier", "water the plants", schedule, b"earlier"))
+    racing_store = StoreReadingAFenceItsPurgeThenLifts(
+        cassandra.session, read_the_fence=read_the_fence
+    )
+    racing = RemindersApp(racing_store, Limits(), FakeClock(SEED_NOW))
+    made = asyncio.run(racing.create(user, "req", "call mom", schedule, b"payload"))
+    assert racing_store.purged
+    assert live_rows(cassandra, user) == 1  # the earlier one purged, this one made after
+
     retried = asyncio.run(honest.create(user, "req", "call mom", schedule, b"payload"))
     assert retried.reminder_id == made.reminder_id
     assert live_rows(cassandra, user) == 1

@@ -1192,32 +1192,82 @@ def _host_clock_ahead(
     return lambda: time.time() + ahead_s
 
 
+def _purged_before_the_record(part: Part, session: Session) -> None:
+    """The whole purge lands just before the ring's record is written, which is stamped
+    after the purge's removal of the history: that removal does not cover it."""
+    record = part.history.record
+
+    async def purged_first(
+        delivery: Delivery, *, written_at: datetime, keep_earlier: bool = False
+    ) -> None:
+        await _purge(part, session, delivery.user_id)
+        await asyncio.sleep(0.01)  # past the removal's stamp (the database's ms, plus one)
+        await record(delivery, written_at=part.clock.now(), keep_earlier=keep_earlier)
+
+    part.history.record = purged_first  # type: ignore[method-assign]
+
+
+def _forget_timing_out_once(part: Part) -> None:
+    forget = part.history.forget
+    failed: list[bool] = []
+
+    async def forget_once_failing(*args: Any) -> None:
+        if not failed:
+            failed.append(True)
+            raise OperationTimedOut("injected")
+        await forget(*args)
+
+    part.history.forget = forget_once_failing  # type: ignore[method-assign,assignment]
+
+
 # 0.9 s: within the clock bound (1 s), so such a dispatcher is ready and rings.
-@pytest.mark.parametrize("host_ahead_s", [0.0, 0.9])
+@pytest.mark.parametrize(
+    ("host_ahead_s", "forget_times_out"),
+    [(0.0, False), (0.9, False), (0.0, True)],
+    ids=["clocks-agree", "host-ahead", "removal-timed-out-once"],
+)
 def test_a_ring_whose_user_is_purged_while_it_is_handed_off_leaves_no_delivery_record(
-    own_keyspace: CassandraConnection, monkeypatch: pytest.MonkeyPatch, host_ahead_s: float
+    own_keyspace: CassandraConnection,
+    monkeypatch: pytest.MonkeyPatch,
+    host_ahead_s: float,
+    forget_times_out: bool,
 ) -> None:
     """The whole purge lands between the hand-off and the ring's record: the finalize finds
     the row gone, and the record goes, even from a dispatcher whose clock runs ahead (its
-    record is stamped with the database's time, which the removal comes after)."""
+    record is stamped with the database's time, which the removal comes after), and when
+    the removal meets a timeout (tried again, the ring found no row and removed nothing)."""
     wall = _host_clock_ahead(monkeypatch, own_keyspace, host_ahead_s)
 
     async def scenario() -> None:
         async with leased_part(own_keyspace, wall=wall) as part:
-            record = part.history.record
-
-            async def purged_first(
-                delivery: Delivery, *, written_at: datetime, keep_earlier: bool = False
-            ) -> None:
-                await _purge(part, own_keyspace.session, delivery.user_id)
-                await record(delivery, written_at=written_at, keep_earlier=keep_earlier)
-
-            part.history.record = purged_first  # type: ignore[method-assign]
+            _purged_before_the_record(part, own_keyspace.session)
+            if forget_times_out:
+                _forget_timing_out_once(part)
             reminder = await part.due_reminder("u-purged", _just_due())
 
             async with asyncio.timeout(20):
                 assert await part.ring(reminder)
             assert len(part.notifier.accepted) == 1  # rang: it was with the notifier
+            assert await _records(own_keyspace.session, "u-purged") == []
+
+    asyncio.run(scenario())
+
+
+def test_a_ring_skipped_as_missed_as_its_user_is_purged_leaves_no_delivery_record(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """skip_missed records its "missed" after the row's LWT: a purge in between removed
+    the history before the record, which outlived the user's data."""
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace, **SKIP_MISSED_IN_4_S) as part:
+            _purged_before_the_record(part, own_keyspace.session)
+            reminder = await part.due_reminder("u-purged", _just_due() - timedelta(seconds=5))
+
+            async with asyncio.timeout(20):
+                assert await part.ring(reminder)
+            assert part.notifier.accepted == []
+            assert part.count("reminders_dispatch_skips_total", reason="missed") == 1
             assert await _records(own_keyspace.session, "u-purged") == []
 
     asyncio.run(scenario())
