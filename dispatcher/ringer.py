@@ -12,8 +12,9 @@ minute's waiting entries are kept as data).
    cannot be reached nothing is claimed: rings due meanwhile wait, unclaimed, and go when
    it is back), take one of `max_in_flight` slots, and the reminder's own
    (one of its entries in hand at a time), read the row fresh and `decide` (the row
-   decides); both are held to the finalize, neither while waiting for a later due the
-   row holds;
+   decides; a skip is made final only on a read through Paxos, which completes a user's
+   change left half-done); both are held to the finalize, neither while waiting for a
+   later due the row holds;
 2. claim it by LWT at due, never at prefetch (or take over an expired claim, same due); a
    claim that loses to a user's change reads the row again, and the row decides again
    (under `skip_missed`, a ring older than the grace when its entry was found is instead
@@ -94,6 +95,15 @@ def _freeze_if(faults: frozenset[str], name: str) -> None:
     if name in faults:
         log.warning("fault hook %s: stopping this process", name)
         os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _tombstone(stored: StoredReminder | None, skip: dispatch.Decision) -> bool:
+    """A skip for a row the user deleted: final as read, as nothing brings it back."""
+    return (
+        stored is not None
+        and isinstance(skip, dispatch.Skip)
+        and skip.reason is dispatch.SkipReason.DELETED
+    )
 
 
 class _Backoff:
@@ -329,14 +339,21 @@ class Ringer:
                     return False
                 if not self._clock.ready():
                     continue  # a probe while this waited for its slot: wait out of it
-                # A skip is final only on a read sent after the writes it must see landed:
-                # judged by when the read went out, not by when a slow replica answered.
-                read_at = self._clock.now()
-                stored = await read(entry.user_id, entry.reminder_id)
-                now = self._clock.now()
-                decision = dispatch.decide(
-                    stored.reminder if stored else None, now, horizon, entry.written
-                )
+                read_at, stored, now, decision = await self._look(read, entry, horizon)
+                if (
+                    read != self._store.get_serial
+                    and isinstance(decision, dispatch.Skip)
+                    and self._recheck_at(stored, decision, read_at, horizon, entry.written) is None
+                    and not _tombstone(stored, decision)
+                ):
+                    # Final only on a read through Paxos: a user's LWT accepted whose commit
+                    # did not reach a quorum (and whose settle read failed too) shows on no
+                    # plain read until something completes it, so a skip made final on one
+                    # would lose the ring it brings (a create, a resume, a snooze of a done
+                    # one-off). This read completes it. Tombstones are final as read.
+                    read_at, stored, now, decision = await self._look(
+                        self._store.get_serial, entry, horizon
+                    )
                 if isinstance(decision, dispatch.Skip):
                     again = self._recheck_at(stored, decision, read_at, horizon, entry.written)
                     if again is not None:
@@ -368,6 +385,21 @@ class Ringer:
                 return False
         return False
 
+    async def _look(
+        self,
+        read: Callable[[str, uuid.UUID], Awaitable[StoredReminder | None]],
+        entry: Entry,
+        horizon: datetime,
+    ) -> tuple[datetime, StoredReminder | None, datetime, dispatch.Decision]:
+        """The row read afresh, and what it decides: with when the read went out, as a
+        skip is final only on a read sent after the writes it must see landed (judged by
+        when the read went out, not by when a slow replica answered), and now."""
+        read_at = self._clock.now()
+        stored = await read(entry.user_id, entry.reminder_id)
+        now = self._clock.now()
+        decision = dispatch.decide(stored.reminder if stored else None, now, horizon, entry.written)
+        return read_at, stored, now, decision
+
     def _recheck_at(
         self,
         stored: StoredReminder | None,
@@ -384,7 +416,7 @@ class Ringer:
         (DESIGN.md invariant 3); None when the skip is final (read at or after that time, or
         a tombstone, which nothing brings back)."""
         final_read_at = horizon + self._settings.grace
-        tombstone = stored is not None and skip.reason is dispatch.SkipReason.DELETED
+        tombstone = _tombstone(stored, skip)
         # The write that made the entry lands within G of it (the write deadline plus the
         # skew): past that, the row shows it, and an older entry's skip is final at once.
         landed = entry_written is not None and read_at >= entry_written + self._settings.grace

@@ -122,6 +122,9 @@ class RacedStore(ReminderStore):
         self.before_finalize: list[UserChange] = []
         self.after_finalize: list[Callable[[], None]] = []  # run once a finalize landed
         self.after_read: list[Callable[[], None]] = []  # run once a plain row read answered
+        # Rows no plain read shows: as after an LWT whose commit reached no quorum (only a
+        # read through Paxos, or another LWT on the partition, completes it).
+        self.unseen_by_plain_reads: set[uuid.UUID] = set()
         # A claim's reply held this long after it landed; `claim_landed` is set meanwhile.
         self.claim_reply_delay_s = 0.0
         self.claim_landed = asyncio.Event()
@@ -153,7 +156,7 @@ class RacedStore(ReminderStore):
         stored = await super().get(user_id, reminder_id)
         while self.after_read:
             self.after_read.pop(0)()
-        return stored
+        return None if reminder_id in self.unseen_by_plain_reads else stored
 
     async def set_claim_expiry(
         self, user_id: str, reminder_id: uuid.UUID, token: uuid.UUID, expires: datetime
@@ -1269,6 +1272,27 @@ def test_a_ring_skipped_as_missed_as_its_user_is_purged_leaves_no_delivery_recor
             assert part.notifier.accepted == []
             assert part.count("reminders_dispatch_skips_total", reason="missed") == 1
             assert await _records(own_keyspace.session, "u-purged") == []
+
+    asyncio.run(scenario())
+
+
+def test_a_ring_whose_create_no_plain_read_shows_yet_is_not_skipped_for_good(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """A create accepted by Paxos whose commit reached no quorum (its settle read failed
+    too) shows on no plain read until something completes it: a skip made final on a
+    plain read lost its ring for good. Its entry, old enough that the skip is final at
+    once, now rings on the read through Paxos, which completes the create."""
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace) as part:
+            reminder = await part.due_reminder("u-half-made", _just_due() - 2 * MINUTE)
+            part.store.unseen_by_plain_reads.add(reminder.reminder_id)
+
+            async with asyncio.timeout(20):
+                assert await part.ring(reminder)
+            assert len(part.notifier.accepted) == 1
+            assert (await part.row(reminder)).status is Status.DONE
 
     asyncio.run(scenario())
 
