@@ -33,6 +33,8 @@ from reminders_svc.storage.session import connect
 
 # What a shell reports for a process ended by SIGTERM: a stopped migrate did not finish.
 EXIT_STOPPED = 143
+# Bad configuration, as every command says it; no retry mends it (the Job fails at once).
+EXIT_BAD_CONFIGURATION = 2
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -65,7 +67,11 @@ def run(args: argparse.Namespace) -> int:
         settings = CassandraSettings.from_env()
         migrations = load_migrations(args.cql_dir or default_cql_dir())
         with _stopped_by_signals() as stopping, connect(settings, keyspace="") as connection:
-            report = migrate(connection.session, settings, migrations, stopping=stopping)
+            # A schema ahead of this release (a rollback): its files all applied, nothing
+            # to do, as its processes serve on it; a Job refusing it failed for an hour.
+            report = migrate(
+                connection.session, settings, migrations, stopping=stopping, ahead_ok=True
+            )
             warnings = replication_warnings(
                 connection.session, settings, in_development(os.environ)
             )
@@ -74,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_STOPPED
     except ConfigError as error:
         print(f"reminders migrate: {error}", file=sys.stderr)
-        return 2  # as every command's bad configuration
+        return EXIT_BAD_CONFIGURATION
     except (MigrationError, StorageUnavailable) as error:
         print(f"reminders migrate: {error}", file=sys.stderr)
         return 1

@@ -207,6 +207,29 @@ def test_every_shared_setting_is_read_by_some_deployable(
     assert shared - read == set(), f"{overlay}: in the ConfigMap but read by no deployable"
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_migrate_job_fails_at_once_on_bad_configuration_and_retries_storage_trouble(
+    overlays: dict[str, list[Obj]], overlay: str
+) -> None:
+    """Retried under `restartPolicy: OnFailure`, a typo in a setting held the Job (and a
+    `kubectl wait` on it) for its whole hour."""
+    job = one(overlays[overlay], *DEPLOYABLES["migrate"].workload)["spec"]
+    assert job["template"]["spec"]["restartPolicy"] == "Never"  # else no exit code is read
+    fail_at_once = [
+        rule["onExitCodes"]
+        for rule in job["podFailurePolicy"]["rules"]
+        if rule["action"] == "FailJob" and "onExitCodes" in rule
+    ]
+    assert fail_at_once == [
+        {
+            "containerName": "migrate",
+            "operator": "In",
+            "values": [migrate_cli.EXIT_BAD_CONFIGURATION],
+        }
+    ]
+    assert job["backoffLimit"] > 10  # storage trouble (exit 1): a cluster still starting
+
+
 SERVING = [(overlay, name) for overlay, name in CASES if name != "migrate"]
 
 
