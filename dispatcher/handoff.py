@@ -78,6 +78,7 @@ class NotifierClient:
         self._next_look = time.monotonic() + TLS_LOOK_EVERY_S
         self._retiring: set[asyncio.Task[None]] = set()
         self._connected = asyncio.Event()  # set by `_watch` once the channel is connected
+        self._reached = False  # connected at least once since this client was made
         self._watch: asyncio.Task[None] | None = None
         self._channel = self._open()
         self._stub = npb_grpc.NotificationServiceStub(self._channel)
@@ -114,6 +115,16 @@ class NotifierClient:
     def connect(self) -> None:
         """Connect now, not at the first ring (which would wait for the handshake)."""
         self._channel.get_state(try_to_connect=True)
+
+    def reached(self) -> bool:
+        """Whether the channel has been connected since this client was made: until it
+        has, a target, a CA or a server name wrong in this release's settings cannot be
+        told from an outage, and the dispatcher takes no part (a rollout stops at it). Once
+        it has, a later failure is an outage, which rings wait out (`until_connected`)."""
+        if not self._reached:
+            state = self._channel.get_state(try_to_connect=True)
+            self._reached = state is grpc.ChannelConnectivity.READY
+        return self._reached
 
     def connection_failing(self) -> bool:
         """Whether the notifier is known unreachable: the channel's attempts to connect fail

@@ -73,11 +73,12 @@ class Dispatcher:
         self.settings = settings
         self._cassandra = cassandra
         self.metrics = DispatcherMetrics()
-        # Ready while its clock agrees with the database's.
+        # Ready while its clock agrees with the database's, once the notifier was reached.
         self._health = ProcessHealth(("",), self.metrics.clock_ready)
         self._workers: dict[int, tuple[PartWorker, asyncio.Task[None]]] = {}
         self._stopping = asyncio.Event()
         self._off_since: float | None = None  # monotonic
+        self._unreached_since: float | None = None  # monotonic; inf once told
         self._connection: CassandraConnection | None = None
         self._server: grpc.aio.Server | None = None
         self._metrics_endpoint: MetricsEndpoint | None = None
@@ -190,8 +191,9 @@ class Dispatcher:
         if self._stopping.is_set():
             return  # the drain releases what this tick would have
         ready = self.clock.ready()
+        reached = self._notifier.reached()
         self.metrics.clock_offset.set(self.clock.offset_s)
-        await self._health.set_ready(ready)
+        await self._health.set_ready(ready and reached, gauged=ready)  # the gauge: the clock
         await self._tend()
         if not ready:
             # No part taken, nor this dispatcher counted in the fleet's shares (others take
@@ -200,6 +202,13 @@ class Dispatcher:
             self._report()
             return
         self._off_since = None
+        if not reached:
+            # Nor before the notifier was reached once: parts taken by a pod whose settings
+            # cannot reach it (a wrong target, CA or server name) would wait for it, their
+            # rings with them, while the rollout, this pod ready, went on to the next pod.
+            self._tell_unreached()
+            self._report()
+            return
         try:
             await self._balance()
         except STORAGE_ERRORS as error:
@@ -207,6 +216,19 @@ class Dispatcher:
             # share is looked at again next tick.
             log.warning("part balance skipped: storage did not answer (%s)", type(error).__name__)
         self._report()
+
+    def _tell_unreached(self) -> None:
+        """Logged once a lease's length has passed without the notifier reached."""
+        now = time.monotonic()
+        if self._unreached_since is None:
+            self._unreached_since = now
+        elif now - self._unreached_since >= self.settings.lease.total_seconds():
+            self._unreached_since = math.inf  # told
+            log.warning(
+                "the notifier at %s has not been reached since start: no part taken, not"
+                " ready (check REMINDERS_NOTIFIER_TARGET and its TLS settings)",
+                self.settings.notifier_target,
+            )
 
     def _hand_over_if_long_off(self) -> None:
         """The host's clock known off for a lease's length: wind every part down and

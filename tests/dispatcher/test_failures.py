@@ -29,6 +29,7 @@ from tests.dispatcher.stack import (
     PARTS,
     Stack,
     closing,
+    health_status,
     move_due,
     new_user,
     owners,
@@ -740,6 +741,26 @@ def test_a_dispatcher_whose_clock_is_off_takes_no_part_and_the_fleet_rings_witho
 
     stack.start_dispatcher("on")
     wait_owning(stack, {"on"})
+    user = new_user()
+    created = stack.create_at(user, soon(3))
+    assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=30)) == 1
+
+
+def test_a_dispatcher_that_never_reached_its_notifier_takes_no_part_until_it_does(
+    stack: Stack,
+) -> None:
+    """A release whose settings cannot reach the notifier (a wrong target, CA or server
+    name) went ready and took its share of parts, whose rings then waited on it while the
+    rollout went on to the next pod. Not ready and holding nothing until it is reached."""
+    port = free_port()
+    dispatcher = stack.start_dispatcher("d", REMINDERS_DISPATCH_PORT=str(port))
+    stack.wait_logged(dispatcher, "has not been reached since start")  # after a lease, 6 s
+    assert health_status(f"127.0.0.1:{port}") == health_pb2.HealthCheckResponse.NOT_SERVING
+    assert {owner for owner, _ in owners(stack).values()} <= {None}
+
+    stack.start_notifier()
+    wait_health(f"127.0.0.1:{port}", health_pb2.HealthCheckResponse.SERVING, timeout_s=30)
+    wait_owning(stack, {"d"})
     user = new_user()
     created = stack.create_at(user, soon(3))
     assert len(stack.wait_for_pushes(1, user, created.id, timeout_s=30)) == 1

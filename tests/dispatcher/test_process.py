@@ -199,9 +199,9 @@ def test_a_dispatcher_started_before_its_schema_files_are_applied_waits_until_th
 
         with connect(stack.settings, keyspace="") as connection:
             migrate(connection.session, stack.settings, migrations)
-        wait_serving(f"127.0.0.1:{health_port}")
         stack.start_api()
-        stack.start_notifier()
+        stack.start_notifier()  # ready once it has reached the notifier too
+        wait_serving(f"127.0.0.1:{health_port}")
         user = f"u-{uuid.uuid4().hex[:8]}"
         created = stack.create_at(user, soon(3))
         assert len(stack.wait_for_pushes(1, user, created.id)) == 1

@@ -204,6 +204,25 @@ def test_disruption_budgets_and_autoscaler_select_their_pods(
     assert dispatchers["minReadySeconds"] >= 2 * 5  # REMINDERS_DISPATCH_LEASE_RENEW_S
 
 
+def test_prod_api_scales_with_its_cpu_from_a_core_per_pod(
+    overlays: dict[str, list[Obj]],
+) -> None:
+    """The base's 3 pods at half a core each serve about the average (docs/capacity.md:
+    ~2 ms of CPU per create), with no room for the peak or a pod draining."""
+    objects = overlays["prod"]
+    api = one(objects, "Deployment", "reminders-api")["spec"]
+    assert "replicas" not in api  # the autoscaler's: an apply would reset it
+    (container,) = api["template"]["spec"]["containers"]
+    assert container["resources"]["requests"]["cpu"] == "1"
+    hpa = one(objects, "HorizontalPodAutoscaler", "reminders-api")["spec"]
+    target = hpa["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", "reminders-api")
+    assert 3 <= hpa["minReplicas"] < hpa["maxReplicas"]  # one per zone at least
+    (metric,) = hpa["metrics"]
+    assert metric["resource"]["name"] == "cpu"
+    assert metric["resource"]["target"]["averageUtilization"] <= 90
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_long_running_pods_spread_over_zones_and_nodes(
     overlays: dict[str, list[Obj]], overlay: str
