@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -48,11 +49,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM, on a command that does not handle it (an admin command, a client call)."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
+    # Run as a container's PID 1 (a Job's `reminders admin replan`), a process without a
+    # SIGTERM handler ignores SIGTERM: `kubectl delete` then waited out the grace period
+    # for SIGKILL. The services and `migrate` put their own drain in its place.
+    before = signal.signal(signal.SIGTERM, _terminated)
     try:
         return handler(args)
+    except Terminated:
+        # Every write of these commands is safe to cut (LWTs, each settled or redone on
+        # the next run): one line, the exit a shell reports for SIGTERM.
+        print(f"reminders {args.command}: terminated", file=sys.stderr)
+        return 143  # 128 + SIGTERM
     except BrokenPipeError:
         # The reader went away (`reminders preview ... | head -1`): stop quietly, as Unix
         # tools do, and keep the interpreter from complaining as it flushes stdout.
@@ -63,6 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # not a traceback; the services handle SIGINT themselves and never get here.
         print(f"reminders {args.command}: interrupted", file=sys.stderr)
         return 130  # 128 + SIGINT
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 if __name__ == "__main__":

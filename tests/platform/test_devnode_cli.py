@@ -375,9 +375,17 @@ def test_the_demos_due_is_rounded_up_to_a_whole_second(seconds: float, expected:
     assert due.strftime("%H:%M:%S.%f") == f"{expected}.000000"
 
 
-def test_ctrl_c_on_a_command_waiting_for_its_answer_is_one_line_and_exit_130() -> None:
+@pytest.mark.parametrize(
+    ("signum", "exit_code", "said"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_a_signal_to_a_command_waiting_for_its_answer_is_one_line_and_its_exit_code(
+    signum: signal.Signals, exit_code: int, said: str
+) -> None:
     """A call to an address that takes the connection and never answers, interrupted:
-    it printed a traceback."""
+    it printed a traceback. SIGTERM had no handler, so a command run as a container's
+    PID 1 (an admin Job) ignored it until SIGKILL."""
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
@@ -393,10 +401,10 @@ def test_ctrl_c_on_a_command_waiting_for_its_answer_is_one_line_and_exit_130() -
             connection, _ = silent.accept()  # it is waiting for an answer now
             with connection:
                 time.sleep(0.5)
-                waiting.send_signal(signal.SIGINT)
+                waiting.send_signal(signum)
                 out, err = waiting.communicate(timeout=30)
 
-    assert (waiting.returncode, out, err) == (130, "", "reminders get: interrupted\n")
+    assert (waiting.returncode, out, err) == (exit_code, "", f"reminders get: {said}\n")
 
 
 def test_a_pid_file_left_by_a_node_long_gone_names_no_other_process(tmp_path: Path) -> None:
