@@ -44,6 +44,7 @@ from reminders_svc.storage import aio
 from reminders_svc.storage.loop_reactor import connected_on_loop
 from reminders_svc.storage.parts import bucket_minute, part_of
 from reminders_svc.storage.session import connect
+from reminders_svc.storage.statics import COUNT_ROW
 
 DEV = {"REMINDERS_ENV": "dev"}
 # Creates spread over this many users, the same on both sides: a user's partition grows
@@ -123,11 +124,13 @@ BARE_CREATE_CQL = (
     " VALUES (?, ?, ?, ?, ?) IF NOT EXISTS USING TTL 604800",
     "INSERT INTO due_buckets (minute, part, written_at, reminder_id, user_id, due)"
     " VALUES (?, ?, now(), ?, ?, ?) USING TTL ?",
-    "SELECT active_count FROM reminders WHERE user_id = ? LIMIT 1",
+    # Through the partition's count row (statics.py); a user's first create finds none.
+    "SELECT reminder_id, active_count FROM reminders WHERE user_id = ? AND reminder_id = ?",
     "BEGIN BATCH UPDATE reminders SET active_count = ? WHERE user_id = ? IF active_count = ?;"
     " UPDATE reminders SET body = ?, schedule_kind = 'repeat', zone = ?, local_start = ?,"
     " rrule = ?, status = 'pending', occurrence = ?, due = ?, version = 1, op_id = ?,"
     " created_at = ?, updated_at = ? WHERE user_id = ? AND reminder_id = ? IF status = null;"
+    " INSERT INTO reminders (user_id, reminder_id) VALUES (?, ?);"
     " APPLY BATCH",
 )
 
@@ -161,7 +164,7 @@ async def bare_creates(settings: CassandraSettings, seconds: float, concurrency:
             )
             applied = False
             while not applied:  # as the API does when another create moved the count
-                current = (await aio.execute(session, count, (user,))).one()
+                current = (await aio.execute(session, count, (user, COUNT_ROW))).one()
                 active = current.active_count if current else None
                 columns = ("text", "Europe/Paris", "2026-11-30T08:00:00", "FREQ=DAILY;BYHOUR=8")
                 params = (
@@ -176,6 +179,8 @@ async def bare_creates(settings: CassandraSettings, seconds: float, concurrency:
                     now,
                     user,
                     rid,
+                    user,
+                    COUNT_ROW,
                 )
                 applied = (await aio.execute(session, row, params)).one().applied
 

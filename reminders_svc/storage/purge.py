@@ -9,9 +9,10 @@ The fence is the user's static `active_count`, set to `PURGE_FENCE` by LWT toget
 - a user's delete meanwhile counts down from the fence (any count at or above
   `PURGE_FENCE_FLOOR` is one);
 - only the fence's owner deletes rows (each delete compares `purge_id`) and lifts it
-  (`IF purge_id`): a second purge of the user, say a caller's retry on another replica,
-  is answered UNAVAILABLE while the first runs, and one that ran on after being taken
-  over deletes nothing more, so no create made after the fence was lifted is purged;
+  (`IF purge_id`, removing the partition's count row with it, `statics.py`): a second
+  purge of the user, say a caller's retry on another replica, is answered UNAVAILABLE
+  while the first runs, and one that ran on after being taken over deletes nothing
+  more, so no create made after the fence was lifted is purged;
 - the owner refreshes `purge_at` as it goes; a fence left unrefreshed for
   `STALE_AFTER` (by the database's clock) belongs to a purge that died, and the next
   purge takes it over: a user is left fenced until a purge finishes, never for good;
@@ -33,6 +34,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cassandra.cluster import Session
+from cassandra.query import BatchStatement, BatchType
 
 from reminders_svc.concurrency import backoff_s
 from reminders_svc.domain.errors import Unavailable
@@ -42,6 +44,7 @@ from reminders_svc.storage.errors import STORAGE_ERRORS, WriteOutcomeUnknown
 from reminders_svc.storage.history import write_timestamp
 from reminders_svc.storage.rows import utc
 from reminders_svc.storage.session import prepare_serial
+from reminders_svc.storage.statics import COUNT_ROW, StaticsRead
 
 # The column is a 32-bit int; no cap comes near either.
 PURGE_FENCE = 2_000_000_000
@@ -98,10 +101,8 @@ class UserPurge:
         self._session = session
         self._still_pushed_for = still_pushed_for
         prepare = session.prepare
-        self._fence_state = prepare_serial(
-            session,
-            "SELECT active_count, purge_id, purge_at, toTimestamp(now()) AS read_at"
-            " FROM reminders WHERE user_id = ? LIMIT 1",
+        self._fence_state = StaticsRead(
+            session, "active_count, purge_id, purge_at, toTimestamp(now()) AS read_at", serial=True
         )
         self._fence = prepare(
             "UPDATE reminders SET active_count = ?, purge_id = ?, purge_at = toTimestamp(now())"
@@ -123,9 +124,12 @@ class UserPurge:
             "SELECT status, claim_token, handoff_until FROM reminders"
             " WHERE user_id = ? AND reminder_id = ?",
         )
-        self._lift = prepare(
+        self._lift_fence_cells = prepare(
             "DELETE active_count, purge_id, purge_at FROM reminders WHERE user_id = ?"
             " IF purge_id = ?"
+        )
+        self._delete_count_row = prepare(
+            "DELETE FROM reminders WHERE user_id = ? AND reminder_id = ?"
         )
 
     async def run(self, user_id: str, now: datetime) -> PurgedUser:
@@ -154,7 +158,7 @@ class UserPurge:
         )
         async for rows in aio.pages(self._session, listing, (user_id,)):
             for row in rows:
-                if row.reminder_id is None:  # the partition's static cells alone
+                if row.reminder_id in (None, COUNT_ROW):  # static cells, the count row: lifted
                     continue
                 purged = await self._purge_row(user_id, purge_id, row, now)
                 if purged is not None:
@@ -202,7 +206,7 @@ class UserPurge:
         raise Unavailable.contention("this user's reminders")
 
     async def _state(self, user_id: str) -> _FenceState:
-        row = (await aio.execute(self._session, self._fence_state, (user_id,))).one()
+        row = await self._fence_state(user_id)
         if row is None:  # no partition at all: nothing stored for the user yet
             return _FenceState(None, None, stale=False)
         # Unrefreshed for STALE_AFTER by the database's clock, or without its owner's time
@@ -228,7 +232,11 @@ class UserPurge:
                 raise WriteOutcomeUnknown("a purge's lift of its fence did not land")
             return True  # lifted, or taken over after it (nothing of this purge's left)
 
-        attempt = aio.execute(self._session, self._lift, (user_id, purge_id))
+        # The count row goes with the fence, in one LWT: nothing of the user's is left.
+        lift = BatchStatement(batch_type=BatchType.UNLOGGED)
+        lift.add(self._lift_fence_cells, (user_id, purge_id))
+        lift.add(self._delete_count_row, (user_id, COUNT_ROW))
+        attempt = aio.execute(self._session, lift, None)
         if not await aio.applied_or_settled(self._session, attempt, lifted):
             raise _under_way()  # taken over: that purge finishes the work
 

@@ -13,7 +13,8 @@ Rules (DESIGN.md invariants 2 and 4):
   moved under new tz rules), if the row holds what it wrote (`_landed`).
 - Rows are created with `UPDATE ... IF status = null` (not INSERT), so no row marker
   outlives the cells: a deleted row's cells carry the tombstone TTL and the whole row
-  disappears past the retry horizon.
+  disappears past the retry horizon. The partition's count row (`statics.py`) alone is a
+  row marker, written by every create and removed by a purge.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from reminders_svc.storage.parts import PartCounts, bucket_minute, entry_ttl, pa
 from reminders_svc.storage.purge import PURGE_FENCE_FLOOR
 from reminders_svc.storage.rows import MUTABLE_COLUMNS, SELECT_COLUMNS, from_row, to_columns
 from reminders_svc.storage.session import prepare_serial
+from reminders_svc.storage.statics import COUNT_ROW, WRITE_COUNT_ROW, StaticsRead
 
 Executor = Callable[[Session, Any, Any], Awaitable[ResultSet]]
 
@@ -171,9 +173,9 @@ class ReminderStore:
             f"UPDATE reminders SET claim_expires = ? {where}"
             " IF status = 'sending' AND claim_token = ?"
         )
-        count_of = "SELECT active_count FROM reminders WHERE user_id = ? LIMIT 1"
-        self._count_of = prepare(count_of)
-        self._count_of_serial = prepare_serial(session, count_of)
+        self._count_of = StaticsRead(session, "active_count")
+        self._count_of_serial = StaticsRead(session, "active_count", serial=True)
+        self._count_row = prepare(WRITE_COUNT_ROW)
         self._create = prepare(
             f"UPDATE reminders SET {assignments}, created_at = ? {where} IF status = null"
         )
@@ -221,8 +223,8 @@ class ReminderStore:
     async def active_count(self, user_id: str, *, serial: bool = False) -> int | None:
         """The user's count of active reminders; `serial` reads it through Paxos (after a
         lost compare, so that a lagging replica's count does not lose the next one too)."""
-        statement = self._count_of_serial if serial else self._count_of
-        row = (await aio.execute(self._session, statement, (user_id,))).one()
+        read = self._count_of_serial if serial else self._count_of
+        row = await read(user_id)
         return None if row is None else row.active_count
 
     async def list_page(
@@ -326,6 +328,7 @@ class ReminderStore:
         values = (_cell(value, None) for value in to_columns(reminder).values())
         batch = self._batch()
         batch.add(self._count, ((active_count or 0) + 1, reminder.user_id, active_count))
+        batch.add(self._count_row, (reminder.user_id, COUNT_ROW))  # statics.py: kept until a purge
         batch.add(
             self._create,
             (*values, reminder.created_at, reminder.user_id, reminder.reminder_id),
