@@ -130,6 +130,12 @@ BARE_CREATE_CQL = (
     " UPDATE reminders SET body = ?, schedule_kind = 'repeat', zone = ?, local_start = ?,"
     " rrule = ?, status = 'pending', occurrence = ?, due = ?, version = 1, op_id = ?,"
     " created_at = ?, updated_at = ? WHERE user_id = ? AND reminder_id = ? IF status = null;"
+    " APPLY BATCH",
+    # The first create of a user writes the partition's count row in its batch too.
+    "BEGIN BATCH UPDATE reminders SET active_count = ? WHERE user_id = ? IF active_count = ?;"
+    " UPDATE reminders SET body = ?, schedule_kind = 'repeat', zone = ?, local_start = ?,"
+    " rrule = ?, status = 'pending', occurrence = ?, due = ?, version = 1, op_id = ?,"
+    " created_at = ?, updated_at = ? WHERE user_id = ? AND reminder_id = ? IF status = null;"
     " INSERT INTO reminders (user_id, reminder_id) VALUES (?, ?);"
     " APPLY BATCH",
 )
@@ -147,7 +153,7 @@ async def bare_creates(settings: CassandraSettings, seconds: float, concurrency:
     async with connected_on_loop(settings) as connection:
         session = connection.session
         # Prepared off the loop: `prepare` blocks, and the driver's I/O runs on the loop.
-        record, entry, count, row = await asyncio.to_thread(
+        record, entry, count, row, first_row = await asyncio.to_thread(
             lambda: [session.prepare(cql) for cql in BARE_CREATE_CQL]
         )
         run_id = uuid.uuid4().hex[:6]
@@ -167,7 +173,7 @@ async def bare_creates(settings: CassandraSettings, seconds: float, concurrency:
                 current = (await aio.execute(session, count, (user, COUNT_ROW))).one()
                 active = current.active_count if current else None
                 columns = ("text", "Europe/Paris", "2026-11-30T08:00:00", "FREQ=DAILY;BYHOUR=8")
-                params = (
+                params: tuple[object, ...] = (
                     (active or 0) + 1,
                     user,
                     active,
@@ -179,10 +185,12 @@ async def bare_creates(settings: CassandraSettings, seconds: float, concurrency:
                     now,
                     user,
                     rid,
-                    user,
-                    COUNT_ROW,
                 )
-                applied = (await aio.execute(session, row, params)).one().applied
+                if active is None:
+                    batch, params = first_row, (*params, user, COUNT_ROW)
+                else:
+                    batch = row
+                applied = (await aio.execute(session, batch, params)).one().applied
 
         meter = CpuMeter({"client": os.getpid(), "Cassandra": cassandra_pid()})
         meter.start()

@@ -6,10 +6,10 @@ reaches it past every expired row before it. A deleted reminder's cells expire a
 tombstone TTL and stay as tombstones until compaction runs past gc_grace, so a user who
 churns through thousands of reminders (an integration making and deleting one per event)
 made each such read count tens of thousands of tombstones, up to Cassandra's failure
-threshold (100,000): their creates, and a purge of their data, failed. Every create now
-writes the count row (a row marker alone, at an id no reminder has); a read restricted to
-it reads no other row. A partition without one (no create since count rows came in, or
-none at all) is read as before.
+threshold (100,000): their creates, and a purge of their data, failed. A user's first
+create (the count null) writes the count row (a row marker alone, at an id no reminder
+has); a read restricted to it reads no other row. A partition without one (none at all,
+or one whose first create came before count rows, 2026-12-07) is read as before.
 """
 
 from __future__ import annotations
