@@ -318,12 +318,13 @@ class Dispatcher:
             return
         parts, target, working, states = share
         held = len(working)
+        by_part = {state.part: state for state in states}  # P may be tens of thousands
         for part in range(parts):
             if held >= target or self._stopping.is_set():
                 break  # stopping: each take is an LWT the drain would wait for, to no end
             if part in self._workers:
                 continue
-            previous = next((s for s in states if s.part == part), None)
+            previous = by_part.get(part)
             if previous is not None and previous.owner is not None:
                 continue
             lease = await self._leases.try_take(part)
