@@ -150,6 +150,10 @@ def new_reminder(
 def edit_text(reminder: Reminder, text: str, now: datetime) -> Reminder:
     """Only the text changes: state, claim and rings stay as they are."""
     _require_not_deleted(reminder)
+    if text == reminder.text:
+        # Nothing to change (a form saved untouched, a whole reminder sent back): no new
+        # version, or every other client's copy would go stale (its next edit ABORTED).
+        return reminder
     return _changed(reminder, now, text=text)
 
 

@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from genproto.notification.v1 import notification_pb2
 from genproto.reminders.v1 import reminders_pb2
 from tests.ci import unavailable
 from tests.pins import makefile_pin
@@ -47,6 +50,20 @@ def test_buf_lint_is_clean() -> None:
     assert printed == version, f"{buf} says {printed!r}, the Makefile pins {version}"
     result = subprocess.run([buf, "lint"], cwd=ROOT / "proto", capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("descriptor", [reminders_pb2.DESCRIPTOR, notification_pb2.DESCRIPTOR])
+def test_go_and_java_stubs_each_have_a_package_of_their_own(descriptor: Any) -> None:
+    """Without `go_package` protoc-gen-go refused the files ("unable to determine Go import
+    path"), and Java nested every class in one outer class of the package `reminders.v1`.
+    (This machine's protoc has no Java or Go generator to run: the options are checked.)"""
+    options = descriptor.GetOptions()
+    version_dir = descriptor.package.replace(".", "/")  # reminders/v1
+    go_path, _, go_name = options.go_package.partition(";")
+    assert go_path.endswith(f"/{version_dir}"), options
+    assert go_name == descriptor.package.replace(".", ""), options  # remindersv1
+    assert options.java_multiple_files, options
+    assert options.java_package.endswith(descriptor.package), options
 
 
 SERVICE_CONFIG = ROOT / "proto" / "reminders" / "v1" / "service_config.json"

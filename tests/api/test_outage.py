@@ -482,3 +482,11 @@ def test_a_channel_given_the_service_config_retries_a_read_and_never_a_change(
             4,
             1,
         )
+        # Throttled (retryThrottling): once its retries fail, a channel no longer multiplies
+        # the outage's load by four; each further call is tried once.
+        for _ in range(20):
+            assert code_of(lambda: stub.GetReminder(get, metadata=metadata)) == UNAVAILABLE
+        samples = metric_samples_once(
+            api.metrics_port, lambda s: unavailable(s, "GetReminder") >= 4 + 20
+        )
+        assert unavailable(samples, "GetReminder") <= 4 + 20 + 3

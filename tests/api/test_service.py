@@ -353,6 +353,23 @@ def test_an_update_mask_naming_output_only_fields_ignores_them(api: Api, user: s
     assert_refused(unknown.value, grpc.StatusCode.INVALID_ARGUMENT, "update_mask", "INVALID_FIELD")
 
 
+def test_an_update_that_changes_nothing_keeps_the_version(api: Api, user: str) -> None:
+    """A form saved untouched (the same text), or the whole reminder sent back (mask "*"):
+    each bumped the version, so every other client's copy went stale and its next edit
+    was ABORTED."""
+    md = api.as_user(user)
+    created = create(api, user, weekly_monday_nine())
+
+    def update(*paths: str) -> pb.Reminder:
+        request = pb.UpdateReminderRequest(reminder=created, update_mask=FieldMask(paths=paths))
+        return api.reminders.UpdateReminder(request, metadata=md)
+
+    for paths in (("text",), ("*",), ("text", "schedule")):
+        assert update(*paths) == created, paths
+    got = api.reminders.GetReminder(pb.GetReminderRequest(id=created.id), metadata=md)
+    assert got == created
+
+
 def test_update_needs_the_current_version(api: Api, user: str) -> None:
     created = create(api, user, weekly_monday_nine())
     md = api.as_user(user)

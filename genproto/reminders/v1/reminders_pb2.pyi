@@ -48,7 +48,8 @@ an absolute time to retry safely), a repeated Resume is NOT_PAUSED, a repeated D
 is NOT_FOUND, a repeated Update with the old version is ABORTED (VERSION_STALE, its
 ErrorInfo metadata `current_version` the reminder's version now).
 reminders/v1/service_config.json is a gRPC service config that retries UNAVAILABLE on
-exactly the RPCs safe to repeat, with deadlines: give it to your channel as its default
+exactly the RPCs safe to repeat, with deadlines, throttling its retries once most fail
+(an outage is not multiplied by every client): give it to your channel as its default
 service config. gRPC's retry policy cannot see an ErrorInfo, so never add UNAVAILABLE
 to the others' automatic retries: retry them in code, by reason.
 """

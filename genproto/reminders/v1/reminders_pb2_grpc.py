@@ -121,8 +121,9 @@ class RemindersServiceServicer:
         """Changes text and/or schedule. Needs the version the caller last saw (ABORTED if
         stale). A new schedule recomputes the next ring and clears a pending snooze; the
         reminder's own schedule sent back unchanged (an edit of the whole reminder, mask "*")
-        keeps its rings and its snooze. While SENDING, the ring in flight cannot be recalled:
-        it goes out with the old text.
+        keeps its rings and its snooze; an update that changes nothing (the same text, the
+        same schedule) answers the reminder as it is, at the same version. While SENDING, the
+        ring in flight cannot be recalled: it goes out with the old text.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

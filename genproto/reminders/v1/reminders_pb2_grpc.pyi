@@ -48,7 +48,8 @@ an absolute time to retry safely), a repeated Resume is NOT_PAUSED, a repeated D
 is NOT_FOUND, a repeated Update with the old version is ABORTED (VERSION_STALE, its
 ErrorInfo metadata `current_version` the reminder's version now).
 reminders/v1/service_config.json is a gRPC service config that retries UNAVAILABLE on
-exactly the RPCs safe to repeat, with deadlines: give it to your channel as its default
+exactly the RPCs safe to repeat, with deadlines, throttling its retries once most fail
+(an outage is not multiplied by every client): give it to your channel as its default
 service config. gRPC's retry policy cannot see an ErrorInfo, so never add UNAVAILABLE
 to the others' automatic retries: retry them in code, by reason.
 """
@@ -100,8 +101,9 @@ class RemindersServiceStub:
     """Changes text and/or schedule. Needs the version the caller last saw (ABORTED if
     stale). A new schedule recomputes the next ring and clears a pending snooze; the
     reminder's own schedule sent back unchanged (an edit of the whole reminder, mask "*")
-    keeps its rings and its snooze. While SENDING, the ring in flight cannot be recalled:
-    it goes out with the old text.
+    keeps its rings and its snooze; an update that changes nothing (the same text, the
+    same schedule) answers the reminder as it is, at the same version. While SENDING, the
+    ring in flight cannot be recalled: it goes out with the old text.
     """
     DeleteReminder: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.DeleteReminderRequest, _reminders_pb2.DeleteReminderResponse]
     """Deletes a reminder. If a ring was already handed off (`was_sending`), it cannot be
@@ -156,8 +158,9 @@ class RemindersServiceAsyncStub(RemindersServiceStub):
     """Changes text and/or schedule. Needs the version the caller last saw (ABORTED if
     stale). A new schedule recomputes the next ring and clears a pending snooze; the
     reminder's own schedule sent back unchanged (an edit of the whole reminder, mask "*")
-    keeps its rings and its snooze. While SENDING, the ring in flight cannot be recalled:
-    it goes out with the old text.
+    keeps its rings and its snooze; an update that changes nothing (the same text, the
+    same schedule) answers the reminder as it is, at the same version. While SENDING, the
+    ring in flight cannot be recalled: it goes out with the old text.
     """
     DeleteReminder: _aio.UnaryUnaryMultiCallable[_reminders_pb2.DeleteReminderRequest, _reminders_pb2.DeleteReminderResponse]  # type: ignore[assignment]
     """Deletes a reminder. If a ring was already handed off (`was_sending`), it cannot be
@@ -233,8 +236,9 @@ class RemindersServiceServicer(metaclass=_abc_1.ABCMeta):
         """Changes text and/or schedule. Needs the version the caller last saw (ABORTED if
         stale). A new schedule recomputes the next ring and clears a pending snooze; the
         reminder's own schedule sent back unchanged (an edit of the whole reminder, mask "*")
-        keeps its rings and its snooze. While SENDING, the ring in flight cannot be recalled:
-        it goes out with the old text.
+        keeps its rings and its snooze; an update that changes nothing (the same text, the
+        same schedule) answers the reminder as it is, at the same version. While SENDING, the
+        ring in flight cannot be recalled: it goes out with the old text.
         """
 
     @_abc_1.abstractmethod
