@@ -28,6 +28,7 @@ import functools
 import heapq
 import itertools
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TypeVar
@@ -45,8 +46,11 @@ from reminders_svc.storage.parts import MINUTE, floor_minute
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-# Minutes open at once, of the live ones (the current one, plus those still in their
-# grace) and, apart, of a backlog.
+# Minutes holding entries (still reading, or with entries not yet started) at once, of a
+# backlog; of the live ones, at least as many (the current one, plus those still in their
+# grace: more with a longer grace, `PartWorker.live_cap`). A minute whose reads are over
+# and whose rings have all started holds only them (a task each, bounded by
+# `Ringer.start`) and counts against neither, however long one ring takes.
 _MAX_OPEN_MINUTES = 4
 # Between tries of a bucket read or a checkpoint storage did not answer.
 _STORAGE_RETRY_S = 1.0
@@ -123,6 +127,15 @@ class MinuteJob:
     def _wait(self, start_at: datetime, entry: Entry) -> None:
         heapq.heappush(self._waiting, (start_at, next(self._arrivals), entry))
 
+    @property
+    def holding_entries(self) -> bool:
+        """Whether the minute still reads, or holds entries not started yet (each a few
+        hundred bytes): what bounds the minutes a part opens at once. One whose rings have
+        all started, however long one of them takes (a device throttled for an hour), holds
+        up its checkpoint, never the minutes after it."""
+        reading = not self._reads_over
+        return reading or bool(self._waiting or self._late) or self._late_starting > 0
+
     async def run(self) -> bool:
         """True when the minute is finished: read to its end and once more after the grace,
         and every ring started from it resolved. False when the shift ended first."""
@@ -130,6 +143,7 @@ class MinuteJob:
         try:
             read_through = await self._read_through()
             self._reads_over = True
+            self._seen.clear()  # read no more: a busy minute's keys need not stay
             self._arrived.set()
             self._late_arrived.set()
             all_started = await starting
@@ -310,6 +324,11 @@ class PartWorker:
         self.metrics = metrics
         self.catch_up = catch_up
         self.oldest_unfinished: datetime | None = None
+        # Live minutes read at once: from `prefetch` before each to its grace after it ends
+        # (a longer grace, more of them), so a minute never opens late for want of room.
+        reading = math.ceil((settings.prefetch + MINUTE + settings.grace) / MINUTE)
+        self.live_cap = max(_MAX_OPEN_MINUTES, reading + 1)
+        self._jobs: dict[datetime, MinuteJob] = {}
 
     @property
     def lease(self) -> Lease:
@@ -367,22 +386,22 @@ class PartWorker:
             if self.shift.on():
                 opened = False
                 # Open minutes lie below live_from (the backlog's) or from it on (live ones).
-                # Only unfinished ones count: after a jump, finished live minutes below the
-                # new live_from wait for the backlog's checkpoint, and counting them would
-                # keep the backlog from ever opening the minutes they wait for.
-                open_backlog = sum(
-                    1 for m, t in open_jobs.items() if m < live_from and not t.done()
-                )
-                if next_backlog is not None and open_backlog < _MAX_OPEN_MINUTES:
-                    minute = backlog.take()
-                    open_jobs[minute] = asyncio.create_task(MinuteJob(self, minute).run())
+                # Only those holding entries count (`MinuteJob.holding_entries`): after a
+                # jump, finished live minutes below the new live_from wait for the backlog's
+                # checkpoint, and minutes whose rings have all started wait for the slowest
+                # of them; counting either kept the minutes after them from opening. All of
+                # them together are bounded too: a notifier outage holds every minute's
+                # entries unstarted, and each jump of the live cursor opened four more.
+                holding = [m for m, t in open_jobs.items() if self._holds_entries(m, t)]
+                open_backlog = sum(1 for m in holding if m < live_from)
+                room = len(holding) < self.live_cap + _MAX_OPEN_MINUTES
+                if next_backlog is not None and open_backlog < _MAX_OPEN_MINUTES and room:
+                    self._open(open_jobs, backlog.take())
                     opened = True
-                # Finished live minutes wait for the backlog to be checkpointed; only the
-                # unfinished ones count.
-                open_live = sum(1 for m, t in open_jobs.items() if m >= live_from and not t.done())
+                open_live = len(holding) - open_backlog
                 time_to_open = self.clock.now() >= live - self.settings.prefetch - MINUTE
-                if open_live < _MAX_OPEN_MINUTES and time_to_open:
-                    open_jobs[live] = asyncio.create_task(MinuteJob(self, live).run())
+                if open_live < self.live_cap and room and time_to_open:
+                    self._open(open_jobs, live)
                     live += MINUTE
                     opened = True
                 if opened:
@@ -407,6 +426,7 @@ class PartWorker:
                     await self.shift.sleep(0.5)
                 continue
             del open_jobs[first_minute]
+            del self._jobs[first_minute]
             if not first.result():
                 # Unfinished (the shift ended first): neither it nor any later minute is
                 # checkpointed; whoever works the part next re-reads it from the checkpoint.
@@ -423,6 +443,14 @@ class PartWorker:
             # renewals in time): lost as far as this process can tell.
             log.warning("part %d: lease not renewed in time; stopping", self.lease.part)
             self.metrics.leases_lost.inc()
+
+    def _open(self, open_jobs: dict[datetime, asyncio.Task[bool]], minute: datetime) -> None:
+        job = MinuteJob(self, minute)
+        self._jobs[minute] = job
+        open_jobs[minute] = asyncio.create_task(job.run())
+
+    def _holds_entries(self, minute: datetime, task: asyncio.Task[bool]) -> bool:
+        return not task.done() and self._jobs[minute].holding_entries
 
     async def _checkpoint(self, minute: datetime) -> bool:
         """Checkpoint `minute` under the lease, tried again while storage does not answer

@@ -6,8 +6,10 @@ Cassandra timing decides."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -27,7 +29,7 @@ from tests.dispatcher.conftest import held_shift
 MINUTE = timedelta(minutes=1)
 CHECKPOINT = datetime(2026, 12, 6, 11, 0, tzinfo=UTC)
 # With a grace of 3 minutes, the first live minute at 12:03 is 12:00 (its final read is at
-# 12:04): an hour of backlog behind, and four live minutes (12:00 .. 12:03) open at once.
+# 12:04): an hour of backlog behind, and five live minutes (12:00 .. 12:04) open at once.
 GRACE = timedelta(minutes=3)
 TAKEN_AT = datetime(2026, 12, 6, 12, 3, tzinfo=UTC)
 LIVE = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
@@ -53,25 +55,37 @@ class RecordedLeases:
 
 class HeldMinutes:
     """Stands in for `MinuteJob`: a minute in `held` runs until the test releases it; any
-    other finishes at once."""
+    other finishes at once. A held minute holds its entries (as while the notifier is
+    down, its rings unstarted) unless held with `entries_started` (its reads over, one
+    ring still unresolved)."""
 
     def __init__(self) -> None:
         self.held: dict[datetime, asyncio.Event] = {}
+        self.started: set[datetime] = set()
         self.opened: list[datetime] = []
 
-    def hold(self, *minutes_held: datetime) -> None:
+    def hold(self, *minutes_held: datetime, entries_started: bool = False) -> None:
         for minute in minutes_held:
             self.held[minute] = asyncio.Event()
+            if entries_started:
+                self.started.add(minute)
 
     def release(self, *minutes_released: datetime) -> None:
         for minute in minutes_released:
             self.held.pop(minute).set()
 
+    def holding(self) -> list[datetime]:
+        """The minutes opened and held that hold entries."""
+        return [m for m in self.opened if m in self.held and m not in self.started]
+
     def __call__(self, worker: object, minute: datetime) -> Any:
         self.opened.append(minute)
         release = self.held.get(minute)
+        holding = release is not None and minute not in self.started
 
         class Job:
+            holding_entries = holding
+
             async def run(self) -> bool:
                 if release is not None:
                     await release.wait()
@@ -96,12 +110,23 @@ async def _until(condition: Any, within_s: float = 10.0) -> bool:
     return True
 
 
+@contextlib.asynccontextmanager
+async def _running(worker: minutes.PartWorker) -> AsyncIterator[None]:
+    working = asyncio.create_task(worker.run())
+    try:
+        yield
+    finally:
+        worker.stop()
+        working.cancel()
+        await asyncio.gather(working, return_exceptions=True)
+
+
 def test_a_backlog_drains_after_the_live_minutes_jumped_past_finished_ones(
     held_minutes: HeldMinutes,
 ) -> None:
-    """A part taken an hour behind; a notifier outage holds its four live minutes open long
-    enough for their final reads to pass, so the live cursor jumps ahead and those four
-    join the backlog. Once they finish they wait, finished, for the older backlog minutes'
+    """A part taken an hour behind; a notifier outage holds its live minutes open long
+    enough for their final reads to pass, so the live cursor jumps ahead and they join
+    the backlog. Once they finish they wait, finished, for the older backlog minutes'
     checkpoints: they must not count against the backlog's open minutes, or the backlog
     never opens the minutes they wait for and the part's checkpoint stops for good."""
 
@@ -111,13 +136,14 @@ def test_a_backlog_drains_after_the_live_minutes_jumped_past_finished_ones(
         settings = DispatcherSettings(dispatcher_id="d1", grace=GRACE)
         lease = held_shift(checkpoint=CHECKPOINT).lease
         backlog_head = [CHECKPOINT + MINUTE * n for n in range(1, 5)]  # 11:01 .. 11:04
-        live_held = [LIVE + MINUTE * n for n in range(4)]  # 12:00 .. 12:03
+        # With a 3-minute grace five live minutes read at once: 12:00 .. 12:04 (12:04 opens
+        # a prefetch before 12:03 ends).
+        live_held = [LIVE + MINUTE * n for n in range(5)]
         held_minutes.hold(*backlog_head, *live_held)
         worker = _worker(settings, lease, leases, None, None, clock)
-        working = asyncio.create_task(worker.run())
-        try:
-            # Four backlog minutes and four live ones open, none finished.
-            assert await _until(lambda: len(held_minutes.opened) == 8)
+        async with _running(worker):
+            # Four backlog minutes and five live ones open, none finished.
+            assert await _until(lambda: len(held_minutes.opened) == 9)
             assert sorted(held_minutes.opened) == [*backlog_head, *live_held]
 
             # At 12:13 the held live minutes are past their final reads: the live cursor
@@ -137,10 +163,86 @@ def test_a_backlog_drains_after_the_live_minutes_jumped_past_finished_ones(
             assert reached, f"checkpoint stuck at {max(leases.checkpoints, default=CHECKPOINT)}"
             expected = [CHECKPOINT + MINUTE * n for n in range(1, 75)]  # 11:01 .. 12:14
             assert leases.checkpoints == expected  # every minute, in order, once
-        finally:
-            worker.stop()
-            working.cancel()
-            await asyncio.gather(working, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+def test_minutes_whose_rings_all_started_hold_up_no_minute_after_them(
+    held_minutes: HeldMinutes,
+) -> None:
+    """Four live minutes, their reads over, each with a ring the notifier keeps answering
+    "retry" (a device throttled for up to an hour): they filled the four open-minute slots,
+    so the next minute never opened and its rings waited for theirs. It opens on time; the
+    checkpoint still waits for them."""
+
+    async def scenario() -> None:
+        clock = MovedClock(LIVE + timedelta(seconds=10))
+        leases = RecordedLeases()
+        settings = DispatcherSettings(dispatcher_id="d1")
+        lease = held_shift(checkpoint=LIVE - MINUTE).lease
+        stuck = [LIVE + MINUTE * n for n in range(4)]  # 12:00 .. 12:03
+        held_minutes.hold(*stuck, entries_started=True)
+        worker = _worker(settings, lease, leases, None, None, clock)
+        async with _running(worker):
+            assert await _until(lambda: LIVE + MINUTE in held_minutes.opened)  # 12:00, 12:01
+            clock.at = LIVE + 2 * MINUTE + timedelta(seconds=56)  # 12:04 opens at 12:02:55
+            assert await _until(lambda: LIVE + 4 * MINUTE in held_minutes.opened)
+            assert await _until(lambda: LIVE + 5 * MINUTE not in held_minutes.opened)
+            assert leases.checkpoints == []  # 12:00's ring is unresolved
+            held_minutes.release(*stuck)
+            assert await _until(lambda: LIVE + 4 * MINUTE in leases.checkpoints)
+
+    asyncio.run(scenario())
+
+
+def test_a_notifier_outage_holds_a_bounded_number_of_minutes_entries(
+    held_minutes: HeldMinutes,
+) -> None:
+    """While the notifier is down nothing is claimed, so every minute opened keeps all its
+    entries; each jump of the live cursor opened four more minutes, so a pod's memory grew
+    with the outage (an hour of the busiest minutes: out of memory). The minutes past that
+    bound join the backlog, as spans, read again at the catch-up pace once it is over."""
+
+    async def scenario() -> None:
+        clock = MovedClock(LIVE)
+        settings = DispatcherSettings(dispatcher_id="d1")
+        lease = held_shift(checkpoint=LIVE - MINUTE).lease
+        outage = [LIVE + MINUTE * n for n in range(61)]  # every minute of an hour
+        held_minutes.hold(*outage)
+        worker = _worker(settings, lease, RecordedLeases(), None, None, clock)
+        bound = 8  # four live minutes (the default grace's) and four of a backlog
+        async with _running(worker):
+            for _ in range(6):  # an hour, ten minutes at a time
+                clock.at += 10 * MINUTE
+                await asyncio.sleep(0.8)  # the worker looks again every 0.5 s
+                assert len(held_minutes.holding()) <= bound, held_minutes.holding()
+            assert len(held_minutes.holding()) == bound  # it kept opening up to the bound
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("grace_s", [20, 200, 300])
+def test_live_minutes_open_a_prefetch_ahead_whatever_the_grace(
+    held_minutes: HeldMinutes, grace_s: int
+) -> None:
+    """Each live minute stays open from a prefetch before it to its grace after its end: with
+    a grace of 200 s, five minutes read at once, and the fifth opened 20 s into its minute
+    (its first rings late); at 300 s, two minutes late."""
+
+    async def scenario() -> None:
+        clock = MovedClock(LIVE)
+        settings = DispatcherSettings(dispatcher_id="d1", grace=timedelta(seconds=grace_s))
+        lease = held_shift(checkpoint=LIVE - MINUTE).lease
+        worker = _worker(settings, lease, RecordedLeases(), None, None, clock)
+        reading = [LIVE + MINUTE * n for n in range(12)]
+        held_minutes.hold(*reading)  # each reads until its final read (released below)
+        async with _running(worker):
+            for n in range(1, 10):
+                clock.at = LIVE + n * MINUTE - timedelta(seconds=1)
+                read_through = [m for m in reading if m + MINUTE + settings.grace <= clock.at]
+                held_minutes.release(*(m for m in read_through if m in held_minutes.held))
+                # Minute n + 1 opens a prefetch (5 s) before minute n ends.
+                assert await _until(lambda n=n: LIVE + (n + 1) * MINUTE in held_minutes.opened)
 
     asyncio.run(scenario())
 
