@@ -4,11 +4,13 @@ a take whose answer is lost is settled."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+import grpc
 import pytest
 from cassandra import OperationTimedOut
 from cassandra.cluster import Session
@@ -180,7 +182,12 @@ def test_a_hanging_balance_delays_no_lease_renewal(
         return {row.part: row.epoch for row in rows if row.owner == "d"}
 
     async def scenario() -> tuple[dict[int, int], dict[int, int], float, int]:
-        dispatcher = _BalanceHangs(settings, own_keyspace.settings)
+        # A dispatcher takes parts once it has reached a notifier: any gRPC server will do.
+        notifier = grpc.aio.server()
+        port = notifier.add_insecure_port("127.0.0.1:0")
+        await notifier.start()
+        reaching = dataclasses.replace(settings, notifier_target=f"127.0.0.1:{port}")
+        dispatcher = _BalanceHangs(reaching, own_keyspace.settings)
         running = asyncio.create_task(dispatcher.run())
         try:
             async with asyncio.timeout(60):
@@ -200,6 +207,7 @@ def test_a_hanging_balance_delays_no_lease_renewal(
         finally:
             dispatcher.stop()
             await running
+            await notifier.stop(None)
 
     before, after, takeovers, state_reads = asyncio.run(scenario())
 
