@@ -41,6 +41,12 @@ class Ring:
     first_sent: datetime
 
 
+# A notifier's reason is kept in the delivery history and listed to the user: cut to this,
+# so that no notifier's prose makes a history page pass a client's message limit (500
+# records a page).
+REASON_CHARS = 200
+
+
 @dataclass(frozen=True)
 class Answer:
     outcome: Outcome
@@ -202,7 +208,7 @@ class NotifierClient:
             return {ring.key: Answer(Outcome.RETRYABLE, reason) for ring in rings}
         answers = {
             result.idempotency_key: Answer(
-                _OUTCOMES.get(result.outcome, Outcome.RETRYABLE), result.reason
+                _OUTCOMES.get(result.outcome, Outcome.RETRYABLE), result.reason[:REASON_CHARS]
             )
             for result in response.results
         }

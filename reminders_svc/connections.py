@@ -12,11 +12,13 @@ from __future__ import annotations
 
 MAX_METADATA_BYTES = 16 * 1024
 
-# The grace outlasts any call the project makes (the longest, a SendBatch, times out at
-# 10 s), so a closing connection never cuts one off.
+# The grace outlasts any call a client makes (the longest: DeleteUserData, 120 s in the
+# API's service config; a SendBatch 10 s), so a closing connection never cuts one off (a
+# purge of a user with thousands of reminders, cut at 30 s, answered UNAVAILABLE).
+CONNECTION_AGE_GRACE_S = 130
 SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_connection_age_ms", 5 * 60 * 1000),
-    ("grpc.max_connection_age_grace_ms", 30 * 1000),
+    ("grpc.max_connection_age_grace_ms", CONNECTION_AGE_GRACE_S * 1000),
     # gRPC shares a port with any process that also asks (SO_REUSEPORT): a second API, or
     # a stack's leftover child, would take half the calls unseen instead of failing to start.
     ("grpc.so_reuseport", 0),

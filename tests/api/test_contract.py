@@ -14,6 +14,7 @@ import pytest
 
 from genproto.notification.v1 import notification_pb2
 from genproto.reminders.v1 import reminders_pb2
+from reminders_svc.connections import CONNECTION_AGE_GRACE_S, SERVER_OPTIONS
 from tests.ci import unavailable
 from tests.pins import makefile_pin
 
@@ -107,3 +108,16 @@ def test_the_service_config_retries_unavailable_on_exactly_the_rpcs_safe_to_repe
     for method_config in service_config()["methodConfig"]:
         if "retryPolicy" in method_config:
             assert method_config["retryPolicy"]["retryableStatusCodes"] == ["UNAVAILABLE"]
+
+
+def test_a_closing_connection_lets_every_call_the_service_config_allows_finish() -> None:
+    """Servers close each connection after a while, giving the calls on it a grace: at
+    30 s it cut off a DeleteUserData the admin config gives 120 s (a purge of a user with
+    thousands of reminders), answered UNAVAILABLE."""
+    longest_s = max(
+        float(method_config["timeout"].removesuffix("s"))
+        for method_config in service_config()["methodConfig"]
+    )
+    grace_ms = dict(SERVER_OPTIONS)["grpc.max_connection_age_grace_ms"]
+    assert grace_ms == CONNECTION_AGE_GRACE_S * 1000
+    assert CONNECTION_AGE_GRACE_S > longest_s == 120

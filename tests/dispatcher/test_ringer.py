@@ -83,6 +83,7 @@ class Notifier(npb_grpc.NotificationServiceServicer):
         self.refused = 0
         self.received = 0  # items, as soon as they arrive
         self.answer_after_s = 0.0  # a slow push: the answer (and the push) this much later
+        self.reason = ""  # each answer's
         self.first_sent: dict[str, set[datetime]] = collections.defaultdict(set)  # by key
         self.expiries: dict[str, list[datetime]] = collections.defaultdict(list)  # by key
 
@@ -104,7 +105,7 @@ class Notifier(npb_grpc.NotificationServiceServicer):
             else:
                 self.accepted.append(key)
                 outcome = npb.SendResult.OUTCOME_ACCEPTED
-            results.append(npb.SendResult(idempotency_key=key, outcome=outcome))
+            results.append(npb.SendResult(idempotency_key=key, outcome=outcome, reason=self.reason))
         return npb.SendBatchResponse(results=results)
 
 
@@ -1293,6 +1294,23 @@ def test_a_ring_whose_create_no_plain_read_shows_yet_is_not_skipped_for_good(
                 assert await part.ring(reminder)
             assert len(part.notifier.accepted) == 1
             assert (await part.row(reminder)).status is Status.DONE
+
+    asyncio.run(scenario())
+
+
+def test_a_notifiers_long_reason_is_kept_cut_short(own_keyspace: CassandraConnection) -> None:
+    """A reason is the notifier's prose, kept in the history and listed 500 records a page:
+    a notifier writing 100 KB each made that page pass any client's message limit, for
+    good (every retry of the listing alike)."""
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace) as part:
+            part.notifier.reason = "x" * 100_000
+            reminder = await part.due_reminder("u-wordy", _just_due())
+            async with asyncio.timeout(20):
+                assert await part.ring(reminder)
+            [record], _ = await part.history.list_page("u-wordy", reminder.reminder_id, None, 10)
+            assert record.reason == "x" * 200
 
     asyncio.run(scenario())
 
