@@ -19,7 +19,8 @@ own deadline, a request over the size limit, 64 KiB by default, or headers, the 
 among them, over 16 KiB, both RESOURCE_EXHAUSTED): handle it by its code. On a change,
 UNAVAILABLE, CANCELLED or DEADLINE_EXCEEDED without an ErrorInfo (the connection broke,
 the server stopped, the caller's deadline passed) leaves the outcome unknown, as
-OUTCOME_UNKNOWN below: read before retrying.
+OUTCOME_UNKNOWN below: read before retrying; so does INTERNAL (a bug, which the server
+logs). docs/clients.md maps each code and reason to HTTP, for a gateway.
 Codes and reasons:
 INVALID_ARGUMENT (INVALID_FIELD) carries a google.rpc.BadRequest naming the field at
   fault, e.g. "reminder.schedule.time_zone"; nothing was written;
