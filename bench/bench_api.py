@@ -44,7 +44,7 @@ from reminders_svc.storage import aio
 from reminders_svc.storage.loop_reactor import connected_on_loop
 from reminders_svc.storage.parts import bucket_minute, part_of
 from reminders_svc.storage.session import connect
-from reminders_svc.storage.statics import COUNT_ROW
+from reminders_svc.storage.statics import COUNT_ROW, WRITE_COUNT_ROW
 
 DEV = {"REMINDERS_ENV": "dev"}
 # Creates spread over this many users, the same on both sides: a user's partition grows
@@ -119,6 +119,13 @@ async def _drive(
     return Run(name, latencies, time.monotonic() - began)
 
 
+# The row and its count, in one conditional batch, as `ReminderStore.create` writes them.
+_ROW_AND_COUNT = (
+    "BEGIN BATCH UPDATE reminders SET active_count = ? WHERE user_id = ? IF active_count = ?;"
+    " UPDATE reminders SET body = ?, schedule_kind = 'repeat', zone = ?, local_start = ?,"
+    " rrule = ?, status = 'pending', occurrence = ?, due = ?, version = 1, op_id = ?,"
+    " created_at = ?, updated_at = ? WHERE user_id = ? AND reminder_id = ? IF status = null;"
+)
 BARE_CREATE_CQL = (
     "INSERT INTO create_requests (user_id, request_id, payload_hash, reminder_id, created_at)"
     " VALUES (?, ?, ?, ?, ?) IF NOT EXISTS USING TTL 604800",
@@ -126,18 +133,9 @@ BARE_CREATE_CQL = (
     " VALUES (?, ?, now(), ?, ?, ?) USING TTL ?",
     # Through the partition's count row (statics.py); a user's first create finds none.
     "SELECT reminder_id, active_count FROM reminders WHERE user_id = ? AND reminder_id = ?",
-    "BEGIN BATCH UPDATE reminders SET active_count = ? WHERE user_id = ? IF active_count = ?;"
-    " UPDATE reminders SET body = ?, schedule_kind = 'repeat', zone = ?, local_start = ?,"
-    " rrule = ?, status = 'pending', occurrence = ?, due = ?, version = 1, op_id = ?,"
-    " created_at = ?, updated_at = ? WHERE user_id = ? AND reminder_id = ? IF status = null;"
-    " APPLY BATCH",
+    f"{_ROW_AND_COUNT} APPLY BATCH",
     # The first create of a user writes the partition's count row in its batch too.
-    "BEGIN BATCH UPDATE reminders SET active_count = ? WHERE user_id = ? IF active_count = ?;"
-    " UPDATE reminders SET body = ?, schedule_kind = 'repeat', zone = ?, local_start = ?,"
-    " rrule = ?, status = 'pending', occurrence = ?, due = ?, version = 1, op_id = ?,"
-    " created_at = ?, updated_at = ? WHERE user_id = ? AND reminder_id = ? IF status = null;"
-    " INSERT INTO reminders (user_id, reminder_id) VALUES (?, ?);"
-    " APPLY BATCH",
+    f"{_ROW_AND_COUNT} {WRITE_COUNT_ROW}; APPLY BATCH",
 )
 
 

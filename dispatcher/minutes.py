@@ -31,7 +31,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from dispatcher.buckets import BucketReader, Entry
 from dispatcher.leases import Lease, PartLeases
@@ -301,6 +301,15 @@ class _Backlog:
         return start
 
 
+class _OpenMinute(NamedTuple):
+    job: MinuteJob
+    task: asyncio.Task[bool]
+
+    @property
+    def holds_entries(self) -> bool:
+        return not self.task.done() and self.job.holding_entries
+
+
 class PartWorker:
     """Works one leased part until the lease is lost or `stop()` is called."""
 
@@ -328,7 +337,6 @@ class PartWorker:
         # (a longer grace, more of them), so a minute never opens late for want of room.
         reading = math.ceil((settings.prefetch + MINUTE + settings.grace) / MINUTE)
         self.live_cap = max(_MAX_OPEN_MINUTES, reading + 1)
-        self._jobs: dict[datetime, MinuteJob] = {}
 
     @property
     def lease(self) -> Lease:
@@ -348,7 +356,7 @@ class PartWorker:
         return floor_minute(self.clock.now() - MINUTE - self.settings.grace) + MINUTE
 
     async def run(self) -> None:
-        open_jobs: dict[datetime, asyncio.Task[bool]] = {}
+        open_jobs: dict[datetime, _OpenMinute] = {}
         cancel_open = True
         try:
             await self._work(open_jobs)
@@ -356,15 +364,16 @@ class PartWorker:
             # lost (or a minute left unfinished): they stop now.
             cancel_open = not self.shift.stopping
         finally:
-            for task in open_jobs.values():
+            for task in (opened.task for opened in open_jobs.values()):
                 if cancel_open:
                     task.cancel()
-            ended = await asyncio.gather(*open_jobs.values(), return_exceptions=True)
+            tasks = [opened.task for opened in open_jobs.values()]
+            ended = await asyncio.gather(*tasks, return_exceptions=True)
             for outcome in ended:
                 if isinstance(outcome, Exception):
                     log.error("part %d: a minute failed", self.lease.part, exc_info=outcome)
 
-    async def _work(self, open_jobs: dict[datetime, asyncio.Task[bool]]) -> None:
+    async def _work(self, open_jobs: dict[datetime, _OpenMinute]) -> None:
         """Open the backlog's minutes and the live ones, each cursor in order; checkpoint
         each minute once it and every minute before it are finished, under the lease."""
         start = self._first_minute()
@@ -392,7 +401,7 @@ class PartWorker:
                 # of them; counting either kept the minutes after them from opening. All of
                 # them together are bounded too: a notifier outage holds every minute's
                 # entries unstarted, and each jump of the live cursor opened four more.
-                holding = [m for m, t in open_jobs.items() if self._holds_entries(m, t)]
+                holding = [m for m, opened in open_jobs.items() if opened.holds_entries]
                 open_backlog = sum(1 for m in holding if m < live_from)
                 room = len(holding) < self.live_cap + _MAX_OPEN_MINUTES
                 if next_backlog is not None and open_backlog < _MAX_OPEN_MINUTES and room:
@@ -412,12 +421,12 @@ class PartWorker:
                 await self.shift.sleep(0.5)
                 continue
             first_minute = min(open_jobs)
-            first = open_jobs[first_minute]
+            first = open_jobs[first_minute].task
             # The first open minute is the first unfinished one, unless backlog minutes
             # are still to be opened below it.
             in_order = next_backlog is None or first_minute < next_backlog
             if not (first.done() and in_order):
-                pending = [task for task in open_jobs.values() if not task.done()]
+                pending = [o.task for o in open_jobs.values() if not o.task.done()]
                 if pending:
                     await asyncio.wait(pending, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
                 elif not self.shift.on():
@@ -426,7 +435,6 @@ class PartWorker:
                     await self.shift.sleep(0.5)
                 continue
             del open_jobs[first_minute]
-            del self._jobs[first_minute]
             if not first.result():
                 # Unfinished (the shift ended first): neither it nor any later minute is
                 # checkpointed; whoever works the part next re-reads it from the checkpoint.
@@ -444,13 +452,9 @@ class PartWorker:
             log.warning("part %d: lease not renewed in time; stopping", self.lease.part)
             self.metrics.leases_lost.inc()
 
-    def _open(self, open_jobs: dict[datetime, asyncio.Task[bool]], minute: datetime) -> None:
+    def _open(self, open_jobs: dict[datetime, _OpenMinute], minute: datetime) -> None:
         job = MinuteJob(self, minute)
-        self._jobs[minute] = job
-        open_jobs[minute] = asyncio.create_task(job.run())
-
-    def _holds_entries(self, minute: datetime, task: asyncio.Task[bool]) -> bool:
-        return not task.done() and self._jobs[minute].holding_entries
+        open_jobs[minute] = _OpenMinute(job, asyncio.create_task(job.run()))
 
     async def _checkpoint(self, minute: datetime) -> bool:
         """Checkpoint `minute` under the lease, tried again while storage does not answer
