@@ -30,7 +30,7 @@ from cassandra.cluster import Session
 from cassandra.protocol import ErrorMessage
 from cassandra.query import SimpleStatement
 
-from reminders_svc.config import CassandraSettings, Replication
+from reminders_svc.config import CassandraSettings, ConfigError, Replication
 from reminders_svc.storage.errors import STORAGE_ERRORS, StorageUnavailable
 from reminders_svc.storage.session import serial_read_level
 
@@ -111,6 +111,10 @@ def split_statements(text: str) -> tuple[str, ...]:
 
 
 def load_migrations(directory: Path) -> tuple[Migration, ...]:
+    """The schema files in `directory`, in order. A directory missing or empty is bad
+    configuration (`--cql-dir`, REMINDERS_CQL_DIR), which no retry mends."""
+    if not directory.is_dir():
+        raise ConfigError(f"{directory}: no such directory of schema files")
     migrations: list[Migration] = []
     for path in sorted(directory.glob("*.cql")):
         match = _FILE_PATTERN.match(path.name)
@@ -129,7 +133,7 @@ def load_migrations(directory: Path) -> tuple[Migration, ...]:
     if len(set(versions)) != len(versions):
         raise MigrationError(f"two schema files share a version number in {directory}")
     if not migrations:
-        raise MigrationError(f"no schema files in {directory}")
+        raise ConfigError(f"no schema files in {directory}")
     return tuple(migrations)
 
 

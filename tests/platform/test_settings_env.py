@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from cassandra.connection import DefaultEndPoint
@@ -134,6 +135,21 @@ def test_a_malformed_setting_stops_every_command_with_exit_2_naming_it(
     done = run_cli(*argv, env=env, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "REMINDERS_CASSANDRA_PORT='nine': expected an integer" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("where", ["missing", "empty"])
+def test_migrate_from_a_directory_without_schema_files_is_bad_configuration(
+    tmp_path: Path, where: str
+) -> None:
+    """Exit 2, which fails the migrate Job at once (its podFailurePolicy): a wrong
+    REMINDERS_CQL_DIR said 1 and was retried for an hour."""
+    directory = tmp_path / "cql"
+    if where == "empty":
+        directory.mkdir()
+    done = run_cli("migrate", env={"REMINDERS_CQL_DIR": str(directory)}, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert str(directory) in done.stderr
     assert "Traceback" not in done.stderr
 
 
