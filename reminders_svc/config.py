@@ -321,21 +321,24 @@ def hosts_of(address: str) -> tuple[str, ...]:
     return tuple(_split(part)[0] for part in _addresses(address))
 
 
-def port_problem(address: str) -> str | None:
+def target_problem(address: str) -> str | None:
     """Why a `host:port` address or gRPC target names a port no TCP connection can have
     (gRPC wraps one past 65535 round, 99999 to 34463, and connects there), or, written
-    without a scheme, names none (gRPC dials 443 then, which no service here listens on: a
-    forgotten port); None if neither. A dns:, ipv4: or ipv6: target may leave its port to
-    gRPC's default, as its naming document says; an xds: or unix: one names no TCP port."""
+    without a scheme, names no port (gRPC dials 443 then, which no service here listens
+    on: a forgotten port) or no host; None if none of these. A dns:, ipv4: or ipv6: target
+    may leave its port to gRPC's default, as its naming document says; an xds: or unix:
+    one names no TCP port."""
     if address.startswith(_PORTLESS_SCHEMES):
         return None
     named_scheme = _TARGET_SCHEME.match(address) is not None
     for part in _addresses(address):
-        port = _split(part)[1]
+        host, port = _split(part)
         if port is None:
             if named_scheme:
                 continue
             return "no port: expected host:port"
+        if not host and not named_scheme:
+            return "no host: expected host:port"
         if not 1 <= int(port) <= 65535:
             return f"port {port} is not 1 to 65535"
     return None

@@ -21,7 +21,8 @@ unless REMINDERS_PLAINTEXT_IN_MESH=true says a mesh encrypts the link.
 Results print as JSON on stdout (proto field names, times RFC 3339 with seconds). A
 failed call prints {"error": {"code", "message", "reason", "field_violations"}} on stderr
 (each violation with the "option" that sets its field; a "hint" when no server answered;
-a failed create's "request_id", and "retry" when it may have been made) and exits 1.
+a failed create's "request_id"; "retry" when a create or a change may have been made,
+saying how to find out) and exits 1.
 """
 
 from __future__ import annotations
@@ -53,14 +54,17 @@ from reminders_svc.config import (
     Env,
     bare_host,
     listen_address,
-    port_problem,
     require_protected,
+    target_problem,
 )
 from reminders_svc.tls import CLI_CLIENT_PREFIX, ClientTls
 
 # Where an API server with no configuration listens: what `make run` started.
 DEFAULT_TARGET = f"{ApiSettings.host}:{ApiSettings.port}"
 TOKEN_TTL_S = 300.0
+# Past the API's write deadline (as proto/reminders/v1/service_config.json's 15 s): a slow
+# write is answered OUTCOME_UNKNOWN by the server, not cut short here with no answer.
+CALL_TIMEOUT_S = ApiSettings.write_deadline.total_seconds() + 5
 _DURATION_PART = re.compile(r"(\d+)([dhms])")
 _SECONDS_PER_UNIT = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 # The longest google.protobuf.Duration: 10,000 years.
@@ -165,7 +169,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f" $REMINDERS_API_PORT put the API, by default {DEFAULT_TARGET})",
     )
     common.add_argument(
-        "--timeout", type=positive_seconds, default=10.0, help="seconds (default 10)"
+        "--timeout",
+        type=positive_seconds,
+        default=CALL_TIMEOUT_S,
+        help="seconds (default %(default)g: past the API's write deadline)",
     )
 
     def add(name: str, command: Command, help_text: str, *, takes_id: bool = True) -> Parser:
@@ -373,7 +380,7 @@ def api_channel(target: str, env: Mapping[str, str]) -> grpc.Channel:
     # Read and checked like the servers' TLS settings: half a configuration or an unreadable
     # file is a ConfigError naming the variable (gRPC's core would abort the process).
     tls = ClientTls.from_env(env, CLI_CLIENT_PREFIX)
-    if (problem := port_problem(target)) is not None:
+    if (problem := target_problem(target)) is not None:
         raise UsageError(f"the API target {target!r}: {problem}")
     if not signs_for_development(env):
         require_protected(
@@ -511,6 +518,15 @@ _OUTCOME_UNKNOWN = frozenset(
 )
 
 
+# Commands that change a reminder without a request_id: after an unknown outcome, only a
+# read tells whether the change landed (docs/clients.md, "Repeating a change").
+_CHANGES = frozenset({"edit", "snooze", "pause", "resume", "delete"})
+
+
+def _read_before_repeating(reminder_id: str) -> str:
+    return f"the change may have been applied: `reminders get {reminder_id}` before repeating it"
+
+
 def _repeat_create(request_id: str) -> str:
     return (
         "the reminder may have been created: repeat the command with"
@@ -528,6 +544,11 @@ def bearer_for(user: str, env: Mapping[str, str]) -> str:
     path = env.get("REMINDERS_CLIENT_TOKEN_FILE")
     if not path:
         key = user_key_from_env(env)
+        if not key.can_sign():
+            raise UsageError(
+                "REMINDERS_JWT_PUBLIC_KEY_FILE is set, and a public key cannot sign: set"
+                " REMINDERS_CLIENT_TOKEN_FILE to a token from your issuer"
+            )
         # As long as the server accepts (REMINDERS_JWT_MAX_LIFETIME_S may be shorter).
         return mint_token(key, user, min(TOKEN_TTL_S, key.max_lifetime_s))
     try:
@@ -582,11 +603,12 @@ def run(args: argparse.Namespace) -> int:
             failure["error"]["hint"] = unavailable_hint(target, failure["error"]["message"])
         if creating:
             failure["error"]["request_id"] = args.request_id
-            if (
-                error.code() in _OUTCOME_UNKNOWN
-                and failure["error"]["reason"] != "STORAGE_UNAVAILABLE"
-            ):
+        # STORAGE_UNAVAILABLE: refused before anything was written.
+        if error.code() in _OUTCOME_UNKNOWN and failure["error"]["reason"] != "STORAGE_UNAVAILABLE":
+            if creating:
                 failure["error"]["retry"] = _repeat_create(args.request_id)
+            elif args.command in _CHANGES:
+                failure["error"]["retry"] = _read_before_repeating(args.id)
         # One line, as every refusal here.
         print(json.dumps(failure, ensure_ascii=False), file=sys.stderr)
         return 1

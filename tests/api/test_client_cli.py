@@ -259,6 +259,30 @@ def test_a_create_that_may_have_been_made_says_how_to_repeat_it() -> None:
     )
 
 
+@pytest.mark.parametrize("command", ["edit", "snooze", "pause", "resume", "delete"])
+def test_a_change_that_may_have_been_made_says_to_read_before_repeating(command: str) -> None:
+    """None of these carries a request_id: only a read tells whether it landed."""
+    target = f"127.0.0.1:{free_port()}"
+    options = {"edit": ("--version", "1", "--text", "t"), "snooze": ("--for", "10m")}
+    done = run_cli(
+        command, "r1", *options.get(command, ()), "--user", "alice", "--target", target,
+        timeout=60,
+    )  # fmt: skip
+
+    assert done.returncode == 1, done.stderr
+    error = json.loads(done.stderr)["error"]
+    assert error["retry"] == (
+        "the change may have been applied: `reminders get r1` before repeating it"
+    )
+
+
+def test_a_read_that_failed_says_nothing_about_repeating() -> None:
+    done = run_cli("get", "r1", "--user", "alice", "--target", f"127.0.0.1:{free_port()}")
+
+    assert done.returncode == 1, done.stderr
+    assert "retry" not in json.loads(done.stderr)["error"]
+
+
 def test_the_api_port_make_run_was_given_is_where_the_client_goes() -> None:
     port = str(free_port())
     done = run_cli("get", "r1", "--user", "alice", env={"REMINDERS_API_PORT": port}, timeout=60)
@@ -485,6 +509,12 @@ def test_a_token_from_the_identity_provider_reaches_an_rs256_server(
         unsigned = run_cli(*get, env={"REMINDERS_ENV": "prod"}, timeout=60)
         assert unsigned.returncode == 2
         assert "no token key" in unsigned.stderr
+        # The server's own settings (its public key) in the client's environment: told
+        # where a token comes from, not only that this key cannot sign.
+        server_env = {"REMINDERS_ENV": "prod", "REMINDERS_JWT_PUBLIC_KEY_FILE": public_file}
+        verify_only = run_cli(*get, env=server_env, timeout=60)
+        assert verify_only.returncode == 2
+        assert "set REMINDERS_CLIENT_TOKEN_FILE to a token from your issuer" in (verify_only.stderr)
 
 
 def test_a_real_token_is_not_sent_in_plaintext_off_this_host(tmp_path: Path) -> None:

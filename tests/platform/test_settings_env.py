@@ -21,7 +21,7 @@ from reminders_svc.config import (
     ConfigError,
     Retention,
     is_local,
-    port_problem,
+    target_problem,
 )
 from reminders_svc.storage.session import execution_profile
 from tests.platform.helpers import run_cli
@@ -238,6 +238,7 @@ def test_what_counts_as_this_host(address: str, local: bool) -> None:
         ("localhost", "no port: expected host:port"),
         ("10.0.0.7", "no port: expected host:port"),
         ("localhost:0", "port 0 is not 1 to 65535"),
+        (":50051", "no host: expected host:port"),
         ("dns:///api.example:99999", "port 99999 is not 1 to 65535"),
         ("ipv4:10.0.0.1:50051,10.0.0.2:70000", "port 70000 is not 1 to 65535"),
         # A scheme written out: gRPC's own default port (443), asked for knowingly.
@@ -250,10 +251,10 @@ def test_what_counts_as_this_host(address: str, local: bool) -> None:
         ("vsock:3:50051", None),
     ],
 )
-def test_a_target_is_refused_for_a_port_no_connection_can_have_or_a_forgotten_one(
+def test_a_target_is_refused_for_a_port_no_connection_can_have_or_a_forgotten_part(
     target: str, problem: str | None
 ) -> None:
-    assert port_problem(target) == problem
+    assert target_problem(target) == problem
 
 
 def test_the_api_reads_how_long_a_handed_off_ring_may_still_go_out_as_the_dispatcher_sets_it() -> (
