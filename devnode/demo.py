@@ -5,7 +5,9 @@ API, signed and connected as the client commands are: the development key unless
 REMINDERS_JWT_* key or REMINDERS_CLIENT_TOKEN_FILE is set), waits for it to ring, and
 prints the delivery (due, handed off, lateness) as JSON on stdout, its progress and
 verdict on stderr. Exits 0 only if it rang exactly once and not early; 1 if not, or a
-call failed; 2 on bad settings; 130 on Ctrl-C, having deleted its reminder.
+call failed; 2 on bad settings; 130 on Ctrl-C. The notifier is asked first, and a
+reminder that did not ring (a failed call, Ctrl-C, the wait over) is deleted: left
+behind, it would ring later with nobody watching.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from reminders_svc.api.client_cli import (
     client_env,
     default_target,
     positive_seconds,
+    user_id,
 )
 from reminders_svc.config import ConfigError
 
@@ -47,13 +50,15 @@ DUPLICATE_WATCH_S = 5.0
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("demo", help="ring one reminder through the running stack")
-    parser.add_argument("--user", default="demo", help="the demo user (default: demo)")
+    parser.add_argument(
+        "--user", type=user_id, default="demo", help="the demo user (default: %(default)s)"
+    )
     parser.add_argument(
         "--in",
         dest="seconds",
         type=positive_seconds,
         default=20.0,
-        help="ring this many seconds from now",
+        help="ring this many seconds from now (default %(default)g)",
     )
     parser.add_argument(
         "--api",
@@ -143,6 +148,9 @@ def _demo(
     instant = Timestamp()
     instant.FromDatetime(due)
     with api_to as api, grpc.insecure_channel(args.notifier) as push:
+        # The notifier first: a wrong address, or one that records nothing (the logging
+        # adapter), fails here, before a reminder is left to ring with nobody watching.
+        _pushed(args, push)
         with _calling("API", args.api):
             created = pb_grpc.RemindersServiceStub(api).CreateReminder(
                 pb.CreateReminderRequest(
@@ -166,16 +174,16 @@ def _demo(
             if pushes:
                 with _calling("API", args.api):
                     delivery = _handed_off(api, created.id, signed, deadline)
+            else:
+                _delete(api, created.id, signed)
         except KeyboardInterrupt:
-            # Left behind, it would ring later with nobody watching.
-            with contextlib.suppress(grpc.RpcError):
-                pb_grpc.RemindersServiceStub(api).DeleteReminder(
-                    pb.DeleteReminderRequest(id=created.id),
-                    metadata=signed(),
-                    timeout=CALL_TIMEOUT_S,
-                )
+            _delete(api, created.id, signed)
             say(f"reminders demo: interrupted; its reminder {created.id} deleted")
             return 130
+        except DemoError:
+            _delete(api, created.id, signed)
+            say(f"reminders demo: its reminder {created.id} deleted")
+            raise
     report = {
         "reminder": created.id,
         # As the client commands print times and durations: protobuf's JSON forms.
@@ -196,18 +204,33 @@ def _demo(
     return 0
 
 
+def _delete(
+    api: grpc.Channel, reminder_id: str, signed: Callable[[], tuple[tuple[str, str]]]
+) -> None:
+    """Delete the demo's reminder, which left behind would ring later with nobody watching."""
+    with contextlib.suppress(grpc.RpcError):
+        pb_grpc.RemindersServiceStub(api).DeleteReminder(
+            pb.DeleteReminderRequest(id=reminder_id), metadata=signed(), timeout=CALL_TIMEOUT_S
+        )
+
+
+def _pushed(args: argparse.Namespace, push: grpc.Channel) -> list[npb.Delivered]:
+    """What the notifier pushed to the demo user."""
+    with _calling("notifier", args.notifier):
+        return list_delivered(
+            npb_grpc.NotificationServiceStub(push), args.user, timeout_s=CALL_TIMEOUT_S
+        )
+
+
 def _pushes_of(
     args: argparse.Namespace, push: grpc.Channel, reminder_id: str, deadline: float
 ) -> list[npb.Delivered]:
     """The notifier's pushes of the reminder, watched for DUPLICATE_WATCH_S from the first
     (a second would be a duplicate), or until `deadline` (time.monotonic())."""
-    notifier = npb_grpc.NotificationServiceStub(push)
     pushes: list[npb.Delivered] = []
     watched_until: float | None = None
     while time.monotonic() < (deadline if watched_until is None else watched_until):
-        with _calling("notifier", args.notifier):
-            pushed = list_delivered(notifier, args.user, timeout_s=CALL_TIMEOUT_S)
-        pushes = [d for d in pushed if d.idempotency_key.startswith(reminder_id)]
+        pushes = [d for d in _pushed(args, push) if d.idempotency_key.startswith(reminder_id)]
         if pushes and watched_until is None:
             watched_until = time.monotonic() + DUPLICATE_WATCH_S
         time.sleep(0.5)

@@ -33,8 +33,10 @@ SHUTDOWN_GRACE_S = 20
 NOT_SERVING = HealthCheckResponse.NOT_SERVING
 
 
-def run_demo(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    """`reminders demo` against the stack's API and notifier."""
+def run_demo(
+    stack: Stack, *args: str, notifier: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`reminders demo` against the stack's API and notifier (or `notifier`)."""
     return subprocess.run(
         [
             REMINDERS,
@@ -43,7 +45,7 @@ def run_demo(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
             "--api",
             f"127.0.0.1:{stack.api_port}",
             "--notifier",
-            f"127.0.0.1:{stack.notifier_port}",
+            notifier or f"127.0.0.1:{stack.notifier_port}",
         ],
         env=stack.env,
         capture_output=True,
@@ -57,9 +59,10 @@ def test_the_demo_fails_when_its_reminder_does_not_ring(
     cassandra_settings: CassandraSettings,
 ) -> None:
     """No dispatcher: the reminder is made but never rings, and the demo says so and
-    exits 1 once its wait is over (a check that only passes is no check). The stack
-    signs with a key of its own, which the demo uses as the client commands do (it
-    signed with the development key whatever was set: UNAUTHENTICATED)."""
+    exits 1 once its wait is over (a check that only passes is no check), deleting it: it
+    would ring once a dispatcher ran, with nobody watching. The stack signs with a key of
+    its own, which the demo uses as the client commands do (it signed with the
+    development key whatever was set: UNAUTHENTICATED)."""
     own_key = {"REMINDERS_JWT_SECRET": "a-stack-key-of-its-own-" + uuid.uuid4().hex}
     with closing(Stack(cassandra_settings, **own_key)) as stack:
         stack.start_api()
@@ -67,6 +70,14 @@ def test_the_demo_fails_when_its_reminder_does_not_ring(
         # Due 5 s ahead: a busy machine must not see it pass before the API does.
         user = f"u-{uuid.uuid4().hex[:8]}"
         demo = run_demo(stack, "--in", "5", "--timeout", "2", "--user", user)
+        left = _reminders_of(stack, user)
+        # A notifier that does not answer: refused before anything is created.
+        nowhere = f"127.0.0.1:{free_port()}"
+        unreached = run_demo(stack, "--user", user, notifier=nowhere)
+        left_after_unreached = _reminders_of(stack, user)
+    assert unreached.returncode == 1
+    assert f"the notifier at {nowhere} did not answer" in unreached.stderr
+    assert (left, left_after_unreached) == ([], [])
     assert demo.returncode == 1, demo.stdout + demo.stderr
     assert '"pushes": 0' in demo.stdout
     assert '"handed_off": null' in demo.stdout
@@ -75,6 +86,20 @@ def test_the_demo_fails_when_its_reminder_does_not_ring(
     # stdout is the JSON report alone; progress and verdict go to stderr.
     assert json.loads(demo.stdout)["pushes"] == 0
     assert demo.stderr.endswith("\ndemo FAILED: expected exactly one push, not early\n")
+
+
+def _reminders_of(stack: Stack, user: str) -> list[object]:
+    """The user's reminders, listed through the stack's API with the client command."""
+    listed = subprocess.run(
+        [REMINDERS, "list", "--user", user, "--target", f"127.0.0.1:{stack.api_port}"],
+        env=stack.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    reminders: list[object] = json.loads(listed.stdout).get("reminders", [])
+    return reminders
 
 
 def test_health_metrics_demo_and_a_clean_sigterm(cassandra_settings: CassandraSettings) -> None:

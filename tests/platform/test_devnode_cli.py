@@ -356,7 +356,7 @@ def test_demo_without_a_running_stack_says_so_in_one_line() -> None:
 
     assert result.returncode == 1
     assert result.stderr == (
-        f"reminders demo: the API at {api} did not answer (UNAVAILABLE); "
+        f"reminders demo: the notifier at {notifier} did not answer (UNAVAILABLE); "
         "start the stack with `make run`\n"
     )
     assert result.stdout == ""
