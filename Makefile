@@ -108,5 +108,8 @@ check: lint typecheck test
 stop:
 	$(BIN)/reminders cassandra stop
 
-clean: stop
+# The node is stopped only where the venv can still do it: a broken .venv is what
+# `make clean` is for.
+clean:
+	-[ -x $(BIN)/reminders ] && $(BIN)/reminders cassandra stop
 	rm -rf $(VENV)

@@ -57,4 +57,9 @@ def configure(level: str) -> None:
 
 def add_level_option(parser: argparse.ArgumentParser) -> None:
     """`--log-level` of a service process's command: a choice, so a typo is a usage error."""
-    parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING"))
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=("DEBUG", "INFO", "WARNING"),
+        help="default %(default)s",
+    )

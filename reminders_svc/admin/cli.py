@@ -1,8 +1,8 @@
 """`reminders admin ...`: parts, parts grow, replay, inspect, replan (docs/operations.md).
 
 Each subcommand's handler opens one Cassandra session (REMINDERS_CASSANDRA_*), runs its
-coroutine and prints a table, or JSON with `--json`. Exit codes: 0 done, 1 storage or
-configuration trouble, 2 a request refused (the message says why).
+coroutine and prints a table, or JSON with `--json`. Exit codes: 0 done, 1 storage
+trouble, 2 bad configuration or a request refused (the message says why).
 """
 
 from __future__ import annotations
@@ -75,8 +75,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     replay_parser = commands.add_parser(
         "replay", help="re-read a range of minutes; re-arm rows still due (the row decides)"
     )
-    replay_parser.add_argument("--from", dest="first", type=minute_arg, required=True)
-    replay_parser.add_argument("--to", dest="last", type=minute_arg, required=True)
+    replay_parser.add_argument(
+        "--from", dest="first", type=minute_arg, required=True, help=f"the first minute, {_MINUTE}"
+    )
+    replay_parser.add_argument(
+        "--to", dest="last", type=minute_arg, required=True, help="the last minute (replayed too)"
+    )
     replay_parser.add_argument(
         "--ops-per-s",
         type=_rate,
@@ -90,7 +94,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     inspect_parser = commands.add_parser(
         "inspect", help="a minute's bucket entries and each row's state (never texts)"
     )
-    inspect_parser.add_argument("--minute", type=minute_arg, required=True)
+    inspect_parser.add_argument("--minute", type=minute_arg, required=True, help=_MINUTE)
     inspect_parser.add_argument("--part", type=_part, default=None, help="only this part")
     inspect_parser.add_argument(
         "--limit",
@@ -132,6 +136,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     replan_parser.add_argument("--dry-run", action="store_true", help="count, write nothing")
     _json_flag(replan_parser)
     _command(replan_parser, _replan, precheck=_replan_precheck)
+
+
+_MINUTE = "a whole minute with its offset, e.g. 2026-10-26T13:00Z"
 
 
 def minute_arg(text: str) -> datetime:

@@ -43,7 +43,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--zone", metavar="ZONE", help="IANA zone, e.g. America/New_York")
     parser.add_argument("--from", dest="from_", metavar="UTC_ISO", help="stands in for now")
-    parser.add_argument("--count", type=int, default=10, help="at most this many (default 10)")
+    parser.add_argument(
+        "--count",
+        type=int,
+        default=10,
+        help=f"at most this many (default %(default)s, at most {MAX_PREVIEW})",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON array")
     parser.add_argument(
         "--version", action="store_true", help="print the tz database version and exit"

@@ -4,12 +4,14 @@ config given to clients agrees with it."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from genproto.notification.v1 import notification_pb2
@@ -19,6 +21,8 @@ from tests.ci import unavailable
 from tests.pins import makefile_pin
 
 ROOT = Path(__file__).resolve().parents[2]
+# gRPC's status codes, which the proto's list and the docs' table name beside the reasons.
+CODES = {code.name for code in grpc.StatusCode}
 
 
 def test_generated_code_matches_the_proto_files(tmp_path: Path) -> None:
@@ -121,3 +125,15 @@ def test_a_closing_connection_lets_every_call_the_service_config_allows_finish()
     grace_ms = dict(SERVER_OPTIONS)["grpc.max_connection_age_grace_ms"]
     assert grace_ms == CONNECTION_AGE_GRACE_S * 1000
     assert CONNECTION_AGE_GRACE_S > longest_s == 120
+
+
+def test_every_reason_the_proto_lists_is_mapped_for_a_gateway_in_the_client_docs() -> None:
+    """docs/clients.md tells a gateway what each reason means in HTTP: a reason the
+    contract gained and the table missed reached a BFF as an unexplained 500."""
+    proto = (ROOT / "proto/reminders/v1/reminders.proto").read_text()
+    listed = proto.split("// Codes and reasons:", 1)[1].split("\n//\n", 1)[0]
+    reasons = set(re.findall(r"\b[A-Z]+(?:_[A-Z]+)+\b", listed)) - CODES
+    table = (ROOT / "docs/clients.md").read_text().split("## Errors, for a gateway", 1)[1]
+    documented = set(re.findall(r"\b[A-Z]+(?:_[A-Z]+)+\b", table)) - CODES
+    assert len(reasons) >= 15, reasons
+    assert reasons <= documented, sorted(reasons - documented)
