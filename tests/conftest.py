@@ -25,6 +25,7 @@ from reminders_svc.config import CassandraSettings
 from reminders_svc.storage.errors import StorageUnavailable
 from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
 from reminders_svc.storage.session import CassandraConnection, connect
+from tests import keyspaces
 from tests.ci import unavailable
 
 DOCKER_IMAGE = "cassandra:5.0.9"
@@ -64,6 +65,13 @@ def cassandra_settings() -> Iterator[CassandraSettings]:
     except StorageUnavailable as error:
         unavailable(f"{error}\n(`make test` starts the local node; or `reminders cassandra start`)")
     yield settings  # noqa: PT022  (a generator: the docker branch above has a teardown)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _keyspace_pools() -> Iterator[None]:
+    """Drop what the process's keyspace pools still hold when the session ends."""
+    yield
+    keyspaces.close_all()
 
 
 @pytest.fixture

@@ -11,16 +11,19 @@ import pytest
 from dispatcher.leases import Lease
 from dispatcher.shift import Shift
 from reminders_svc.config import CassandraSettings
-from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
 from reminders_svc.storage.session import CassandraConnection, connect
+from tests import keyspaces
 
 
 @pytest.fixture
-def own_keyspace(fresh_keyspace: CassandraSettings) -> Iterator[CassandraConnection]:
-    with connect(fresh_keyspace, keyspace="") as connection:
-        migrate(connection.session, fresh_keyspace, load_migrations(default_cql_dir()))
-    with connect(fresh_keyspace) as connection:
-        yield connection
+def own_keyspace(cassandra_settings: CassandraSettings) -> Iterator[CassandraConnection]:
+    """A migrated keyspace of the test's own (made ahead: tests/keyspaces.py)."""
+    settings = keyspaces.take(cassandra_settings)
+    try:
+        with connect(settings) as connection:
+            yield connection
+    finally:
+        keyspaces.drop(settings)
 
 
 def held_shift(held_for_s: float = 600.0, checkpoint: datetime | None = None) -> Shift:

@@ -9,7 +9,6 @@ after a passing test and kept (its path printed) after a failing one.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shutil
 import signal
@@ -34,9 +33,9 @@ from genproto.reminders.v1 import reminders_pb2_grpc as pb_grpc
 from notifier.rpc.client import list_delivered
 from reminders_svc.api.auth import AuthSettings, mint_token
 from reminders_svc.config import CassandraSettings
-from reminders_svc.storage.migrations import default_cql_dir, load_migrations, migrate
 from reminders_svc.storage.parts import floor_minute, part_of
 from reminders_svc.storage.session import CassandraConnection, connect
+from tests import keyspaces
 from tests.platform.helpers import free_port
 
 REMINDERS = str(Path(sys.executable).with_name("reminders"))
@@ -114,7 +113,9 @@ def wait_serving(target: str, timeout_s: float = 60) -> None:
 class Stack:
     def __init__(self, cassandra: CassandraSettings, **extra_env: str) -> None:
         suffix = uuid.uuid4().hex[:8]
-        self.settings = dataclasses.replace(cassandra, keyspace=f"e2e_{suffix}")
+        # Keyspaces of its own, made ahead by the process's pools (tests/keyspaces.py).
+        self.settings = keyspaces.take(cassandra, keyspaces.REMINDERS)
+        self._notifier_keyspace = keyspaces.take(cassandra, keyspaces.NOTIFIER)
         self.api_port, self.notifier_port = free_port(), free_port()
         # Known, so tests can read the notifier's answers by outcome (notifier_answers).
         self.notifier_metrics_port = free_port()
@@ -123,7 +124,7 @@ class Stack:
             **FAST,
             "REMINDERS_ENV": "dev",
             "REMINDERS_CASSANDRA_KEYSPACE": self.settings.keyspace,
-            "REMINDERS_NOTIFIER_KEYSPACE": f"e2en_{suffix}",
+            "REMINDERS_NOTIFIER_KEYSPACE": self._notifier_keyspace.keyspace,
             "REMINDERS_API_PORT": str(self.api_port),
             "REMINDERS_API_METRICS_PORT": "0",
             "REMINDERS_NOTIFIER_PORT": str(self.notifier_port),
@@ -151,9 +152,7 @@ class Stack:
         self._auth = AuthSettings.from_env({"REMINDERS_ENV": "dev"})
 
     def _migrated(self) -> CassandraConnection:
-        """A connection to this stack's keyspace, made and migrated, with its parts."""
-        with connect(self.settings, keyspace="") as connection:
-            migrate(connection.session, self.settings, load_migrations(default_cql_dir()))
+        """A connection to this stack's keyspace, with its parts."""
         db = connect(self.settings)
         try:
             db.session.execute(
@@ -165,15 +164,14 @@ class Stack:
             raise
         return db
 
-    def _keyspaces(self) -> tuple[str, str]:
-        return self.settings.keyspace, self.env["REMINDERS_NOTIFIER_KEYSPACE"]
+    def _drop_keyspaces(self) -> None:
+        keyspaces.drop(self.settings, keyspaces.REMINDERS)
+        keyspaces.drop(self._notifier_keyspace, keyspaces.NOTIFIER)
 
     def _discard(self) -> None:
-        """After a failed start: drop what it may have made, if the node answers."""
+        """After a failed start: give its keyspaces back and remove its logs."""
         shutil.rmtree(self.logs, ignore_errors=True)
-        with contextlib.suppress(Exception), connect(self.settings, keyspace="") as connection:
-            for keyspace in self._keyspaces():
-                connection.session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
+        self._drop_keyspaces()
 
     def spawn(self, name: str, *args: str, **env: str) -> subprocess.Popen[bytes]:
         path = self.logs / f"{name}-{len(self.processes)}.log"
@@ -230,9 +228,8 @@ class Stack:
             _reaped(process)  # not signalled again: a second SIGTERM cuts its stop short
         self.api_channel.close()
         self.notifier_channel.close()
-        for keyspace in self._keyspaces():
-            self.db.session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
         self.db.close()
+        self._drop_keyspaces()
         if keep_logs:
             print(f"process logs kept in {self.logs}")
         else:
