@@ -75,8 +75,8 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         # of its own, so an expansion whose caller gave up still holds it to its end.
         self._expander = ThreadPoolExecutor(max_workers=1, thread_name_prefix="preview")
         # Pages holding paused reminders are read off the loop too (each shows what
-        # resuming now would ring: an expansion, up to ~2 ms for a costly rule, so ~1 s
-        # for a page of 500), apart from previews so a list never waits behind one.
+        # resuming now would ring: an expansion, up to ~5 ms for a costly COUNT rule, so
+        # 2-2.5 s for a page of 500), apart from previews so a list never waits behind one.
         self._page_reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="page")
 
     @contextlib.asynccontextmanager

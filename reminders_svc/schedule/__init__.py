@@ -14,6 +14,7 @@ from reminders_svc.schedule.errors import ScheduleError
 from reminders_svc.schedule.expand import (
     HORIZON_YEARS,
     latest_at_or_before,
+    named_at,
     next_after,
     occurrences,
     validate_new,
@@ -32,6 +33,7 @@ __all__ = [
     "describe",
     "latest_at_or_before",
     "load_zone",
+    "named_at",
     "next_after",
     "occurrences",
     "one_off_instant",

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from reminders_svc.schedule.errors import ScheduleError
 from reminders_svc.schedule.expand import HORIZON_YEARS, check_cost, first_ring
 from reminders_svc.schedule.model import OneOff, Repeat
-from reminders_svc.schedule.rule import Rule, check_ordinals, parse_rule_text
+from reminders_svc.schedule.rule import Rule, check_interval, check_ordinals, parse_rule_text
 from reminders_svc.schedule.zones import (
     check_year,
     load_place,
@@ -69,6 +69,7 @@ def repeat_from_rule(
     from now's week skipped it; "every 3 months on the 1st", made on December 8, rings on
     January 1, not March 1. Calendars count from the first occurrence alike."""
     check_ordinals(rule, field)
+    check_interval(rule, field)
     if not start_given and rule.interval > 1:
         anchored = _from_first_match(rule, zone, start, field)
         if anchored is not None:
@@ -121,7 +122,7 @@ def _checked(rule: Rule, zone: str, start: datetime) -> Repeat:
             f"end {until:%Y-%m-%dT%H:%M:%S} ({rule.until:%Y-%m-%dT%H:%M:%SZ}) is before the"
             f" start {start.isoformat()}, {zone}",
         )
-    check_cost(rule, start)
+    check_cost(rule, zone, start)
     return Repeat(rrule=rule.text(), zone=zone, start=start)
 
 

@@ -219,7 +219,7 @@ def describe(schedule: Schedule) -> str:
     """One line for people, e.g. "Every Monday at 09:00, America/New_York"."""
     if isinstance(schedule, OneOff):
         return f"Once on {_one_off_time(schedule)}, {schedule.zone}"
-    rule = parse_rule_text(schedule.rrule, load_zone(schedule.zone))
+    rule = parse_rule_text(schedule.rrule, load_zone(schedule.zone), stored=True)
     text = f"{_every(rule, schedule.start)} {_times(rule, schedule)}"
     text += _gaps(rule, schedule.start)
     if rule.by_set_pos:

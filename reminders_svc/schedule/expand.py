@@ -27,7 +27,13 @@ from zoneinfo import ZoneInfo
 from reminders_svc.schedule.errors import ScheduleError
 from reminders_svc.schedule.model import OneOff, Repeat, Schedule
 from reminders_svc.schedule.rule import Freq, Rule, parse_rule_text
-from reminders_svc.schedule.zones import load_zone, to_local, to_utc_in
+from reminders_svc.schedule.zones import (
+    MAX_YEAR,
+    load_zone,
+    to_local,
+    to_utc_in,
+    to_utc_marking_gaps,
+)
 
 HORIZON_YEARS = 400
 STEP_BUDGET = 20_000
@@ -35,24 +41,32 @@ STEP_BUDGET = 20_000
 # times that far before a point can still map after it, so resuming starts this early.
 _RESUME_MARGIN = timedelta(days=3)
 _CALENDAR_END = date(MAXYEAR, 12, 31)
+# The latest instant a search may start from (see zones.MAX_YEAR).
+_LAST_SEARCHED = datetime(MAX_YEAR, 12, 31, tzinfo=UTC)
 
 
 class _OverCallBudget(Exception):
-    """The steps of a whole call ran out (see `occurrences`' `max_steps`)."""
+    """The steps or the work a whole call may spend ran out (see `occurrences`' `max_steps`
+    and `check_cost`)."""
 
 
 class _Budget:
     """Counts expansion steps; pathological rules fail fast instead of spinning.
 
     `steps` counts since the last ring found (reset by the walk); `total` the whole call's,
-    capped by `total_limit` when one is set."""
+    capped by `total_limit` when one is set; `work` the CPU time the call spends, in units
+    of about a microsecond (`_Plan.day_work`, `_Plan.candidate_work`, `_RING_WORK`), capped
+    by `work_limit` when one is set."""
 
-    def __init__(self, total_limit: int | None = None) -> None:
+    def __init__(self, total_limit: int | None = None, work_limit: int | None = None) -> None:
         self.steps = 0
         self.total = 0
+        self.work = 0
         self.total_limit = total_limit
+        self.work_limit = work_limit
 
-    def spend(self) -> None:
+    def spend(self, work: int) -> None:
+        """One expansion step (a day or a candidate time of a day) costing `work`."""
         self.steps += 1
         self.total += 1
         if self.steps > STEP_BUDGET:
@@ -60,6 +74,13 @@ class _Budget:
                 "rrule", f"too sparse: no occurrence found within {STEP_BUDGET} steps"
             )
         if self.total_limit is not None and self.total > self.total_limit:
+            raise _OverCallBudget
+        self.charge(work)
+
+    def charge(self, work: int) -> None:
+        """Work besides the expansion steps (a local time mapped to UTC)."""
+        self.work += work
+        if self.work_limit is not None and self.work > self.work_limit:
             raise _OverCallBudget
 
 
@@ -76,6 +97,9 @@ class _Plan:
     ordinals_in_year: bool  # YEARLY without BYMONTH: "20MO" is the year's 20th Monday
     hours: tuple[int, ...]
     minute: int
+    # What the walk spends on a day looked at and on a candidate time (see MAX_COUNT_WORK).
+    day_work: int
+    candidate_work: int
     # The kept days of a month, by (month, leap year, weekday of January 1), and by the
     # shape they depend on (fewer: counting a period's candidates looks at all of them).
     _days_cache: dict[tuple[int, bool, int], tuple[int, ...]] = field(
@@ -158,16 +182,39 @@ def make_plan(rule: Rule, start: datetime) -> _Plan:
         ordinals_in_year=rule.freq is Freq.YEARLY and not rule.by_month,
         hours=hours,
         minute=rule.by_minute[0] if rule.by_minute else start.minute,
+        day_work=(
+            _HOURLY_DAY_WORK + len(hours) // 12
+            if rule.freq is Freq.HOURLY and rule.interval > 1
+            else _DAY_WORK
+        ),
+        candidate_work=_SET_CANDIDATE_WORK if rule.by_set_pos else _CANDIDATE_WORK,
     )
 
 
 # BYSETPOS picks from every candidate time of a period, each built before the pick: a
 # period may hold at most this many (a year of days at one time), so that finding one ring
-# costs a few milliseconds, and a COUNT walk (from the start, every period, at every later
-# search) at most this many expansion steps in all (a day or a candidate time each, ~1-2
-# us: ~15 ms; a create walks it up to three times: the check, the first ring, the next).
+# costs a few milliseconds.
 MAX_SET_CANDIDATES = 366
-MAX_COUNT_WALK = 10_000
+
+# A COUNT series is walked from its start at every search (a create walks it up to three
+# times: the check, the first ring, the next; a page shows each paused one's next ring), so
+# a new one may cost at most this much work to walk to its count, in units of about a
+# microsecond of CPU, each kind weighted by what it cost. Measured on a 2-core VM,
+# 2026-12-07, Python 3.11: walks at the limit took 4.0-5.3 ms (to ~7 ms while the machine
+# was busy), `FREQ=DAILY;COUNT=1000` 4.2 ms (1,000 rings cost ~2.3 ms alone), each with
+#   python -m timeit -s "from datetime import datetime, UTC; from reminders_svc.schedule
+#   import Repeat, next_after; r = Repeat('FREQ=DAILY;INTERVAL=2;COUNT=855;BYDAY=TU,WE,TH',
+#   'America/New_York', datetime(1950, 1, 1, 9)); t = datetime(8000, 1, 1, tzinfo=UTC)"
+#   "next_after(r, t)"
+# Until 2026-12-07 steps were counted alone (a day or a candidate time, to 10,000), and no
+# UTC mapping: HOURLY;INTERVAL=47;BYHOUR=1;COUNT=400 from 1976, ~3 us a day, took 29-44 ms.
+MAX_COUNT_WORK = 5_500
+_DAY_WORK = 2  # a day looked at: aligned to INTERVAL, its month's kept days looked up
+# A day of HOURLY with INTERVAL above 1: its aligned hours worked out, 1 more a 12 hours.
+_HOURLY_DAY_WORK = 4
+_CANDIDATE_WORK = 1  # a candidate time of a day
+_SET_CANDIDATE_WORK = 3  # one sorted into its period for BYSETPOS to pick from
+_RING_WORK = 2  # a local time mapped to UTC (`to_utc_marking_gaps`)
 
 
 # Years of every calendar shape (leap or not, beginning on each weekday): a Gregorian
@@ -202,22 +249,21 @@ def most_times_in_period(plan: _Plan) -> int:
     return days * len(plan.hours)
 
 
-def check_cost(rule: Rule, start: datetime) -> None:
+def check_cost(rule: Rule, zone: str, start: datetime) -> None:
     """Refuse, at once, a new rule whose expansion would cost too much: BYSETPOS over more
     candidate times per period than `MAX_SET_CANDIDATES`, positions past the most a period
     can hold (which never pick anything), or a COUNT series whose walk from its start
-    (made at every search) takes over `MAX_COUNT_WALK` steps: estimated at once for
-    BYSETPOS, then walked for every COUNT rule (a sparse rule started long ago, such as
-    HOURLY;INTERVAL=47;BYHOUR=1;COUNT=1000 from 1900, cost ~25,000 steps, ~90 ms, at every
-    claim, re-arm and read of a paused one). Checked when a rule is made, never on a stored
-    one."""
+    (made at every search) takes over `MAX_COUNT_WORK`: estimated at once for BYSETPOS,
+    then walked for every COUNT rule (a sparse rule started long ago, such as
+    HOURLY;INTERVAL=47;BYHOUR=1;COUNT=400 from 1976, cost ~30 ms at every claim, re-arm and
+    read of a paused one). Checked when a rule is made, never on a stored one."""
     if not rule.by_set_pos and rule.count is None:
         return  # nothing to estimate or walk: no plan to make
     plan = make_plan(rule, start)
     if rule.by_set_pos:
         _check_set_positions(plan)
     if rule.count is not None:
-        _walk_count(plan, rule.count)
+        _walk_count(Repeat(rrule=rule.text(), zone=zone, start=start), rule.count)
 
 
 def _check_set_positions(plan: _Plan) -> None:
@@ -236,9 +282,12 @@ def _check_set_positions(plan: _Plan) -> None:
             f"never occurs: BYSETPOS={positions} but {_PERIOD_NAMES[rule.freq]} holds at most"
             f" {per_period} time{'s' * (per_period != 1)}",
         )
-    # At least a candidate a period, walked: a guard at once; the walk in check_cost decides.
-    if rule.count is not None and rule.count * per_period > MAX_COUNT_WALK:
-        most = max(1, MAX_COUNT_WALK // per_period)
+    # A ring a period, each of its candidate times built and the days holding them looked
+    # at: a guard at once; the walk in check_cost decides.
+    days = math.ceil(per_period / len(plan.hours))
+    per_ring = per_period * plan.candidate_work + days * plan.day_work
+    if rule.count is not None and rule.count * per_ring > MAX_COUNT_WORK:
+        most = max(1, MAX_COUNT_WORK // per_ring)
         raise ScheduleError(
             "rrule",
             f"COUNT with BYSETPOS picking from up to {per_period} times a period: at most"
@@ -246,23 +295,24 @@ def _check_set_positions(plan: _Plan) -> None:
         )
 
 
-def _walk_count(plan: _Plan, count: int) -> None:
-    """Walk a COUNT series once, within `MAX_COUNT_WALK` steps (for BYSETPOS, the estimate
-    above takes one ring a period, and positions some periods lack, a leap year's 366th
-    day, stretch the walk past it, several times over)."""
-    budget = _Budget(total_limit=MAX_COUNT_WALK)
+def _walk_count(repeat: Repeat, count: int) -> None:
+    """Walk a COUNT series once, as every search does, within `MAX_COUNT_WORK` (for
+    BYSETPOS, the estimate above takes one ring a period, and positions some periods lack,
+    a leap year's 366th day, stretch the walk past it, several times over)."""
     found = 0
     try:
-        for _ in local_occurrences(plan, plan.start, _horizon(plan.start), budget):
+        # To the count, however far: a search from a far date (a preview) walks that far.
+        budget = _Budget(work_limit=MAX_COUNT_WORK)
+        for _ in _repeat_rings(repeat, _LAST_SEARCHED, budget):
             found += 1
-            if found == count:
-                return
-            budget.steps = 0
     except _OverCallBudget:
+        # The walk to the rings found fits: that COUNT from this start is accepted.
+        allows = f"COUNT={found} at most" if found else "not one ring"
         raise ScheduleError(
             "rrule",
-            f"COUNT={count} takes over {MAX_COUNT_WALK} expansion steps from its start"
-            f" ({found} rings in them): use a smaller COUNT, a later start, or UNTIL",
+            f"COUNT={count} costs too much to walk from the start, as every search does:"
+            f" from this start the limit allows {allows} (use a smaller COUNT, a later start,"
+            " or UNTIL)",
         ) from None
 
 
@@ -339,7 +389,7 @@ def _raw_local(plan: _Plan, first: date, last: date, budget: _Budget) -> Iterato
     """Local datetimes on days first..last passing INTERVAL and the day/time parts."""
     cursor: date | None = first
     while cursor is not None and cursor <= last:
-        budget.spend()
+        budget.spend(plan.day_work)
         cursor = _next_aligned_day(plan, cursor)
         if cursor is None or cursor > last:
             return
@@ -350,7 +400,7 @@ def _raw_local(plan: _Plan, first: date, last: date, budget: _Budget) -> Iterato
             if index < len(days) and days[index] == cursor.day:
                 on = date(year, month, days[index])
                 for hour in aligned_hours(plan, on):
-                    budget.spend()  # per candidate: a day may hold 24
+                    budget.spend(plan.candidate_work)  # per candidate: a day may hold 24
                     yield datetime(year, month, on.day, hour, plan.minute)
                 cursor = on + timedelta(days=1) if on < _CALENDAR_END else None
                 continue
@@ -418,7 +468,7 @@ def local_occurrences(
 @functools.lru_cache(maxsize=4096)
 def _compile(repeat: Repeat) -> tuple[ZoneInfo, Rule, _Plan]:
     zone = load_zone(repeat.zone)
-    rule = parse_rule_text(repeat.rrule, zone)
+    rule = parse_rule_text(repeat.rrule, zone, stored=True)
     return zone, rule, make_plan(rule, repeat.start)
 
 
@@ -443,7 +493,7 @@ def _repeat_rings(
     budget = budget or _Budget()
     previous: datetime | None = None
     rung = 0
-    for instant in _in_utc_order(local_occurrences(plan, lower, last, budget), zone):
+    for instant in _in_utc_order(local_occurrences(plan, lower, last, budget), zone, budget):
         if instant == previous:
             continue  # two local times mapping to one instant (a gap-shifted one) ring once
         previous = instant
@@ -456,7 +506,7 @@ def _repeat_rings(
             return
 
 
-def _in_utc_order(walk: Iterator[datetime], zone: ZoneInfo) -> Iterator[datetime]:
+def _in_utc_order(walk: Iterator[datetime], zone: ZoneInfo, budget: _Budget) -> Iterator[datetime]:
     """The instants of the increasing wall times of `walk`, in increasing order. They keep
     the walk's order except where a time in a gap, shifted forward by it, passes a later
     wall time's instant: a gap longer than the rings' spacing (Antarctica/Troll skips
@@ -465,8 +515,9 @@ def _in_utc_order(walk: Iterator[datetime], zone: ZoneInfo) -> Iterator[datetime
     earlier."""
     held: list[datetime] = []  # shifted instants, a heap (empty but around a gap)
     for local in walk:
-        instant = to_utc_in(local, zone)
-        if to_local(instant, zone) != local:  # shifted by a gap
+        budget.charge(_RING_WORK)
+        instant, shifted = to_utc_marking_gaps(local, zone)
+        if shifted:
             heapq.heappush(held, instant)
             continue
         while held and held[0] <= instant:
@@ -561,12 +612,30 @@ MAX_AHEAD = timedelta(days=3653)  # 10 years, whatever their leap days
 _SPACING_RINGS = 12
 
 
+def named_at(schedule: Schedule, now: datetime) -> Schedule:
+    """The schedule as meant by a caller naming it at ``now``: itself, but a one-off given as
+    a local time of a repeated hour, named after its first instance passed while the second
+    is to come, is that second instance, as a snooze to the time is (at 01:10 EST on the
+    fall-back night, 01:30 is 20 minutes ahead, not 40 minutes ago: it was refused as
+    past). As the instant, every later reading (a replan, the reminder's preview) finds the
+    ring it was made for."""
+    if not isinstance(schedule, OneOff) or schedule.local is None:
+        return schedule
+    _check_instant(now, "from")
+    zone = load_zone(schedule.zone)
+    second = to_utc_in(schedule.local, zone, fold=1)
+    if to_utc_in(schedule.local, zone) < now <= second:
+        return OneOff(zone=schedule.zone, local=None, instant=second)
+    return schedule
+
+
 def validate_new(schedule: Schedule, now: datetime) -> datetime:
-    """The first ring at or after ``now``, or ScheduleError if there is none, if it is more
-    than ``MAX_AHEAD`` away, or if a repeat's rings are spaced further apart than that."""
+    """The first ring at or after ``now`` of the schedule named at ``now`` (`named_at`), or
+    ScheduleError if there is none, if it is more than ``MAX_AHEAD`` away, or if a repeat's
+    rings are spaced further apart than that."""
     # The first ring, and a repeat's spacing over its first rings: a sparse rule's gaps
     # need not show in the first two (INTERVAL=25 months in BYMONTH=1,2,3: 2, 2, 21 years).
-    found = occurrences(schedule, now, _SPACING_RINGS)
+    found = occurrences(named_at(schedule, now), now, _SPACING_RINGS)
     if found:
         if found[0] - now > MAX_AHEAD:
             field = "at" if isinstance(schedule, OneOff) else "start"

@@ -14,7 +14,7 @@ from enum import StrEnum
 from zoneinfo import ZoneInfo
 
 from reminders_svc.schedule.errors import ScheduleError
-from reminders_svc.schedule.zones import check_year, to_local, to_utc_in
+from reminders_svc.schedule.zones import MAX_YEAR, MIN_YEAR, check_year, to_local, to_utc_in
 
 WEEKDAY_CODES = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
 MAX_INTERVAL = 10_000
@@ -110,8 +110,9 @@ _RANGES = {
 }
 
 
-def parse_rule_text(text: str, zone: ZoneInfo) -> Rule:
-    """Parse RRULE text (with or without "RRULE:"); a local UNTIL is read in ``zone``."""
+def parse_rule_text(text: str, zone: ZoneInfo, *, stored: bool = False) -> Rule:
+    """Parse RRULE text (with or without "RRULE:"); a local UNTIL is read in ``zone``, and a
+    ``stored`` rule's is taken as stored (see `parse_until`)."""
     # RFC 5545's text is ASCII: str.upper() turns U+0131 (dotless i) into "I", and \d takes
     # other scripts' digits.
     if not text.isascii():
@@ -138,7 +139,7 @@ def parse_rule_text(text: str, zone: ZoneInfo) -> Rule:
         if name in parts:
             raise ScheduleError("rrule", f"{where}: {name} given twice")
         parts[name] = value.strip().upper()
-    return _rule_from_parts(parts, zone)
+    return _rule_from_parts(parts, zone, stored=stored)
 
 
 # iCalendar properties a recurrence may come with, each on a line of its own.
@@ -162,7 +163,7 @@ def _rrule_line(text: str) -> str:
     return lines[0] if lines else ""
 
 
-def _rule_from_parts(parts: dict[str, str], zone: ZoneInfo) -> Rule:
+def _rule_from_parts(parts: dict[str, str], zone: ZoneInfo, *, stored: bool) -> Rule:
     if "FREQ" not in parts:
         raise ScheduleError("rrule", "FREQ is required")
     freq = _freq(parts["FREQ"])
@@ -186,7 +187,7 @@ def _rule_from_parts(parts: dict[str, str], zone: ZoneInfo) -> Rule:
         freq=freq,
         interval=_bounded_int("INTERVAL", parts.get("INTERVAL", "1"), "rrule", MAX_INTERVAL),
         count=None if count is None else _bounded_int("COUNT", count, "count", MAX_COUNT),
-        until=parse_until(parts["UNTIL"], zone) if "UNTIL" in parts else None,
+        until=parse_until(parts["UNTIL"], zone, stored=stored) if "UNTIL" in parts else None,
         by_month=_numbers("BYMONTH", parts),
         by_month_day=by_month_day,
         by_day=by_day,
@@ -285,8 +286,49 @@ def check_ordinals(rule: Rule, field: str) -> None:
             )
 
 
-def parse_until(value: str, zone: ZoneInfo) -> datetime:
-    """UNTIL as a UTC instant: 'Z' values are UTC, others are local; a date means its end."""
+# The most periods of each FREQ in 10 years (120 months; 10 Gregorian years of 3,652.4
+# days in weeks, days or hours): a new rule's periods come at most that far apart, as its
+# rings must (a bucket entry's TTL: expand.MAX_AHEAD).
+_MOST_INTERVAL = {
+    Freq.YEARLY: 10,
+    Freq.MONTHLY: 120,
+    Freq.WEEKLY: 521,
+    Freq.DAILY: 3652,
+    Freq.HOURLY: 87_658,
+}
+_UNIT_NAMES = {
+    Freq.YEARLY: "years",
+    Freq.MONTHLY: "months",
+    Freq.WEEKLY: "weeks",
+    Freq.DAILY: "days",
+    Freq.HOURLY: "hours",
+}
+
+
+def check_interval(rule: Rule, field: str) -> None:
+    """Refuse an INTERVAL whose periods are over 10 years apart: the rings of the first
+    periods alone were checked for it, so "every 30 years" at every hour of a day passed
+    (24 rings, the 25th 30 years on), and past the 400 years a search looks ahead, a series
+    silently ended with its first period. Checked when a rule is made: a rule stored
+    before this check keeps working."""
+    most = _MOST_INTERVAL[rule.freq]
+    if rule.interval <= most:
+        return
+    if field == "repeat":
+        unit = _UNIT_NAMES[rule.freq]
+        written, fits = f"every {rule.interval} {unit}", f"every {most} {unit}"
+    else:
+        written, fits = f"INTERVAL={rule.interval} with FREQ={rule.freq}", f"INTERVAL={most}"
+    raise ScheduleError(field, f"{written} puts rings over 10 years apart: at most {fits}")
+
+
+def parse_until(value: str, zone: ZoneInfo, *, stored: bool = False) -> datetime:
+    """UNTIL as a UTC instant: 'Z' values are UTC, others are local; a date means its end.
+
+    Its year is checked in ``zone``, where the schedule's dates are (`check_year`): a local
+    value as written, a UTC one at its local time, a ``stored`` one not at all. Stored in
+    UTC, an end in range may fall outside (8999-12-31 ends in 9000 west of UTC,
+    1900-01-01T05:00 in Tokyo in 1899): read back for the first ring, it refused the rule."""
     match = _UNTIL.fullmatch(value)
     if match is None:
         raise ScheduleError("until", f"UNTIL={value} is not YYYYMMDD or YYYYMMDDTHHMMSS[Z]")
@@ -296,13 +338,31 @@ def parse_until(value: str, zone: ZoneInfo) -> datetime:
         at = time(int(hour), int(minute), int(second)) if hour is not None else None
     except ValueError as error:
         raise ScheduleError("until", f"UNTIL={value}: {error}") from None
-    check_year(on, "until")
-    if at is None:
-        return end_of_day(on, zone)
-    local = datetime.combine(on, at)
-    if utc_marker:
-        return local.replace(tzinfo=UTC)
-    return to_utc_in(local, zone)
+    if not utc_marker:
+        check_year(on, "until")
+        if at is None:
+            return end_of_day(on, zone)
+        return to_utc_in(datetime.combine(on, at), zone)
+    assert at is not None  # "Z" ends a time
+    instant = datetime.combine(on, at).replace(tzinfo=UTC)
+    if not stored:
+        _check_local_year(instant, zone, value)
+    return instant
+
+
+def _check_local_year(instant: datetime, zone: ZoneInfo, value: str) -> None:
+    """ScheduleError unless UNTIL=``value``, the UTC ``instant``, is in range in ``zone``,
+    where the schedule's dates are."""
+    if MIN_YEAR - 1 <= instant.year <= MAX_YEAR + 1:  # a zone's offset moves it a day at most
+        local = to_local(instant, zone)
+        if MIN_YEAR <= local.year <= MAX_YEAR:
+            return
+        raise ScheduleError(
+            "until",
+            f"UNTIL={value} is {local:%Y-%m-%dT%H:%M:%S} in {zone.key}: the year must be"
+            f" {MIN_YEAR} to {MAX_YEAR}",
+        )
+    check_year(instant, "until")  # far out: the plain refusal
 
 
 def end_of_day(on: date, zone: ZoneInfo) -> datetime:

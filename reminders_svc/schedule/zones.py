@@ -170,6 +170,16 @@ def to_utc_in(local: datetime, zone: ZoneInfo, fold: int = 0) -> datetime:
     return aware.astimezone(UTC).replace(microsecond=0)
 
 
+def to_utc_marking_gaps(local: datetime, zone: ZoneInfo) -> tuple[datetime, bool]:
+    """`to_utc_in(local, zone)` for a whole-second wall time of fold 0 (an expansion's), and
+    whether a clock change skips that wall time (its instant names another). Every ring of
+    every search maps one: this takes half the time of to_utc_in and to_local together."""
+    aware = local.replace(tzinfo=zone)
+    # Offsets are whole seconds, so the instant is; times of one tzinfo compare as wall times.
+    instant = aware.astimezone(UTC)
+    return instant, instant.astimezone(zone) != aware
+
+
 def to_utc(local: datetime, zone: str) -> datetime:
     """Map a naive local wall time in ``zone`` to an aware UTC instant (see to_utc_in)."""
     if local.tzinfo is not None:
@@ -201,21 +211,24 @@ def rings_at(local: datetime, zone: ZoneInfo) -> datetime:
 
 
 _UNITS = {"second": timedelta(seconds=1), "minute": timedelta(minutes=1)}
+_AN_HOUR = timedelta(hours=1)
 
 # Clocks never go back by more than a few hours; a day bounds the walk out of a fold.
 _LONGEST_FOLD = timedelta(days=1)
 
 
 def start_from(now: datetime, zone: ZoneInfo) -> datetime:
-    """The naive wall time a series "starting now" begins at: the first whole local minute
-    ahead whose instant (to_utc_in) is not before `now`. That is the next whole minute,
-    except in the second pass of a repeated hour, whose wall times are the first pass's
-    instants, already past: there it is the repeated hour's end (a series begun at 01:30
-    EST on the fall-back night had its COUNT's first ring an hour ago)."""
+    """The naive wall time a series "starting now" begins at: the next whole local minute,
+    unless its instant (to_utc_in) is before `now`. In the second pass of a repeated hour
+    the wall times name the first pass's instants, already past (a COUNT's first ring would
+    be an hour ago); there it is the same minute of the first hour after whose instant is
+    not past: where a series at that minute rings next, since a repeat rings at the first
+    pass of a repeated time. At 01:30:10 EST on the fall-back night, 02:31 EST (it was the
+    hour's end, 02:00, and "every hour" rang at :00 for good)."""
     start = round_up(to_local(now, zone), "minute")
     end = start + _LONGEST_FOLD
     while to_utc_in(start, zone) < now and start < end:
-        start += _UNITS["minute"]
+        start += _AN_HOUR
     return start
 
 

@@ -522,15 +522,16 @@ def test_a_repeat_begun_in_a_repeated_hour_without_a_start_rings_its_whole_count
     api: Api, user: str
 ) -> None:
     """At 01:30:10 EST on the fall-back night the next minute's wall time, 01:31, is first
-    an instant an hour ago (EDT): the series begins at the repeated hour's end, 02:00 EST.
-    It began at 01:31 and COUNT=3 rang twice, COUNT=1 was refused as never ringing."""
+    an instant an hour ago (EDT): the series begins at 02:31 EST, where a series at :31 rings
+    next (a repeat rings at a repeated time's first pass). It began at 01:31 and COUNT=3
+    rang twice, COUNT=1 was refused as never ringing; then at 02:00, and rang at :00."""
     api.clock.now = datetime(2026, 11, 1, 6, 30, 10, tzinfo=Z)
     schedule = pb.Schedule(
         time_zone="America/New_York", repeat=pb.Repeat(rrule="FREQ=HOURLY;COUNT=3")
     )
     created = create(api, user, schedule)
-    assert created.schedule.repeat.start_local_time == "2026-11-01T02:00:00"
-    expected = [datetime(2026, 11, 1, hour, tzinfo=Z) for hour in (7, 8, 9)]
+    assert created.schedule.repeat.start_local_time == "2026-11-01T02:31:00"
+    expected = [datetime(2026, 11, 1, hour, 31, tzinfo=Z) for hour in (7, 8, 9)]
     assert preview_rings(api, user, created) == expected
     assert created.next_ring_time.ToDatetime(tzinfo=Z) == expected[0]
 
@@ -568,6 +569,19 @@ def test_snooze_to_a_local_time_follows_the_zone_rules(
         metadata=api.as_user(user),
     )
     assert snoozed.snooze_until_time.ToDatetime(tzinfo=Z) == at(snoozed_until)
+
+
+def test_a_one_off_named_in_the_repeated_hour_after_its_first_pass_rings_at_the_second(
+    api: Api, user: str
+) -> None:
+    """At 01:10 EST (the second 01:10 of the fall-back night), "at 01:30" is 20 minutes
+    ahead, as a snooze to it is; the first 01:30 passed 40 minutes ago (it was refused as
+    past). Kept as that instant, so every later reading finds the same ring."""
+    api.clock.now = at("2026-11-01T06:10:00")
+    created = create(api, user, one_off("2026-11-01T01:30:00"))
+    assert created.next_ring_time.ToDatetime(tzinfo=Z) == at("2026-11-01T06:30:00")
+    assert created.schedule.once.instant.ToDatetime(tzinfo=Z) == at("2026-11-01T06:30:00")
+    assert created.schedule.time_zone == "America/New_York"
 
 
 def test_pause_stops_and_resume_continues_from_the_next_occurrence(api: Api, user: str) -> None:

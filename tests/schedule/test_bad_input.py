@@ -26,6 +26,7 @@ START = datetime(2026, 10, 20, 8, 0)
 NOW = datetime(2026, 10, 20, 12, 0, tzinfo=UTC)
 NY = "America/New_York"
 EVERY_HOUR = ",".join(str(hour) for hour in range(24))
+EVERY_HOUR_AT_00 = ",".join(f"{hour:02d}:00" for hour in range(24))
 
 
 def rrule(text: str) -> Callable[[], object]:
@@ -102,12 +103,12 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
      " values, a BYMONTH, or a shorter FREQ"),
     ("BYSETPOS with a long COUNT",
      rrule("FREQ=YEARLY;COUNT=1000;BYDAY=MO,TU,WE,TH,FR;BYSETPOS=-1"), "rrule",
-     "COUNT with BYSETPOS picking from up to 262 times a period: at most 38, or UNTIL"),
+     "COUNT with BYSETPOS picking from up to 262 times a period: at most 4, or UNTIL"),
     # Within the estimate (one ring a year), but a 366th day comes only in leap years.
     ("BYSETPOS a leap year's, with a COUNT",
-     rrule("FREQ=YEARLY;COUNT=6;BYDAY=MO,TU,WE,TH,FR,SA,SU;BYSETPOS=366"), "rrule",
-     "COUNT=6 takes over 10000 expansion steps from its start (3 rings in them): use a"
-     " smaller COUNT, a later start, or UNTIL"),
+     rrule("FREQ=YEARLY;COUNT=2;BYDAY=MO,TU,WE,TH,FR,SA,SU;BYSETPOS=366"), "rrule",
+     "COUNT=2 costs too much to walk from the start, as every search does: from this start"
+     " the limit allows COUNT=1 at most (use a smaller COUNT, a later start, or UNTIL)"),
     # iCalendar lines around the RRULE, refused as such (read as parts, with their line
     # breaks in the message).
     ("a DTSTART line", rrule("DTSTART:20261026T090000\nRRULE:FREQ=WEEKLY"), "rrule",
@@ -164,12 +165,13 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
     ("every other", repeat("every other day at 09:00"), "repeat",
      "at character 7 ('other'): expected a unit (hours, day, week, month, year) or a weekday"
      " (every other day is every 2 days)"),
-    # No BYSETPOS, but ~24 steps a ring walked from 1900 at every search (~90 ms each).
+    # No BYSETPOS, but ~24 days a ring walked from 1900 at every search (~90 ms each).
     ("a sparse COUNT rule started long ago",
      lambda: parse_rrule("FREQ=HOURLY;INTERVAL=47;COUNT=1000;BYHOUR=1", NY, datetime(1900, 1, 1)),
      "rrule",
-     "COUNT=1000 takes over 10000 expansion steps from its start (400 rings in them): use"
-     " a smaller COUNT, a later start, or UNTIL"),
+     "COUNT=1000 costs too much to walk from the start, as every search does: from this"
+     " start the limit allows COUNT=55 at most (use a smaller COUNT, a later start, or"
+     " UNTIL)"),
     ("RRULE not in ASCII", rrule("FREQ=DA\u0131LY;INTERVAL=2"), "rrule",
      "at character 8 ('\u0131'): RRULE text is ASCII only"),
     ("RRULE digits not in ASCII", rrule("FREQ=DAILY;INTERVAL=\u0662"), "rrule",
@@ -271,21 +273,20 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
     ("repeat starting over 10 years ahead",
      lambda: validate_new(parse_rrule("FREQ=DAILY", NY, datetime(2036, 10, 21)), NOW), "start",
      "the first ring must be within 10 years from now"),
-    ("rrule rings 11 years apart",
-     lambda: validate_new(parse_rrule("FREQ=YEARLY;INTERVAL=11", NY, datetime(2026, 11, 1)), NOW),
-     "rule", "rings must be at most 10 years apart"),
-    ("grammar rings 25 years apart",
-     lambda: validate_new(parse_repeat("every 25 years on Nov 1 09:00", NY, datetime(2026, 10, 21)),
-                          NOW),
-     "rule", "rings must be at most 10 years apart"),
+    # Periods over 10 years apart, refused when parsed: the rings of the first 12 alone
+    # were checked, and 24 a day every 30 years passed.
+    ("rrule rings 11 years apart", rrule("FREQ=YEARLY;INTERVAL=11"), "rrule",
+     "INTERVAL=11 with FREQ=YEARLY puts rings over 10 years apart: at most INTERVAL=10"),
+    ("grammar rings 25 years apart", repeat("every 25 years on Nov 1 09:00"), "repeat",
+     "every 25 years puts rings over 10 years apart: at most every 10 years"),
     ("leap days 20 years apart",
      lambda: validate_new(
          parse_rrule("FREQ=YEARLY;INTERVAL=5;BYMONTH=2;BYMONTHDAY=29", NY, datetime(2028, 1, 1)),
          NOW),
      "rule", "rings must be at most 10 years apart"),
     ("rings 401 years apart: one within the search's 400 years",
-     lambda: validate_new(parse_rrule("FREQ=YEARLY;INTERVAL=401", NY, datetime(2027, 6, 1)), NOW),
-     "rule", "rings must be at most 10 years apart"),
+     rrule("FREQ=YEARLY;INTERVAL=401"), "rrule",
+     "INTERVAL=401 with FREQ=YEARLY puts rings over 10 years apart: at most INTERVAL=10"),
     ("a gap only after the first rings",  # 2027, 2029, 2031, then 2052
      lambda: validate_new(
          parse_rrule("FREQ=MONTHLY;INTERVAL=25;BYMONTH=1,2,3", NY, datetime(2027, 1, 15)), NOW),
@@ -301,6 +302,11 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
      "until", "the year must be 1900 to 8999"),
     ("until 9999-12-31", repeat("every day 09:00 until 9999-12-31"), "until",
      "the year must be 1900 to 8999"),
+    # A UTC UNTIL is checked where the schedule's dates are, in its zone.
+    ("UTC UNTIL in range, past it in the zone",
+     lambda: parse_rrule("FREQ=DAILY;UNTIL=89991231T230000Z", "Asia/Tokyo", START), "until",
+     "UNTIL=89991231T230000Z is 9000-01-01T08:00:00 in Asia/Tokyo: the year must be 1900 to"
+     " 8999"),
     ("one-off in year 1", lambda: one_off_local(datetime(1, 1, 1), "Asia/Tokyo"), "at",
      "the year must be 1900 to 8999"),
     ("one-off at datetime's last minute", lambda: one_off_local(datetime(9999, 12, 31, 23, 59), NY),
@@ -311,6 +317,25 @@ BAD_INPUTS: list[tuple[str, Callable[[], object], str, str]] = [
                                                           datetime(9000, 1, 1)),
      "start", "the year must be 1900 to 8999"),
 ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: parse_rrule("FREQ=DAILY;UNTIL=89991231", "Etc/GMT+12", datetime(8999, 12, 31, 23)),
+        lambda: parse_repeat("every day 23:00 until 8999-12-31", NY, datetime(8999, 12, 31)),
+        lambda: parse_rrule("FREQ=DAILY;UNTIL=19000101T050000", "Asia/Tokyo", datetime(1900, 1, 1)),
+    ],
+    ids=["west of UTC, in 9000 there", "in New York, in 9000 in UTC", "Tokyo, in 1899 in UTC"],
+)
+def test_an_end_in_range_where_the_schedule_is_is_accepted_whatever_its_utc_year(
+    make: Callable[[], Repeat],
+) -> None:
+    """Stored in UTC, it is outside 1900-8999 there: reading the stored form back for the
+    first ring refused it ("until: the year must be 1900 to 8999")."""
+    made = make()
+    assert parse_rrule(made.rrule, made.zone, made.start) == made  # sent back as stored
+    assert len(occurrences(made, datetime(1899, 12, 1, tzinfo=UTC), 2)) == 1
 
 
 def test_rings_exactly_10_years_apart_and_ahead_are_accepted() -> None:
@@ -329,11 +354,48 @@ def test_bad_input(call: Callable[[], object], field: str, message: str) -> None
     assert str(caught.value) == f"{field}: {message}"
 
 
+def refusal(make: Callable[[], object]) -> tuple[str, str]:
+    with pytest.raises(ScheduleError) as refused:
+        make()
+    return refused.value.field, refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("rule", "expression", "most"),
+    [
+        ("FREQ=YEARLY;BYMONTH=5;BYMONTHDAY=2", f"years on May 2 {EVERY_HOUR_AT_00}", 10),
+        ("FREQ=MONTHLY;BYMONTHDAY=2", "months on the 2nd 09:00", 120),
+        ("FREQ=WEEKLY;BYDAY=MO", "weeks on Mon 09:00", 521),
+        ("FREQ=DAILY", "days 09:00", 3652),
+    ],
+    ids=["yearly", "monthly", "weekly", "daily"],
+)
+def test_periods_over_ten_years_apart_are_refused_when_made(
+    rule: str, expression: str, most: int
+) -> None:
+    """Up to 10 years of periods, in both grammars. Every 30 years at every hour of May 2
+    passed (its first 12 rings an hour apart, the 25th 30 years on), and every 401 years
+    ended after one day, the 400 years a search looks ahead."""
+    assert validate_new(parse_rrule(f"{rule};INTERVAL={most}", NY, START), NOW)
+    assert validate_new(parse_repeat(f"every {most} {expression}", NY, START), NOW)
+    freq, unit = rule.split(";")[0], expression.split()[0]
+    assert refusal(rrule(f"{rule};INTERVAL={most + 1}")) == (
+        "rrule",
+        f"INTERVAL={most + 1} with {freq} puts rings over 10 years apart: at most INTERVAL={most}",
+    )
+    assert refusal(repeat(f"every {most + 1} {expression}")) == (
+        "repeat",
+        f"every {most + 1} {unit} puts rings over 10 years apart: at most every {most} {unit}",
+    )
+
+
 def test_a_repeat_that_ends_after_one_ring_is_not_refused_for_its_spacing() -> None:
-    """Its one ring has no next: no gap to refuse (COUNT=1, or an UNTIL before the next)."""
-    for text in ("FREQ=YEARLY;INTERVAL=401;COUNT=1", "FREQ=YEARLY;INTERVAL=401;UNTIL=20300101"):
-        schedule = parse_rrule(text, NY, datetime(2027, 6, 1, 9))
-        assert validate_new(schedule, NOW) == datetime(2027, 6, 1, 13, tzinfo=UTC), text
+    """Its one ring has no next: no gap to refuse (COUNT=1, or an UNTIL before the next).
+    Leap days every 5 years from 2028: 2028, then 2048."""
+    leap_days = "FREQ=YEARLY;INTERVAL=5;BYMONTH=2;BYMONTHDAY=29"
+    for text in (f"{leap_days};COUNT=1", f"{leap_days};UNTIL=20300101"):
+        schedule = parse_rrule(text, NY, datetime(2028, 1, 1, 9))
+        assert validate_new(schedule, NOW) == datetime(2028, 2, 29, 14, tzinfo=UTC), text
 
 
 @pytest.mark.parametrize("start_given", [True, False], ids=["start given", "no start"])

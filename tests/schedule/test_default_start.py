@@ -163,3 +163,19 @@ def test_a_start_in_a_clock_change_gap_lends_the_rule_its_own_time_of_day() -> N
         datetime(2027, 3, 16, 6, 0, tzinfo=UTC),  # 02:00 EDT
         datetime(2027, 3, 18, 6, 0, tzinfo=UTC),
     ]
+
+
+@pytest.mark.parametrize(
+    ("expression", "rings"),
+    [
+        ("every hour for 3 times", ["Sun 11-01 02:31", "Sun 11-01 03:31", "Sun 11-01 04:31"]),
+        ("every 2 hours", ["Sun 11-01 02:31", "Sun 11-01 04:31", "Sun 11-01 06:31"]),
+    ],
+)
+def test_a_repeat_made_in_a_repeated_hours_second_pass_rings_at_nows_minute(
+    expression: str, rings: list[str]
+) -> None:
+    """Made at 01:30:10 EST on the fall-back night, where 01:31 is first 01:31 EDT, an hour
+    ago: at :31, as made an hour earlier, all of a count ahead. It began at the repeated
+    hour's end, 02:00, and rang at :00 for good."""
+    assert made_at(datetime(2026, 11, 1, 6, 30, 10, tzinfo=UTC), expression) == rings

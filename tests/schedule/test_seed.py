@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from reminders_svc.schedule import (
     describe,
+    named_at,
     next_after,
     occurrences,
     one_off_local,
@@ -34,6 +35,16 @@ def test_every_monday_keeps_nine_local_across_both_transitions() -> None:
 def test_one_off_in_the_repeated_hour_rings_at_the_first() -> None:
     one_off = one_off_local(datetime(2026, 11, 1, 1, 30), NEW_YORK)
     assert validate_new(one_off, utc(2026, 10, 20)) == utc(2026, 11, 1, 5, 30)
+
+
+def test_one_off_named_in_the_repeated_hour_after_its_first_pass_rings_at_the_second() -> None:
+    """At 01:10 EST (06:10Z), 01:30 is 20 minutes ahead on the wall clock, as a snooze to
+    it is: it was refused as past (05:30Z). Kept as that instant, later readings agree."""
+    one_off = one_off_local(datetime(2026, 11, 1, 1, 30), NEW_YORK)
+    now = utc(2026, 11, 1, 6, 10)
+    assert validate_new(one_off, now) == utc(2026, 11, 1, 6, 30)
+    assert occurrences(named_at(one_off, now), now, 2) == [utc(2026, 11, 1, 6, 30)]
+    assert describe(named_at(one_off, now)) == "Once on 2026-11-01 at 01:30, America/New_York"
 
 
 def test_one_off_in_the_skipped_hour_shifts_by_the_gap() -> None:

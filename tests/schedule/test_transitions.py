@@ -14,7 +14,19 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from reminders_svc.schedule import load_zone, occurrences, parse_repeat, parse_rrule
+import pytest
+
+from reminders_svc.schedule import (
+    OneOff,
+    ScheduleError,
+    load_zone,
+    named_at,
+    occurrences,
+    one_off_local,
+    parse_repeat,
+    parse_rrule,
+    validate_new,
+)
 from reminders_svc.schedule.rule import end_of_day
 from reminders_svc.schedule.zones import (
     round_up,
@@ -77,15 +89,23 @@ def wall_times(change: Transition) -> list[datetime]:
     return [edge_early - timedelta(minutes=1), inside.replace(second=0, microsecond=0), edge_late]
 
 
+def in_fold(change: Transition) -> tuple[datetime, datetime, datetime]:
+    """A wall time in the middle of the repeated hour, and its first and second instants."""
+    inside = (change.at + change.after + (change.before - change.after) / 2).replace(
+        tzinfo=None, microsecond=0
+    )
+    return (
+        inside,
+        (inside - change.before).replace(tzinfo=UTC),
+        (inside - change.after).replace(tzinfo=UTC),
+    )
+
+
 def check_time_ahead_in_fold(name: str, change: Transition) -> None:
     """A local time of the repeated hour, meant as one ahead (a snooze to it): the first
     instant while it is to come, the second once the first has passed, the first again
     (in the past, to be refused) once both have."""
-    inside = (change.at + change.after + (change.before - change.after) / 2).replace(
-        tzinfo=None, microsecond=0
-    )
-    first = (inside - change.before).replace(tzinfo=UTC)
-    second = (inside - change.after).replace(tzinfo=UTC)
+    inside, first, second = in_fold(change)
     one_second = timedelta(seconds=1)
     assert upcoming_utc(inside, name, first - one_second) == first, (name, change)
     assert upcoming_utc(inside, name, first) == second, (name, change)
@@ -93,27 +113,39 @@ def check_time_ahead_in_fold(name: str, change: Transition) -> None:
     assert upcoming_utc(inside, name, second) == first, (name, change)
 
 
+def check_one_off_named_in_fold(name: str, change: Transition) -> None:
+    """A new one-off at a local time of the repeated hour rings as a snooze to it would: at
+    the first instant while it is to come, at the second once the first has passed (kept
+    as that instant), refused once both have."""
+    inside, first, second = in_fold(change)
+    one_off = one_off_local(inside, name)
+    assert validate_new(one_off, first) == first, (name, change)
+    after_first = first + timedelta(seconds=1)
+    assert validate_new(one_off, after_first) == second, (name, change)
+    assert named_at(one_off, after_first) == OneOff(name, None, second), (name, change)
+    with pytest.raises(ScheduleError, match="is in the past"):
+        validate_new(one_off, second + timedelta(seconds=1))
+
+
 def check_start_from(zone: ZoneInfo, change: Transition) -> None:
-    """A series "starting now" begins at the first whole local minute whose instant is not
-    past: the next minute, except in a repeated hour's second pass, where it is the hour's
-    end (its wall times there are the first pass's instants)."""
+    """A series "starting now" begins at the next whole local minute, or where that wall
+    time's instant is past (a repeated hour's second pass: its wall times are the first
+    pass's instants), at the same minute of the first hour after it whose instant is not."""
     fold = change.before - change.after
     moments = [change.at - timedelta(minutes=30), change.at + timedelta(seconds=20)]
     if fold > timedelta(0):
         moments.append(change.at + fold / 2)
     for now in moments:
         start = start_from(now, zone)
-        assert start.second == 0, (zone, change, now)
-        assert to_utc_in(start, zone) >= now, (zone, change, now)
-        earlier = start - timedelta(minutes=1)
         next_minute = round_up(to_local(now, zone), "minute")
+        assert to_utc_in(start, zone) >= now, (zone, change, now)
+        assert (start - next_minute) % timedelta(hours=1) == timedelta(0), (zone, change, now)
+        earlier = start - timedelta(hours=1)
         assert earlier < next_minute or to_utc_in(earlier, zone) < now, (zone, change, now)
     if fold > timedelta(0):
-        fold_end = (change.at + change.before).replace(tzinfo=None)
-        assert start_from(change.at + fold / 2, zone) == round_up(fold_end, "minute"), (
-            zone,
-            change,
-        )
+        in_second_pass = change.at + fold / 2
+        next_minute = round_up(to_local(in_second_pass, zone), "minute")
+        assert start_from(in_second_pass, zone) > next_minute, (zone, change)
 
 
 def check_end_of_day(zone: ZoneInfo, change: Transition) -> None:
@@ -148,6 +180,7 @@ def check_zone(name: str) -> int:
         check_start_from(zone, change)
         if change.after < change.before:  # a fold: clocks went back
             check_time_ahead_in_fold(name, change)
+            check_one_off_named_in_fold(name, change)
         else:
             check_hourly_across_gap(name, zone, change)
         for wall in wall_times(change):
