@@ -582,6 +582,16 @@ def test_a_one_off_named_in_the_repeated_hour_after_its_first_pass_rings_at_the_
     assert created.next_ring_time.ToDatetime(tzinfo=Z) == at("2026-11-01T06:30:00")
     assert created.schedule.once.instant.ToDatetime(tzinfo=Z) == at("2026-11-01T06:30:00")
     assert created.schedule.time_zone == "America/New_York"
+    # A preview from then shows the ring the reminder has.
+    preview = api.reminders.PreviewSchedule(
+        pb.PreviewScheduleRequest(
+            schedule=one_off("2026-11-01T01:30:00"), from_time=created.create_time
+        ),
+        metadata=api.as_user(user),
+    )
+    assert [o.time.ToDatetime(tzinfo=Z) for o in preview.occurrences] == [
+        at("2026-11-01T06:30:00")
+    ]
 
 
 def test_pause_stops_and_resume_continues_from_the_next_occurrence(api: Api, user: str) -> None:
