@@ -1,6 +1,7 @@
 """Domain errors -> gRPC status codes with google.rpc details (AIP-193): an ErrorInfo naming
 the error's reason, and a BadRequest naming the field at fault of an INVALID_ARGUMENT (a
-PreconditionFailure for FAILED_PRECONDITION, a QuotaFailure for RESOURCE_EXHAUSTED).
+PreconditionFailure for FAILED_PRECONDITION, a QuotaFailure for RESOURCE_EXHAUSTED, a
+RetryInfo for UNAVAILABLE).
 
 Anything unexpected is logged (without request contents) and answered INTERNAL, never
 UNKNOWN and never with a stack trace. Every text of a status is capped: a message may
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
 import grpc
+from google.protobuf import duration_pb2
 from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
@@ -77,8 +79,9 @@ def capped(text: str, longest: int = MAX_MESSAGE_CHARS) -> str:
 def _details_of(error: errors.ReminderError, domain: str) -> list[Message]:
     """The google.rpc details the status carries (AIP-193): always an ErrorInfo with the
     error's reason; then the field at fault of an INVALID_ARGUMENT (BadRequest), the
-    subject of a FAILED_PRECONDITION (PreconditionFailure), or the quota used up
-    (QuotaFailure, for RESOURCE_EXHAUSTED)."""
+    subject of a FAILED_PRECONDITION (PreconditionFailure), the quota used up
+    (QuotaFailure, for RESOURCE_EXHAUSTED), or how soon to retry an UNAVAILABLE
+    (RetryInfo, AIP-194)."""
     description = capped(error.description)
     details: list[Message] = [
         error_details_pb2.ErrorInfo(reason=error.reason, domain=domain, metadata=error.metadata)
@@ -98,6 +101,10 @@ def _details_of(error: errors.ReminderError, domain: str) -> list[Message]:
             subject=error.subject, description=description
         )
         details.append(error_details_pb2.QuotaFailure(violations=[used_up]))
+    elif isinstance(error, errors.Unavailable):
+        delay = duration_pb2.Duration()
+        delay.FromTimedelta(error.retry_after)
+        details.append(error_details_pb2.RetryInfo(retry_delay=delay))
     return details
 
 

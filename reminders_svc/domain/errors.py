@@ -8,6 +8,8 @@ a FailedPrecondition names what its precondition is about (e.g. the reused
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 
 class ReminderError(Exception):
     """Base of every error the API answers on purpose.
@@ -115,11 +117,27 @@ class DeadlineExceeded(ReminderError):
 
 
 class Unavailable(ReminderError):
-    """Storage cannot be reached or did not answer in time; safe to retry."""
+    """Storage cannot be reached or did not answer in time; safe to retry, no sooner than
+    `retry_after` (google.rpc.RetryInfo: a gateway's Retry-After)."""
 
     reason = "STORAGE_UNAVAILABLE"
 
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str | None = None,
+        retry_after: timedelta = timedelta(seconds=1),
+    ) -> None:
+        super().__init__(message, reason=reason)
+        self.retry_after = retry_after
+
     @classmethod
     def contention(cls, on_what: str) -> Unavailable:
-        """Compare-and-sets on `on_what` lost too many times in a row to other writers."""
-        return cls(f"too much contention on {on_what}; retry", reason="CONTENTION")
+        """Compare-and-sets on `on_what` lost too many times in a row to other writers:
+        soon over, as the writers they lost to finish."""
+        return cls(
+            f"too much contention on {on_what}; retry",
+            reason="CONTENTION",
+            retry_after=timedelta(milliseconds=200),
+        )

@@ -89,8 +89,11 @@ PURGE_UNDER_WAY = "PURGE_UNDER_WAY"
 
 
 def _under_way() -> Unavailable:
+    # A purge takes seconds for a typical user, minutes for one at the cap.
     return Unavailable(
-        "another deletion of this user's data is under way; retry", reason=PURGE_UNDER_WAY
+        "another deletion of this user's data is under way; retry",
+        reason=PURGE_UNDER_WAY,
+        retry_after=timedelta(seconds=5),
     )
 
 

@@ -7,6 +7,7 @@ from the API process alone, while the test keeps watching through gRPC.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 import uuid
@@ -35,6 +36,7 @@ from tests.api.conftest import DEV_ENV, SEED_NOW, FakeClock, code_of, one_off, r
 from tests.api.serving import NOT_SERVING, SERVING, ServedApi, serve_api
 from tests.api.test_contract import SERVICE_CONFIG
 from tests.api.test_server import Samples, metric_samples_once, user_metadata
+from tests.grpc_errors import retry_delay_of
 from tests.servers import ServerThread
 from tests.tcp_proxy import TcpProxy
 
@@ -469,7 +471,8 @@ def test_a_channel_given_the_service_config_retries_a_read_and_never_a_change(
         wait_for_health_of_every_service(api, NOT_SERVING, timeout_s=10)
 
         assert code_of(lambda: stub.GetReminder(get, metadata=metadata)) == UNAVAILABLE
-        assert code_of(lambda: stub.SnoozeReminder(snooze, metadata=metadata)) == UNAVAILABLE
+        snoozing = functools.partial(stub.SnoozeReminder, snooze, metadata=metadata)
+        assert code_of(snoozing) == UNAVAILABLE
 
         def unavailable(samples: Samples, method: str) -> float:
             labels = {("method", f"/{REMINDERS_SERVICE}/{method}"), ("code", "UNAVAILABLE")}
@@ -490,3 +493,5 @@ def test_a_channel_given_the_service_config_retries_a_read_and_never_a_change(
             api.metrics_port, lambda s: unavailable(s, "GetReminder") >= 4 + 20
         )
         assert unavailable(samples, "GetReminder") <= 4 + 20 + 3
+        # How soon to retry a change by hand (a gateway's Retry-After).
+        assert retry_delay_of(snoozing) == timedelta(seconds=1)

@@ -48,6 +48,7 @@ from tests.api.conftest import (
     weekly_monday_nine,
 )
 from tests.api.test_service import at, create, record_deliveries
+from tests.grpc_errors import retry_delay_of
 
 # Every table holding one user's data, each partitioned by user_id.
 USER_TABLES = ("reminders", "deliveries", "create_requests")
@@ -473,6 +474,8 @@ def test_a_deletion_found_under_way_on_another_server_is_audited_as_such_not_as_
         first = pool.submit(purge, holding, user)
         assert purger.fenced.wait(30)
         assert reason_of(lambda: purge(api, user)) == "PURGE_UNDER_WAY"
+        # A gateway's Retry-After: a purge takes seconds.
+        assert retry_delay_of(lambda: purge(api, user)) == timedelta(seconds=5)
         purger.release.set()
         assert first.result(60).reminders_deleted == 1
 

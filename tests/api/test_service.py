@@ -589,9 +589,7 @@ def test_a_one_off_named_in_the_repeated_hour_after_its_first_pass_rings_at_the_
         ),
         metadata=api.as_user(user),
     )
-    assert [o.time.ToDatetime(tzinfo=Z) for o in preview.occurrences] == [
-        at("2026-11-01T06:30:00")
-    ]
+    assert [o.time.ToDatetime(tzinfo=Z) for o in preview.occurrences] == [at("2026-11-01T06:30:00")]
 
 
 def test_pause_stops_and_resume_continues_from_the_next_occurrence(api: Api, user: str) -> None:

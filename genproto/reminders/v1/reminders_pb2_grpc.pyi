@@ -34,9 +34,9 @@ FAILED_PRECONDITION: valid, but not in this state, with a google.rpc.Preconditio
   operator's DeleteUserData of the caller is under way);
 RESOURCE_EXHAUSTED (ACTIVE_REMINDERS_CAP, with a google.rpc.QuotaFailure): the per-user
   cap is reached (every reminder not deleted counts, done ones included);
-UNAVAILABLE with STORAGE_UNAVAILABLE, CONTENTION, or PURGE_UNDER_WAY on DeleteUserData:
-  retry with backoff; the retry is safe (the change was not made, or is completed by
-  the retry);
+UNAVAILABLE with STORAGE_UNAVAILABLE, CONTENTION, or PURGE_UNDER_WAY on DeleteUserData,
+  and a google.rpc.RetryInfo saying how soon: retry with backoff; the retry is safe
+  (the change was not made, or is completed by the retry);
 DEADLINE_EXCEEDED (OUTCOME_UNKNOWN) on a change: it may have been applied: read
   before retrying (a create: repeat it with the same request_id).
 
