@@ -40,6 +40,9 @@ class DeviceStore:
         self._owner = prepare_serial(
             session, f"SELECT user_id FROM {keyspace}.device_owners WHERE device_token = ?"
         )
+        self._owners = session.prepare(
+            f"SELECT device_token, user_id FROM {keyspace}.device_owners WHERE device_token IN ?"
+        )
         self._first_owner = session.prepare(
             f"INSERT INTO {keyspace}.device_owners (device_token, user_id) VALUES (?, ?)"
             " IF NOT EXISTS"
@@ -107,7 +110,10 @@ class DeviceStore:
     async def _own(self, user_id: str, token: str) -> None:
         """Make `user_id` the token's owner, and take the token from its previous owner's
         devices (a phone signed in as another user). Run again by a retried registration
-        when storage did not answer: the Paxos read then says where it stands."""
+        when storage did not answer: the Paxos read then says where it stands. The token
+        leaves the previous owner's devices first: a retry after a switch that landed
+        finds this user the owner and returns, so a removal after the switch that failed
+        left the token on both users' devices (and the other's reminders on this phone)."""
         for _ in range(_OWNER_ATTEMPTS):
             previous = await self._owner_of(token)
             if previous == user_id:
@@ -115,18 +121,33 @@ class DeviceStore:
             if previous is None:
                 taken = await execute(self._session, self._first_owner, (token, user_id))
             else:
+                await execute(self._session, self._delete, (previous, token))
                 params = (user_id, token, previous)
                 taken = await execute(self._session, self._next_owner, params)
             if taken.one().applied:
-                if previous is not None:
-                    await self.remove(previous, token)
                 return
         raise Unavailable.contention("this device token")
 
     async def list(self, user_id: str) -> tuple[Device, ...]:
+        """The user's devices, but a token another user owns now: its row here outlived
+        a removal that failed (an unregistration's, or a registration's of another user),
+        and is removed when found, never pushed to (the other user's phone). A token with
+        no owner row is the user's (rows from before owners were kept)."""
         # Every page: a user registered before the cap may hold more than one.
         rows = await execute_all(self._session, self._select_all, (user_id,))
-        return tuple(_device(row) for row in rows)
+        devices = tuple(_device(row) for row in rows)
+        taken: set[str] = set()
+        for start in range(0, len(devices), MAX_DEVICES_PER_USER):
+            tokens = [d.device_token for d in devices[start : start + MAX_DEVICES_PER_USER]]
+            owners = await execute_all(self._session, self._owners, (tokens,))
+            taken.update(row.device_token for row in owners if row.user_id != user_id)
+        for device in devices:
+            if device.device_token in taken:
+                # Only the row listed: the user registering the token again since has
+                # taken it back, and keeps the row that registration refreshed.
+                params = (user_id, device.device_token, device.register_time)
+                await execute(self._session, self._evict, params)
+        return tuple(d for d in devices if d.device_token not in taken)
 
     async def remove(self, user_id: str, device_token: str) -> None:
         """Idempotent. LWTs, as register's writes are: an app that logs out and in

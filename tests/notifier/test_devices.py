@@ -5,6 +5,7 @@ push then reaches; and the cap's eviction racing a registration of the device it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from genproto.notification.v1 import notification_pb2 as pb
 from notifier.domain.model import MAX_DEVICES_PER_USER, Device, Platform
 from notifier.settings import NotifierSettings
 from notifier.storage.devices import DeviceStore
+from reminders_svc.domain.errors import Unavailable
 from reminders_svc.storage.session import connect
 from tests.grpc_errors import assert_refused
 from tests.notifier.conftest import ACCEPTED, Client, item, running_notifier
@@ -278,3 +280,68 @@ def test_a_token_taken_by_another_user_mid_registration_reaches_only_that_user(
     assert answered.device_token == phone.device_token
     assert mine == set()
     assert theirs == {phone.device_token}
+
+
+class _RemovalFailsOnce(DeviceStore):
+    """A registry whose first removal does not answer, as a storage timeout would."""
+
+    failed = False
+
+    async def remove(self, user_id: str, device_token: str) -> None:
+        if not self.failed:
+            self.failed = True
+            raise Unavailable("storage did not answer")
+        await super().remove(user_id, device_token)
+
+
+def test_a_token_moved_to_another_user_by_a_registration_retried_leaves_the_first_user(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """A phone signed out of one user and into another: the registration's removal of the
+    token from the first user failed after the owner had moved, and its retry found the
+    move done and stopped there, leaving the token on both users' devices (the first
+    user's reminders, texts included, on the other user's phone)."""
+    cassandra = notifier_settings.cassandra
+    phone = Device(f"fcm-moved-{user}", Platform.FCM)
+    other = f"{user}-other"
+
+    async def scenario() -> tuple[set[str], set[str]]:
+        with connect(cassandra) as connection:
+            registry = DeviceStore(connection.session, cassandra.keyspace)
+            await registry.register(user, phone)
+            flaky = _RemovalFailsOnce(connection.session, cassandra.keyspace)
+            with contextlib.suppress(Unavailable):
+                await flaky.register(other, phone)
+            await flaky.register(other, phone)  # the app's retry
+            mine = {d.device_token for d in await registry.list(user)}
+            theirs = {d.device_token for d in await registry.list(other)}
+            return mine, theirs
+
+    assert asyncio.run(scenario()) == (set(), {phone.device_token})
+
+
+def test_a_row_left_behind_for_a_token_another_user_owns_is_neither_listed_nor_kept(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """A removal that failed halfway (an unregistration, a registration by another user)
+    leaves this user's row of a token another user owns now: never listed, never pushed."""
+    cassandra = notifier_settings.cassandra
+    phone = Device(f"fcm-left-{user}", Platform.FCM)
+    other = f"{user}-other"
+
+    async def scenario() -> tuple[set[str], int]:
+        with connect(cassandra) as connection:
+            registry = DeviceStore(connection.session, cassandra.keyspace)
+            await registry.register(other, phone)
+            connection.session.execute(
+                "INSERT INTO devices (user_id, device_token, platform, registered_at)"
+                " VALUES (%s, %s, %s, toTimestamp(now()))",
+                (user, phone.device_token, Platform.FCM.value),
+            )
+            listed = {d.device_token for d in await registry.list(user)}
+            rows = connection.session.execute(
+                "SELECT device_token FROM devices WHERE user_id = %s", (user,)
+            )
+            return listed, len(list(rows))
+
+    assert asyncio.run(scenario()) == (set(), 0)
