@@ -74,6 +74,13 @@ class DispatcherMetrics:
             " over by a rebalance or a stop, or expired with a dead or paused holder.",
             registry=r,
         )
+        self.part_failures = Counter(
+            "reminders_dispatch_part_failures_total",
+            "Part workers that failed on an error not of storage's unavailability (a grant"
+            " revoked, a row that does not decode): the part is released, and taken here"
+            " again only after a cool-down doubling from 5 s to 5 minutes.",
+            registry=r,
+        )
         self.leases_lost = Counter(
             "reminders_dispatch_leases_lost_total",
             "Leases lost before release (a renewal or a checkpoint refused, or no renewal"

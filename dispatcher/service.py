@@ -65,6 +65,33 @@ from reminders_svc.tls import add_port
 log = logging.getLogger(__name__)
 _MIN_TICK_GAP_S = 1.0
 
+
+class PartCooldowns:
+    """Parts whose worker failed, kept from this dispatcher for a while: released and taken
+    again at every tick, such a part cost LWTs and a traceback a second, forever, while
+    its rings waited (another dispatcher may take it meanwhile). The wait doubles with
+    each failure in a row, from `FIRST_S` to `LONGEST_S`; a failure that comes after a
+    quiet `LONGEST_S` starts again from the first."""
+
+    FIRST_S = 5.0
+    LONGEST_S = 300.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._waits: dict[int, tuple[float, float]] = {}  # part -> (wait, until)
+
+    def failed(self, part: int) -> float:
+        """Note a failure of `part`'s worker; the wait before it is taken here again."""
+        now = self._clock()
+        wait, until = self._waits.get(part, (0.0, -math.inf))
+        wait = self.FIRST_S if now > until + self.LONGEST_S else min(2 * wait, self.LONGEST_S)
+        self._waits[part] = (wait, now + wait)
+        return wait
+
+    def cooling(self, part: int) -> bool:
+        return part in self._waits and self._clock() < self._waits[part][1]
+
+
 Stores = tuple[ReminderStore, DeliveryHistory, PartLeases, BucketReader]
 
 
@@ -76,6 +103,7 @@ class Dispatcher:
         # Ready while its clock agrees with the database's, once the notifier was reached.
         self._health = ProcessHealth(("",), self.metrics.clock_ready)
         self._workers: dict[int, tuple[PartWorker, asyncio.Task[None]]] = {}
+        self._cooldowns = PartCooldowns()
         self._stopping = asyncio.Event()
         self._off_since: float | None = None  # monotonic
         self._unreached_since: float | None = None  # monotonic; inf once told
@@ -297,7 +325,14 @@ class Dispatcher:
 
     async def _release(self, worker: PartWorker, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
-            log.error("part %d: its worker failed", worker.lease.part, exc_info=task.exception())
+            wait_s = self._cooldowns.failed(worker.lease.part)
+            self.metrics.part_failures.inc()
+            log.error(
+                "part %d: its worker failed; not taken here again for %g s",
+                worker.lease.part,
+                wait_s,
+                exc_info=task.exception(),
+            )
         if not worker.lease.held():
             return
         try:
@@ -322,7 +357,7 @@ class Dispatcher:
         for part in range(parts):
             if held >= target or self._stopping.is_set():
                 break  # stopping: each take is an LWT the drain would wait for, to no end
-            if part in self._workers:
+            if part in self._workers or self._cooldowns.cooling(part):
                 continue
             previous = by_part.get(part)
             if previous is not None and previous.owner is not None:

@@ -16,7 +16,7 @@ from cassandra import OperationTimedOut
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement
 
-from dispatcher.leases import PartLeases, PartState
+from dispatcher.leases import Lease, PartLeases, PartState
 from dispatcher.service import Dispatcher, Stores
 from dispatcher.settings import DispatcherSettings
 from reminders_svc.storage.parts import DEFAULT_PARTS
@@ -214,3 +214,61 @@ def test_a_hanging_balance_delays_no_lease_renewal(
     assert after == before
     assert takeovers == 0
     assert state_reads == 0
+
+
+class _PartZeroFails(Dispatcher):
+    """A dispatcher whose worker of part 0 fails at once, every time (a grant on its
+    bucket revoked, say); it counts its takes of that part."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.takes_of_zero = 0
+
+    def _start_worker(self, lease: Lease) -> None:
+        super()._start_worker(lease)
+        if lease.part == 0:
+            self.takes_of_zero += 1
+            worker, started = self._workers[0]
+            started.cancel()
+            self._workers[0] = (worker, asyncio.create_task(self._fail()))
+
+    async def _fail(self) -> None:
+        raise RuntimeError("a worker that fails at once")
+
+
+def test_a_part_whose_worker_keeps_failing_is_taken_again_ever_more_slowly(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """It was released and taken again every second, forever (LWTs and a traceback each
+    time), while the pod stayed ready; the other parts are worked as before."""
+    settings = DispatcherSettings(
+        dispatcher_id="d", port=0, metrics_port=0, lease_renew_every=timedelta(seconds=2)
+    )
+
+    async def scenario() -> tuple[int, float, int]:
+        notifier = grpc.aio.server()  # any gRPC server will do: reached
+        port = notifier.add_insecure_port("127.0.0.1:0")
+        await notifier.start()
+        reaching = dataclasses.replace(settings, notifier_target=f"127.0.0.1:{port}")
+        dispatcher = _PartZeroFails(reaching, own_keyspace.settings)
+        running = asyncio.create_task(dispatcher.run())
+        try:
+            async with asyncio.timeout(60):
+                while dispatcher.takes_of_zero == 0:  # noqa: ASYNC110
+                    await asyncio.sleep(0.2)
+            await asyncio.sleep(12)
+            failures = dispatcher.metrics.registry.get_sample_value(
+                "reminders_dispatch_part_failures_total"
+            )
+            return dispatcher.takes_of_zero, failures or 0.0, len(dispatcher._workers)
+        finally:
+            dispatcher.stop()
+            await running
+            await notifier.stop(None)
+
+    takes, failures, working = asyncio.run(scenario())
+
+    # Taken, failed, 5 s off, taken, failed, 10 s off: twice or three times in 12 s.
+    assert 2 <= takes <= 3, takes
+    assert failures >= takes - 1
+    assert working >= DEFAULT_PARTS - 1  # every other part held throughout
