@@ -4,11 +4,12 @@ a take whose answer is lost is settled."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import grpc
 import pytest
@@ -130,6 +131,29 @@ def test_a_take_whose_reply_is_lost_is_settled_not_left_to_lapse(
         asyncio.run(scenario())
 
 
+D = TypeVar("D", bound=Dispatcher)
+
+
+@contextlib.asynccontextmanager
+async def _running(
+    kind: type[D], settings: DispatcherSettings, keyspace: CassandraConnection
+) -> AsyncIterator[D]:
+    """A dispatcher of `kind` running in this loop, stopped on the way out. It takes parts
+    once it has reached a notifier: any gRPC server will do."""
+    notifier = grpc.aio.server()
+    port = notifier.add_insecure_port("127.0.0.1:0")
+    await notifier.start()
+    reaching = dataclasses.replace(settings, notifier_target=f"127.0.0.1:{port}")
+    dispatcher = kind(reaching, keyspace.settings)
+    running = asyncio.create_task(dispatcher.run())
+    try:
+        yield dispatcher
+    finally:
+        dispatcher.stop()
+        await running
+        await notifier.stop(None)
+
+
 class _BalanceHangs(Dispatcher):
     """A dispatcher whose part balance hangs once, 12 s, on its read of the fleet's members
     (a node that stopped answering without closing its connections); it counts its reads
@@ -182,14 +206,7 @@ def test_a_hanging_balance_delays_no_lease_renewal(
         return {row.part: row.epoch for row in rows if row.owner == "d"}
 
     async def scenario() -> tuple[dict[int, int], dict[int, int], float, int]:
-        # A dispatcher takes parts once it has reached a notifier: any gRPC server will do.
-        notifier = grpc.aio.server()
-        port = notifier.add_insecure_port("127.0.0.1:0")
-        await notifier.start()
-        reaching = dataclasses.replace(settings, notifier_target=f"127.0.0.1:{port}")
-        dispatcher = _BalanceHangs(reaching, own_keyspace.settings)
-        running = asyncio.create_task(dispatcher.run())
-        try:
+        async with _running(_BalanceHangs, settings, own_keyspace) as dispatcher:
             async with asyncio.timeout(60):
                 while len(before := await asyncio.to_thread(epochs)) < DEFAULT_PARTS:  # noqa: ASYNC110
                     await asyncio.sleep(0.5)
@@ -204,10 +221,6 @@ def test_a_hanging_balance_delays_no_lease_renewal(
             )
             reads = dispatcher.state_reads - reads_once_holding
             return before, after, takeovers or 0.0, reads
-        finally:
-            dispatcher.stop()
-            await running
-            await notifier.stop(None)
 
     before, after, takeovers, state_reads = asyncio.run(scenario())
 
@@ -246,13 +259,7 @@ def test_a_part_whose_worker_keeps_failing_is_taken_again_ever_more_slowly(
     )
 
     async def scenario() -> tuple[int, float, int]:
-        notifier = grpc.aio.server()  # any gRPC server will do: reached
-        port = notifier.add_insecure_port("127.0.0.1:0")
-        await notifier.start()
-        reaching = dataclasses.replace(settings, notifier_target=f"127.0.0.1:{port}")
-        dispatcher = _PartZeroFails(reaching, own_keyspace.settings)
-        running = asyncio.create_task(dispatcher.run())
-        try:
+        async with _running(_PartZeroFails, settings, own_keyspace) as dispatcher:
             async with asyncio.timeout(60):
                 while dispatcher.takes_of_zero == 0:  # noqa: ASYNC110
                     await asyncio.sleep(0.2)
@@ -261,10 +268,6 @@ def test_a_part_whose_worker_keeps_failing_is_taken_again_ever_more_slowly(
                 "reminders_dispatch_part_failures_total"
             )
             return dispatcher.takes_of_zero, failures or 0.0, len(dispatcher._workers)
-        finally:
-            dispatcher.stop()
-            await running
-            await notifier.stop(None)
 
     takes, failures, working = asyncio.run(scenario())
 
