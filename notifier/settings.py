@@ -146,6 +146,15 @@ class NotifierSettings:
         # A ring is re-sent, under its key, for as long as its bucket entry lives (a catch-up
         # after an outage): its key must outlive that to dedupe the re-send. Both read from
         # the ConfigMap every pod shares.
+        # A hold is refreshed before a push once half the bound has passed: a push taking
+        # longer than the other half is taken over by another replica, and pushed twice.
+        if settings.key_takeover_after <= 2 * settings.push_timeout:
+            raise ConfigError(
+                f"{PREFIX}KEY_TAKEOVER_AFTER_S ({settings.key_takeover_after.total_seconds():g})"
+                f" must be over twice {PREFIX}PUSH_TIMEOUT_S"
+                f" ({settings.push_timeout.total_seconds():g}): a push still under way would"
+                " be taken over by another replica and pushed twice"
+            )
         bucket = Retention.from_env(values).bucket
         if settings.key_ttl <= bucket:
             raise ConfigError(

@@ -132,9 +132,15 @@ class PushWorkers:
         if not devices:
             self._no_device(item)
             return
-        # Again: a slow lookup (storage under load) must not carry it past its expiry.
+        # Again: a slow lookup (storage under load, up to a request timeout) must not carry
+        # it past its expiry, nor its hold so near the takeover bound that another replica
+        # takes the key over while this one pushes (settings keep a push under half of it).
         if self._expired(item):
             return
+        held = await self._still_held(item)
+        if held is None:
+            return
+        item = held
         if self._policy.crash_before_push:
             log.warning("fault crash_before_push: killing this process")
             os.kill(os.getpid(), signal.SIGKILL)

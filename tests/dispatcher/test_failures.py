@@ -99,7 +99,10 @@ def test_a_notifier_killed_before_its_push_answered_nothing_and_its_successor_pu
     hook). It had answered nothing, so the dispatcher keeps retrying; the notifier started
     in its place finds the key held, unsettled, answers "retry" until the takeover bound,
     then takes the key over and pushes it: one push, answered ACCEPTED, not DUPLICATE."""
-    takeover = {"REMINDERS_NOTIFIER_KEY_TAKEOVER_AFTER_S": "3"}
+    takeover = {
+        "REMINDERS_NOTIFIER_KEY_TAKEOVER_AFTER_S": "3",
+        "REMINDERS_NOTIFIER_PUSH_TIMEOUT_S": "1",
+    }
     doomed = stack.start_notifier(REMINDERS_NOTIFIER_FAULTS="crash_before_push", **takeover)
     stack.start_dispatcher("d")
     wait_owning(stack, {"d"})

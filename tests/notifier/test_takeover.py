@@ -22,7 +22,7 @@ from genproto.notification.v1 import notification_pb2 as pb
 from notifier.delivery.adapters import RecordingPushAdapter
 from notifier.delivery.queue import DeliveryQueue
 from notifier.delivery.workers import DeliveryPolicy, PushWorkers
-from notifier.domain.model import ItemResult, Notification, Outcome, Priority
+from notifier.domain.model import Device, ItemResult, Notification, Outcome, Priority
 from notifier.intake import Intake, IntakeLimits
 from notifier.metrics import NotifierMetrics
 from notifier.settings import NotifierSettings
@@ -142,6 +142,47 @@ def test_an_item_waiting_past_half_the_takeover_bound_refreshes_its_hold_before_
     assert refreshed_after_s >= takeover_after.total_seconds() / 2
 
 
+class _SlowLookup(DeviceStore):
+    """A device registry answering after 2.5 s (storage under load)."""
+
+    async def list(self, user_id: str) -> tuple[Device, ...]:
+        await asyncio.sleep(2.5)
+        return await super().list(user_id)
+
+
+def test_an_item_whose_device_lookup_outlasts_half_the_takeover_bound_refreshes_its_hold(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """The hold was checked before the lookup only: a lookup slow enough (a request
+    timeout is 12 s) carried a push past the bound, where another replica could take the
+    key over from this live holder and push it too."""
+    takeover_after = timedelta(seconds=4)
+    settings = dataclasses.replace(
+        notifier_settings, key_takeover_after=takeover_after, push_timeout=timedelta(seconds=1)
+    )
+    notification = Notification(reminder_key(), user, Priority.URGENT, "title", "body")
+
+    async def scenario() -> ItemResult:
+        with connect(settings.cassandra) as connection:
+            _, workers, intake = _in_process(
+                connection.session, settings, KeyStore, devices_type=_SlowLookup
+            )
+            workers.start()
+            try:
+                return await asyncio.wait_for(intake.accept(notification), timeout=30)
+            finally:
+                await workers.stop(grace_s=5)
+
+    assert asyncio.run(scenario()).outcome is Outcome.ACCEPTED
+    [row] = key_rows(
+        settings,
+        [notification.idempotency_key],
+        "writetime(user_id) AS recorded, writetime(accepted_at) AS held",
+    )
+    refreshed_after_s = (row.held - row.recorded) / 1e6  # write times are in microseconds
+    assert refreshed_after_s >= takeover_after.total_seconds() / 2
+
+
 def test_an_item_whose_key_another_replica_took_over_while_it_waited_is_not_pushed(
     notifier_settings: NotifierSettings, user: str
 ) -> None:
@@ -189,7 +230,11 @@ Keys = TypeVar("Keys", bound=KeyStore)
 
 
 def _in_process(
-    session: Session, settings: NotifierSettings, keys_type: type[Keys], slots: int = 4
+    session: Session,
+    settings: NotifierSettings,
+    keys_type: type[Keys],
+    slots: int = 4,
+    devices_type: type[DeviceStore] = DeviceStore,
 ) -> tuple[Keys, PushWorkers, Intake]:
     """A notifier's key store, push workers (recording, implicit devices) and intake,
     without its gRPC server; the workers not started."""
@@ -204,7 +249,7 @@ def _in_process(
     workers = PushWorkers(
         queue,
         RecordingPushAdapter(capacity=100),
-        DeviceStore(session, cassandra.keyspace),
+        devices_type(session, cassandra.keyspace),
         keys,
         DeliveryPolicy(2, 3, timedelta(seconds=0.05), auto_device=True),
         metrics,

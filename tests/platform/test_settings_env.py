@@ -94,6 +94,16 @@ def test_the_defaults_of_every_process_are_accepted() -> None:
         read({"REMINDERS_ENV": "dev"})
 
 
+def test_a_notifier_whose_push_could_outlast_its_refreshed_hold_is_refused() -> None:
+    """A hold is refreshed before a push once half the takeover bound has passed: a push
+    allowed longer than the other half could be taken over by another replica midway and
+    pushed twice."""
+    short = {"REMINDERS_ENV": "dev", "REMINDERS_NOTIFIER_KEY_TAKEOVER_AFTER_S": "20"}
+    with pytest.raises(ConfigError, match=r"^REMINDERS_NOTIFIER_KEY_TAKEOVER_AFTER_S \(20\)"):
+        NotifierSettings.from_env(short)
+    NotifierSettings.from_env({**short, "REMINDERS_NOTIFIER_PUSH_TIMEOUT_S": "9"})
+
+
 def test_the_reference_notifier_outside_dev_needs_its_adapter_named() -> None:
     """Neither adapter reaches a device, yet rings handed to it are finalized as rung: a
     deployment must say so, not fall into a default that pushes nowhere unnoticed."""
