@@ -295,5 +295,11 @@ class Intake:
                 # only). Still unsettled at the end, the key is answered from memory here
                 # and taken over elsewhere once stale: at worst a second push of it.
                 log.warning("settling %s failed: %s", key, type(error).__name__)
+            except Exception:
+                # Not storage's unavailability (a grant revoked, a bug): the answer stands,
+                # or a push made would be answered "retry" and, its key unsettled, pushed
+                # again by whichever replica the retry reached once the hold went stale.
+                log.exception("settling %s failed", key)
+                return
             if attempt + 1 < _SETTLE_ATTEMPTS:
                 await asyncio.sleep(_SETTLE_BACKOFF_S * 2**attempt)

@@ -142,6 +142,47 @@ def test_an_item_waiting_past_half_the_takeover_bound_refreshes_its_hold_before_
     assert refreshed_after_s >= takeover_after.total_seconds() / 2
 
 
+def _answer_in_process(
+    settings: NotifierSettings,
+    notification: Notification,
+    *,
+    keys_type: type[KeyStore] = KeyStore,
+    devices_type: type[DeviceStore] = DeviceStore,
+) -> ItemResult:
+    """The answer to `notification` of a notifier run in this process (`_in_process`)."""
+
+    async def scenario() -> ItemResult:
+        with connect(settings.cassandra) as connection:
+            _, workers, intake = _in_process(
+                connection.session, settings, keys_type, devices_type=devices_type
+            )
+            workers.start()
+            try:
+                return await asyncio.wait_for(intake.accept(notification), timeout=30)
+            finally:
+                await workers.stop(grace_s=5)
+
+    return asyncio.run(scenario())
+
+
+class _SettleRefused(KeyStore):
+    """A key store whose settle fails on an error not of storage's unavailability."""
+
+    async def settle(self, *args: Any) -> None:
+        raise RuntimeError("permission to write notification_keys revoked")
+
+
+def test_a_push_whose_key_cannot_be_settled_for_another_reason_is_still_answered_accepted(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """Pushed, then its settle failed on something other than storage being unavailable:
+    it was answered "retry" (internal error), and the retry pushed it again elsewhere."""
+    notification = Notification(reminder_key(), user, Priority.URGENT, "title", "body")
+
+    answer = _answer_in_process(notifier_settings, notification, keys_type=_SettleRefused)
+    assert answer.outcome is Outcome.ACCEPTED
+
+
 class _SlowLookup(DeviceStore):
     """A device registry answering after 2.5 s (storage under load)."""
 
@@ -162,18 +203,8 @@ def test_an_item_whose_device_lookup_outlasts_half_the_takeover_bound_refreshes_
     )
     notification = Notification(reminder_key(), user, Priority.URGENT, "title", "body")
 
-    async def scenario() -> ItemResult:
-        with connect(settings.cassandra) as connection:
-            _, workers, intake = _in_process(
-                connection.session, settings, KeyStore, devices_type=_SlowLookup
-            )
-            workers.start()
-            try:
-                return await asyncio.wait_for(intake.accept(notification), timeout=30)
-            finally:
-                await workers.stop(grace_s=5)
-
-    assert asyncio.run(scenario()).outcome is Outcome.ACCEPTED
+    answer = _answer_in_process(settings, notification, devices_type=_SlowLookup)
+    assert answer.outcome is Outcome.ACCEPTED
     [row] = key_rows(
         settings,
         [notification.idempotency_key],
