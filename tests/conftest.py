@@ -56,21 +56,19 @@ def _docker_settings() -> Iterator[CassandraSettings]:
 @pytest.fixture(scope="session")
 def cassandra_settings() -> Iterator[CassandraSettings]:
     """Settings of a Cassandra that answers; the keyspace is not created here."""
+    # At the end, what the keyspace pools (tests/keyspaces.py) still hold is dropped,
+    # before a container goes.
     if os.environ.get("REMINDERS_CASSANDRA") == "docker":
-        yield from _docker_settings()
+        for settings in _docker_settings():
+            yield settings
+            keyspaces.close_all()
         return
     settings = CassandraSettings.from_env()
     try:
         connect(settings, keyspace="").close()
     except StorageUnavailable as error:
         unavailable(f"{error}\n(`make test` starts the local node; or `reminders cassandra start`)")
-    yield settings  # noqa: PT022  (a generator: the docker branch above has a teardown)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _keyspace_pools() -> Iterator[None]:
-    """Drop what the process's keyspace pools still hold when the session ends."""
-    yield
+    yield settings
     keyspaces.close_all()
 
 
