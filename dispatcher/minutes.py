@@ -364,10 +364,10 @@ class PartWorker:
             # lost (or a minute left unfinished): they stop now.
             cancel_open = not self.shift.stopping
         finally:
-            for task in (opened.task for opened in open_jobs.values()):
-                if cancel_open:
-                    task.cancel()
             tasks = [opened.task for opened in open_jobs.values()]
+            if cancel_open:
+                for task in tasks:
+                    task.cancel()
             ended = await asyncio.gather(*tasks, return_exceptions=True)
             for outcome in ended:
                 if isinstance(outcome, Exception):

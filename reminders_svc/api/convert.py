@@ -27,6 +27,7 @@ from reminders_svc.schedule import (
     ScheduleError,
     check_year,
     describe,
+    named_at,
     one_off_instant,
     one_off_local,
     parse_local_datetime,
@@ -162,7 +163,9 @@ def state_filter(state: int) -> Status | None:
 
 
 def schedule_from_proto(message: pb.Schedule, now: datetime, field: str) -> Schedule:
-    """Parse and validate a schedule; `now` is where a repeat without a start begins."""
+    """Parse and validate a schedule as named at `now`: where a repeat without a start
+    begins, and which pass of a repeated hour a one-off's local time is (`named_at`: the
+    one still ahead), for a create, an edit and a preview alike."""
     zone_field = f"{field}.time_zone"
     if not message.time_zone:
         raise InvalidArgument(zone_field, "required (an IANA zone such as Europe/Paris)")
@@ -172,7 +175,7 @@ def schedule_from_proto(message: pb.Schedule, now: datetime, field: str) -> Sche
         # An unknown zone, or no place's ("Factory"), is the zone field's fault, first.
         zone = load_place(message.time_zone)
         if kind == "once":
-            return _one_off(message.once, message.time_zone, f"{field}.once")
+            return named_at(_one_off(message.once, message.time_zone, f"{field}.once"), now)
         if kind == "repeat":
             return _repeat(message.repeat, message.time_zone, start_from(now, zone), field)
     raise InvalidArgument(field, "one of once or repeat is required")

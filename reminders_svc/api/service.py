@@ -26,13 +26,7 @@ from reminders_svc.deliveries import DeliveryRecords
 from reminders_svc.domain.errors import DeadlineExceeded, InvalidArgument
 from reminders_svc.domain.reminder import Reminder, Status
 from reminders_svc.erasure import UserDataEraser
-from reminders_svc.schedule import (
-    Schedule,
-    ScheduleError,
-    named_at,
-    occurrences,
-    tzdata_version,
-)
+from reminders_svc.schedule import Schedule, ScheduleError, occurrences, tzdata_version
 from reminders_svc.schedule.zones import MAX_YEAR, MIN_YEAR, load_zone
 from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.migrations import require_current_schema
@@ -288,9 +282,8 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         if not 0 <= request.count <= _MAX_PREVIEW:
             raise InvalidArgument("count", f"0 to {_MAX_PREVIEW}")
         convert.require(request, "schedule", "schedule")
-        # As a create at `start` would keep it (a one-off named in a repeated hour: the
-        # pass still ahead), so the preview shows the rings the reminder would have.
-        schedule = named_at(convert.schedule_from_proto(request.schedule, start, "schedule"), start)
+        # Named at `start` as a create then would keep it: the preview shows its rings.
+        schedule = convert.schedule_from_proto(request.schedule, start, "schedule")
         zone = load_zone(schedule.zone)
         with convert.schedule_errors(request.schedule, "schedule"):
             found = await self._expand(schedule, start, request.count or 10)

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from reminders_svc.domain.errors import FailedPrecondition, NotFound
-from reminders_svc.schedule import OneOff, Schedule, named_at, next_after
+from reminders_svc.schedule import OneOff, Schedule, next_after
 
 # A user id (a token's `sub`) is a partition key in every keyspace, the notifier's
 # included: longer ones are refused at the API, so no reminder is made that the notifier
@@ -129,14 +129,12 @@ def new_reminder(
     *,
     reminder_id: uuid.UUID | None = None,
 ) -> Reminder:
-    """A pending reminder whose first ring is `first` (validated by the time engine at `now`),
-    its schedule as named at `now` (a local time in a repeated hour, named after its first
-    instance passed, kept as the second's instant: `named_at`)."""
+    """A pending reminder whose first ring is `first` (validated by the time engine)."""
     return Reminder(
         user_id=user_id,
         reminder_id=reminder_id or uuid.uuid4(),
         text=text,
-        schedule=named_at(schedule, now),
+        schedule=schedule,
         status=Status.PENDING,
         occurrence=first,
         snooze_until=None,
@@ -162,15 +160,14 @@ def edit_text(reminder: Reminder, text: str, now: datetime) -> Reminder:
 def edit_schedule(
     reminder: Reminder, text: str, schedule: Schedule, first: datetime, now: datetime
 ) -> Reminder:
-    """A new schedule, as named at `now` (see `new_reminder`): next ring recomputed, snooze
-    and claim cleared, paused stays paused."""
+    """A new schedule: next ring recomputed, snooze and claim cleared, paused stays paused."""
     _require_not_deleted(reminder)
     paused = reminder.status is Status.PAUSED
     return _changed(
         reminder,
         now,
         text=text,
-        schedule=named_at(schedule, now),
+        schedule=schedule,
         occurrence=first,
         snooze_until=None,
         due=None if paused else first,
