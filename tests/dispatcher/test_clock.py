@@ -54,10 +54,10 @@ class SlowToSend:
 
     def __init__(self, session: Session, delay_s: float) -> None:
         self._session = session
-        self._delay_s = delay_s
+        self.delay_s = delay_s
 
     def execute_async(self, *args: Any, **kwargs: Any) -> ResponseFuture:
-        time.sleep(self._delay_s)
+        time.sleep(self.delay_s)
         return self._session.execute_async(*args, **kwargs)
 
 
@@ -87,3 +87,31 @@ def test_a_slow_probe_leaves_the_clock_not_ahead_and_ready_only_within_its_bound
     # The whole error is taken off, not just a second of it, nor just the bound (each left
     # it 0.5 s ahead): a ring that found the clock ready before this probe still reads it.
     assert ahead_s <= 0.01
+
+
+def test_a_slow_probe_after_a_fast_one_leaves_the_clock_ready_on_the_fast_ones_estimate(
+    migrated_settings: CassandraSettings,
+) -> None:
+    """One probe slowed by a busy database must not hold every ring for a round: a fast
+    estimate a few seconds old is tighter than the slow probe's, and is kept."""
+
+    async def observe() -> tuple[float, bool, float, float]:
+        async with connected_on_loop(migrated_settings) as connection:
+            probes = SlowToSend(connection.session, 0.0)
+            clock = DbClock(cast(Session, probes), timedelta(seconds=1))
+            await clock.measure()
+            fast_error_s = clock.uncertainty_s
+            probes.delay_s = 3.0  # an error of 1.5 s alone, past the bound
+            await clock.measure()
+            return (
+                fast_error_s,
+                clock.ready(),
+                clock.uncertainty_s,
+                (clock.now() - datetime.now(UTC)).total_seconds(),
+            )
+
+    fast_error_s, ready, error_s, ahead_s = asyncio.run(observe())
+    assert ready
+    # The fast estimate's error, grown by the drift allowance over the slow probe's 3 s.
+    assert fast_error_s < error_s < fast_error_s + 0.05
+    assert -0.5 < ahead_s <= 0.01
