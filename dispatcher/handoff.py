@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -61,6 +61,53 @@ _OUTCOMES = {
 }
 
 
+class RefusalBreaker:
+    """Holds new claims back while the notifier takes nothing: its calls fail, or answer
+    every ring "retry" (its own storage down, say), REFUSALS_TO_OPEN calls running over at
+    least OPEN_AFTER_S. Without it, every ring due meanwhile was claimed and retried, its
+    claim renewed by an LWT at each retry, for the whole outage, standing in the way of
+    its user's changes; held back, a ring waits unclaimed, as while the notifier cannot be
+    reached. One ring every PROBE_EVERY_S is let through to find out whether the notifier
+    takes rings again (the rings already claimed keep retrying too); the first answer
+    other than "retry" closes the breaker."""
+
+    REFUSALS_TO_OPEN = 3
+    OPEN_AFTER_S = 2.0
+    PROBE_EVERY_S = 2.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._refusals = 0
+        self._refusing_since = 0.0
+        self._next_probe = 0.0
+
+    def record(self, taken: bool) -> None:
+        """A call's answer: `taken` when any of its rings was answered other than "retry"."""
+        if taken:
+            self._refusals = 0
+            return
+        if self._refusals == 0:
+            self._refusing_since = self._clock()
+        self._refusals += 1
+
+    def open(self) -> bool:
+        return (
+            self._refusals >= self.REFUSALS_TO_OPEN
+            and self._clock() - self._refusing_since >= self.OPEN_AFTER_S
+        )
+
+    def wait_s(self) -> float:
+        """0 when a new ring may be claimed now (the breaker closed, or this ring is the
+        probe); otherwise how long until the next probe."""
+        if not self.open():
+            return 0.0
+        now = self._clock()
+        if now >= self._next_probe:
+            self._next_probe = now + self.PROBE_EVERY_S
+            return 0.0
+        return self._next_probe - now
+
+
 # How often a TLS channel's files are looked at again (a stat of each, before a call).
 TLS_LOOK_EVERY_S = 1.0
 
@@ -86,6 +133,7 @@ class NotifierClient:
         self._connected = asyncio.Event()  # set by `_watch` once the channel is connected
         self._reached = False  # connected at least once since this client was made
         self._watch: asyncio.Task[None] | None = None
+        self.refusals = RefusalBreaker()
         self._channel = self._open()
         self._stub = npb_grpc.NotificationServiceStub(self._channel)
         log.info(
@@ -138,6 +186,16 @@ class NotifierClient:
         MAX_RECONNECT_BACKOFF_MS). An idle channel is asked to connect."""
         state = self._channel.get_state(try_to_connect=True)
         return state is grpc.ChannelConnectivity.TRANSIENT_FAILURE
+
+    async def until_taking(self, wait_s: float) -> bool:
+        """Whether a new ring may be claimed: the channel connected and the notifier taking
+        rings (`RefusalBreaker`), waiting up to `wait_s` for that."""
+        if not await self.until_connected(wait_s):
+            return False
+        if (refusing_s := self.refusals.wait_s()) == 0:
+            return True
+        await asyncio.sleep(min(refusing_s, wait_s))
+        return False
 
     async def until_connected(self, wait_s: float) -> bool:
         """Whether the channel is connected, waiting up to `wait_s` for it to be (an idle
@@ -204,6 +262,7 @@ class NotifierClient:
         except grpc.aio.AioRpcError as error:
             if error.code() is grpc.StatusCode.INVALID_ARGUMENT:
                 return await self._refused_whole(rings, error)
+            self.refusals.record(taken=False)
             reason = f"notifier call failed: {error.code().name}"
             return {ring.key: Answer(Outcome.RETRYABLE, reason) for ring in rings}
         answers = {
@@ -213,7 +272,9 @@ class NotifierClient:
             for result in response.results
         }
         missing = Answer(Outcome.RETRYABLE, "no result for this item")
-        return {ring.key: answers.get(ring.key, missing) for ring in rings}
+        answered = {ring.key: answers.get(ring.key, missing) for ring in rings}
+        self.refusals.record(any(a.outcome is not Outcome.RETRYABLE for a in answered.values()))
+        return answered
 
     async def _refused_whole(
         self, rings: Sequence[Ring], error: grpc.aio.AioRpcError

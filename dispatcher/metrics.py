@@ -117,6 +117,13 @@ class DispatcherMetrics:
             " meanwhile are left unclaimed until it is back), 1 otherwise.",
             registry=r,
         )
+        self.notifier_refusing = Gauge(
+            "reminders_dispatch_notifier_refusing",
+            "1 while the notifier's calls all fail or answer every ring retryable: rings"
+            " due meanwhile are left unclaimed, one let through every 2 s to find out"
+            " when it takes rings again.",
+            registry=r,
+        )
         self.catch_up_backlog = Gauge(
             "reminders_dispatch_catch_up_backlog_minutes",
             "Minutes behind the current one, summed over the parts held.",

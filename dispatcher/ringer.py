@@ -174,6 +174,9 @@ class HandoffBatcher:
     async def until_connected(self, wait_s: float) -> bool:
         return await self._client.until_connected(wait_s)
 
+    async def until_taking(self, wait_s: float) -> bool:
+        return await self._client.until_taking(wait_s)
+
     def sending(self, key: str) -> bool:
         """Whether a batch holding the ring of `key` is cut for sending or with the
         notifier: its ring may still go out."""
@@ -324,8 +327,9 @@ class Ringer:
                 # Never early: no hand-off on an unchecked clock. The service re-measures it.
                 await shift.sleep(1.0)
                 continue
-            if not await self._batcher.until_connected(LOOK_EVERY_S):
-                # No claim while the notifier cannot be reached: a claimed ring would be
+            if not await self._batcher.until_taking(LOOK_EVERY_S):
+                # No claim while the notifier cannot be reached or takes nothing (its
+                # calls all answered "retry": `RefusalBreaker`): a claimed ring would be
                 # retried, its claim renewed by an LWT each time, for the whole outage (an
                 # hour's rings, thousands of LWTs a second), and would stand in the way of
                 # its user's changes. Unclaimed, it waits here (its minute open, nothing

@@ -417,6 +417,7 @@ class Dispatcher:
             sum(max(0.0, (now - m) / timedelta(minutes=1) - 2) for m in unfinished)
         )
         self.metrics.notifier_reachable.set(0 if self._notifier.connection_failing() else 1)
+        self.metrics.notifier_refusing.set(1 if self._notifier.refusals.open() else 0)
         claims = self._ringer.claimed_since.values()
         self.metrics.oldest_claim.set(max(((now - c).total_seconds() for c in claims), default=0))
 

@@ -886,6 +886,37 @@ def test_nothing_is_claimed_while_the_notifier_cannot_be_reached_and_all_ring_on
     asyncio.run(scenario())
 
 
+def test_while_the_notifier_answers_every_ring_retry_new_rings_wait_unclaimed_but_one_probe(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """A notifier connected but taking nothing (its storage down: every item "retry") had
+    every ring due meanwhile claimed and retried, an LWT per retry for the whole outage.
+    Now the rings due then wait unclaimed, one let through every 2 s to find out when it
+    takes rings again; then all go, once each."""
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace, lease=_LONG_WORK) as part:
+            part.notifier.down = True
+            first = part.ring(await part.due_reminder("u-refused-0", _just_due()))
+            # Its retries 0.5, 1 and 2 s apart: three calls refused over 3.5 s.
+            await _until(lambda: part.notifier.refused >= 4, 30)
+            due = _just_due()
+            later = [await part.due_reminder(f"u-refused-{n}", due) for n in range(1, 7)]
+            rings = [part.ring(reminder) for reminder in later]
+            await asyncio.sleep(3)
+
+            statuses = [(await part.row(r)).status for r in later]
+            assert statuses.count(Status.SENDING) <= 2, statuses  # the probes
+            assert statuses.count(Status.PENDING) >= 4, statuses
+
+            part.notifier.down = False
+            async with asyncio.timeout(20):
+                assert await asyncio.gather(first, *rings) == [True] * 7
+            assert len(part.notifier.accepted) == len(set(part.notifier.accepted)) == 7
+
+    asyncio.run(scenario())
+
+
 def test_a_ring_retrying_when_the_notifier_went_away_goes_out_as_soon_as_it_is_back(
     own_keyspace: CassandraConnection,
 ) -> None:
