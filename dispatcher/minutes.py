@@ -87,9 +87,11 @@ class MinuteJob:
     only the rings under way (bounded by `Ringer.start`) cost a task.
     """
 
-    def __init__(self, worker: PartWorker, minute: datetime) -> None:
+    def __init__(self, worker: PartWorker, minute: datetime, *, live: bool) -> None:
         self.minute = minute
         self._worker = worker
+        # Opened before its final read (not a backlog's): its own entries are never paced.
+        self._live = live
         self._seen: set[tuple[object, object]] = set()
         # Heaps by due (or by when to look again): (due, arrival, entry). Entries read
         # late (a backlog's) wait apart: they go through the catch-up pace, which must
@@ -106,10 +108,13 @@ class MinuteJob:
         self._failure: BaseException | None = None
 
     def _add(self, entries: list[Entry], read_at: datetime) -> None:
-        """Keep the entries not seen before. One is late (a backlog's: paced) when it was
-        read past its due by more than `late_after`, not when its turn comes: a busy
-        minute's entries wait their turn behind each other, and that wait must not
-        slow them down to the catch-up pace."""
+        """Keep the entries not seen before. One is late (paced) when it was read past its
+        due by more than `late_after`, not when its turn comes: a busy minute's entries
+        wait their turn behind each other, and that wait must not slow them down to the
+        catch-up pace. A live minute's own entries (due in it) are never late: read late
+        only because the minute opened late (its part taken over mid-minute, by a rollout
+        or a scale-up at the busiest minute), they were paced at 50 a second, the rings
+        its old owner had not sent a quarter of an hour late behind those it had."""
         late_after = self._worker.settings.late_after
         for entry in entries:
             key = (entry.reminder_id, entry.write_id)
@@ -117,7 +122,8 @@ class MinuteJob:
                 continue
             self._seen.add(key)
             entry = dataclasses.replace(entry, found_at=read_at)
-            if read_at - entry.due > late_after:
+            own = self._live and entry.due >= self.minute
+            if read_at - entry.due > late_after and not own:
                 heapq.heappush(self._late, (entry.due, next(self._arrivals), entry))
                 self._late_arrived.set()
             else:
@@ -405,12 +411,12 @@ class PartWorker:
                 open_backlog = sum(1 for m in holding if m < live_from)
                 room = len(holding) < self.live_cap + _MAX_OPEN_MINUTES
                 if next_backlog is not None and open_backlog < _MAX_OPEN_MINUTES and room:
-                    self._open(open_jobs, backlog.take())
+                    self._open(open_jobs, backlog.take(), live=False)
                     opened = True
                 open_live = len(holding) - open_backlog
                 time_to_open = self.clock.now() >= live - self.settings.prefetch - MINUTE
                 if open_live < self.live_cap and room and time_to_open:
-                    self._open(open_jobs, live)
+                    self._open(open_jobs, live, live=True)
                     live += MINUTE
                     opened = True
                 if opened:
@@ -452,8 +458,8 @@ class PartWorker:
             log.warning("part %d: lease not renewed in time; stopping", self.lease.part)
             self.metrics.leases_lost.inc()
 
-    def _open(self, open_jobs: dict[datetime, _OpenMinute], minute: datetime) -> None:
-        job = MinuteJob(self, minute)
+    def _open(self, open_jobs: dict[datetime, _OpenMinute], minute: datetime, live: bool) -> None:
+        job = MinuteJob(self, minute, live=live)
         open_jobs[minute] = _OpenMinute(job, asyncio.create_task(job.run()))
 
     async def _checkpoint(self, minute: datetime) -> bool:

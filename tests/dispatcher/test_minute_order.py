@@ -78,7 +78,7 @@ class HeldMinutes:
         """The minutes opened and held that hold entries."""
         return [m for m in self.opened if m in self.held and m not in self.started]
 
-    def __call__(self, worker: object, minute: datetime) -> Any:
+    def __call__(self, worker: object, minute: datetime, *, live: bool) -> Any:
         self.opened.append(minute)
         release = self.held.get(minute)
         holding = release is not None and minute not in self.started
@@ -321,7 +321,7 @@ def test_a_late_entry_waiting_for_the_catch_up_pace_holds_up_no_ring_due_now() -
         ringer = PacedRinger()
         settings = DispatcherSettings(dispatcher_id="d1")
         worker = _live_worker(settings, OneRead([late, on_time]), ringer, clock)
-        job = asyncio.create_task(minutes.MinuteJob(worker, minute).run())
+        job = asyncio.create_task(minutes.MinuteJob(worker, minute, live=True).run())
         try:
             assert await _until(lambda: on_time.reminder_id in ringer.started, within_s=2)
             assert ringer.started == [on_time.reminder_id]  # the late one still in line
@@ -333,6 +333,42 @@ def test_a_late_entry_waiting_for_the_catch_up_pace_holds_up_no_ring_due_now() -
             await asyncio.gather(job, return_exceptions=True)
 
     asyncio.run(scenario())
+
+
+def test_a_minute_taken_over_mid_way_rings_its_own_entries_unpaced() -> None:
+    """A part taken over a minute into its busiest minute (a rollout, a scale-up at
+    09:00): that minute is still live (its final read to come), and its entries, read
+    over `late_after` past their due, were all paced at the catch-up rate with a backlog's,
+    the rings its old owner had not sent a quarter of an hour late. A backlog minute's
+    entries are still paced."""
+
+    minute = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
+    own = Entry("u-own", uuid.uuid4(), minute + timedelta(seconds=1), uuid.uuid1())
+    backlog = Entry("u-backlog", uuid.uuid4(), minute - MINUTE, uuid.uuid1())
+
+    async def scenario() -> PacedRinger:
+        clock = MovedClock(minute + timedelta(seconds=62))
+
+        class ReadsByMinute:
+            async def read(
+                self, read_minute: datetime, part: int, written_since: datetime | None = None
+            ) -> list[Entry]:
+                entries = {minute: [own], minute - MINUTE: [backlog]}.get(read_minute, [])
+                return [] if written_since is not None else entries
+
+        ringer = PacedRinger()
+        settings = DispatcherSettings(dispatcher_id="d1", grace=timedelta(seconds=15))
+        # Checkpointed two minutes back: the minute before is a backlog's, this one live.
+        lease = held_shift(checkpoint=minute - 2 * MINUTE).lease
+        worker = _worker(settings, lease, RecordedLeases(), ReadsByMinute(), ringer, clock)
+        async with _running(worker):
+            await _until(lambda: own.reminder_id in ringer.started, within_s=3)
+            await _until(lambda: backlog.reminder_id in ringer.paced, within_s=3)
+        return ringer
+
+    ringer = asyncio.run(scenario())
+    assert own.reminder_id in ringer.started
+    assert ringer.paced == [backlog.reminder_id]  # the pace never let through
 
 
 class ReadsInTurn:
@@ -362,7 +398,7 @@ def test_a_late_entry_read_while_another_waits_for_the_pace_is_started_too() -> 
         settings = DispatcherSettings(dispatcher_id="d1", poll_every=timedelta(seconds=0.05))
         reader = ReadsInTurn([first], [earlier])
         worker = _live_worker(settings, reader, ringer, clock)
-        job = asyncio.create_task(minutes.MinuteJob(worker, minute).run())
+        job = asyncio.create_task(minutes.MinuteJob(worker, minute, live=True).run())
         try:
             # The set-up, waited for: the first at the pace, then the earlier one read (an
             # entry is queued in the step of its read). Read before, the earlier one would
