@@ -451,6 +451,12 @@ class Ringer:
                 # waits out the whole claim lease before it can ring it.
                 await to_the_end(self._let_go_if_landed(claim, after))
             raise
+        except STORAGE_ERRORS:
+            # Unknown whether it landed (its settling read failed too): if it did, this
+            # ring, tried again, would find its own claim standing and wait out the whole
+            # claim lease. Let it go: by its token, which touches no claim but this one.
+            await self._let_go(after)
+            raise
         if not applied:
             self._metrics.claims_lost.inc()
             return None
@@ -550,9 +556,11 @@ class Ringer:
             async with self._slot_given_up():
                 if not await self._pause_to_retry(shift, backoff.next()):
                     return None
-            if not await self._set_claim_expiry(
-                row, self._clock.now() + self._settings.claim_lease
-            ):
+            # To its end even if cancelled: the release that follows a cancel must not
+            # race it on the partition, nor be overtaken by it (the claim standing again
+            # for a whole lease against the part's next owner).
+            renewal = self._set_claim_expiry(row, self._clock.now() + self._settings.claim_lease)
+            if not await to_the_end(renewal):
                 # The claim is gone (read so, not merely unconfirmed): the user took over
                 # (edit, pause, delete); stop, the row is theirs now. The notifier's key
                 # dedupes a re-send.
@@ -741,7 +749,7 @@ class Ringer:
         try:
             landed = await claim
         except STORAGE_ERRORS:
-            return  # not known to have landed: if it did, it expires by itself
+            landed = True  # not known: let go by its token, a no-op if it did not land
         if landed:
             await self._let_go(claimed)
 

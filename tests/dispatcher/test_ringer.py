@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 import pytest
+from cassandra import ReadTimeout
 from cassandra.cluster import Session
 from cassandra.connection import OperationTimedOut
 from cassandra.util import uuid_from_time
@@ -59,6 +60,7 @@ from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.parts import DEFAULT_PARTS, MINUTE, floor_minute, part_of
 from reminders_svc.storage.purge import UserPurge
 from reminders_svc.storage.reminders_store import Executor, ReminderStore, StoredReminder
+from reminders_svc.storage.retry import is_conditional
 from reminders_svc.storage.session import CassandraConnection
 from tests.dispatcher.conftest import held_shift
 from tests.dispatcher.stack import room_wait_s
@@ -1108,6 +1110,82 @@ def test_a_claim_renewal_that_did_not_land_unheard_does_not_give_the_ring_up(
             assert part.count("reminders_dispatch_claims_lost_total") == 0
             row = await part.row(reminder)
             assert (row.status, row.claim) == (Status.DONE, None)
+
+    asyncio.run(scenario())
+
+
+def test_a_claim_of_unknown_outcome_left_unsettled_does_not_hold_its_own_ring_back(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """The claim timed out and the read settling it failed too: the ring, tried again,
+    found its own claim standing and waited out the whole claim lease (30 s) before it
+    re-claimed it, meanwhile answering its user's delete "may be in flight". The claim is
+    now let go by its token, and the ring goes within seconds, under the one key."""
+    armed = False
+    claim = UnknownOutcome(
+        lands=True, targets=lambda statement: armed and is_conditional(statement)
+    )
+
+    async def scenario() -> None:
+        nonlocal armed
+        async with leased_part(own_keyspace, store_executor=claim) as part:
+            reminder = await part.due_reminder("u-unsettled", _just_due())
+            read_serial = part.store.get_serial
+
+            async def settle_read_fails_once(user_id: str, reminder_id: uuid.UUID) -> Any:
+                if claim.injected == 1 and not settled_failed:
+                    settled_failed.append(True)
+                    raise ReadTimeout("injected: the read settling the claim")
+                return await read_serial(user_id, reminder_id)
+
+            settled_failed: list[bool] = []
+            part.store.get_serial = settle_read_fails_once  # type: ignore[method-assign]
+            armed = True
+            ring = part.ring(reminder)
+            async with asyncio.timeout(12):
+                assert await ring
+            assert claim.injected == 1
+            assert settled_failed == [True]
+            assert len(set(part.notifier.accepted)) == 1  # one key, however often sent
+            row = await part.row(reminder)
+            assert (row.status, row.claim) == (Status.DONE, None)
+
+    asyncio.run(scenario())
+
+
+def test_a_ring_cancelled_while_renewing_its_claim_releases_it_after_the_renewal(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """A ring cancelled (its part lost) while its claim's renewal was under way let the
+    claim go at once, beside the renewal still running: two LWTs on the partition at
+    once, and the renewal landing last left the claim standing a whole lease against the
+    part's next owner. The release now waits for the renewal, and lands after it."""
+    renewals_sent = 0
+
+    async def renewal_held_up(session: Session, statement: Any, params: Any) -> Any:
+        nonlocal renewals_sent
+        if _is_claim_renewal(statement):
+            renewals_sent += 1
+            if renewals_sent == 1:
+                # A renewal slow to land (a Paxos round contended), which a cancel of its
+                # caller does not stop: the request is with the coordinator.
+                async def lands_late() -> Any:
+                    await asyncio.sleep(2)
+                    return await aio.execute(session, statement, params)
+
+                return await asyncio.shield(asyncio.ensure_future(lands_late()))
+        return await aio.execute(session, statement, params)
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace, store_executor=renewal_held_up) as part:
+            [reminder], [ring] = await _claimed_and_waiting_to_retry(part, "u-renewing", 1)
+            await _until(lambda: renewals_sent == 1, 10)
+            ring.cancel()
+            await asyncio.gather(ring, return_exceptions=True)
+            await asyncio.sleep(3)  # the renewal's time to land, had it been left running
+            row = await part.row(reminder)
+            assert row.claim is not None
+            assert row.claim.expires <= datetime.now(UTC)
 
     asyncio.run(scenario())
 
