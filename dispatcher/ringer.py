@@ -635,13 +635,23 @@ class Ringer:
         return await self._finalize(claimed_row, shift)
 
     async def _record(self, delivery: Delivery, *, keep_earlier: bool) -> None:
-        """The ring's history; a conditional record (`keep_earlier`) takes the user's turn,
-        as every LWT of one partition does here (ballots on one partition contend)."""
-        if not keep_earlier:
-            await self._history.record(delivery, written_at=self._clock.now())
-            return
-        async with self._users.hold(delivery.user_id):
-            await self._history.record(delivery, written_at=self._clock.now(), keep_earlier=True)
+        """The ring's history, retried until it lands (either form writes the same again):
+        failing, it failed the ring after its hand-off, which was then let go, handed off
+        again, and recorded as the notifier's "duplicate"; or, after a skip or a claim
+        lost, never recorded, the ring tried again finding nothing to do. A conditional
+        record (`keep_earlier`) takes the user's turn, as every LWT of one partition does
+        here (ballots on one partition contend)."""
+
+        async def write() -> None:
+            if not keep_earlier:
+                await self._history.record(delivery, written_at=self._clock.now())
+                return
+            async with self._users.hold(delivery.user_id):
+                await self._history.record(
+                    delivery, written_at=self._clock.now(), keep_earlier=True
+                )
+
+        await self._until_done(write, f"recording reminder {delivery.reminder_id}'s ring")
 
     async def _finalize(self, claimed_row: Reminder, shift: Shift) -> bool:
         """Finalize by LWT until it lands or the claim is gone (the user's change wins):

@@ -1407,6 +1407,40 @@ def test_a_ring_whose_create_no_plain_read_shows_yet_is_not_skipped_for_good(
     asyncio.run(scenario())
 
 
+def test_a_ring_whose_record_fails_once_is_handed_off_once_and_recorded_as_answered(
+    own_keyspace: CassandraConnection,
+) -> None:
+    """The history write after the hand-off failed (a storage blip): the ring failed with
+    it, its claim was let go, handed off again and recorded as the notifier's "duplicate".
+    The record is now tried again; the ring goes once and is recorded as accepted."""
+
+    async def scenario() -> None:
+        async with leased_part(own_keyspace) as part:
+            record = part.history.record
+            failed: list[bool] = []
+
+            async def record_once_failing(
+                delivery: Delivery, *, written_at: datetime, keep_earlier: bool = False
+            ) -> None:
+                if not failed:
+                    failed.append(True)
+                    raise OperationTimedOut("injected")
+                await record(delivery, written_at=written_at, keep_earlier=keep_earlier)
+
+            part.history.record = record_once_failing  # type: ignore[method-assign]
+            reminder = await part.due_reminder("u-recorded", _just_due())
+            async with asyncio.timeout(20):
+                assert await part.ring(reminder)
+            assert failed == [True]
+            assert part.notifier.received == 1
+            [delivery], _ = await part.history.list_page(
+                "u-recorded", reminder.reminder_id, None, 10
+            )
+            assert delivery.answer is HistoryAnswer.ACCEPTED
+
+    asyncio.run(scenario())
+
+
 def test_a_notifiers_long_reason_is_kept_cut_short(own_keyspace: CassandraConnection) -> None:
     """A reason is the notifier's prose, kept in the history and listed 500 records a page:
     a notifier writing 100 KB each made that page pass any client's message limit, for
