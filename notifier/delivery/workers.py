@@ -254,7 +254,7 @@ class PushWorkers:
             self._metrics.push_lateness.labels(notification.priority.value).observe(lateness)
         if result is PushResult.DEVICE_GONE and not device.is_implicit:
             try:
-                await self._devices.remove(notification.user_id, device.device_token)
+                await self._devices.forget_listed(notification.user_id, device)
             except STORAGE_ERRORS as error:
                 log.warning("could not forget a gone device (%s)", type(error).__name__)
         return result

@@ -90,9 +90,7 @@ class DeviceStore:
         listed = await self.list(user_id)
         others = [d for d in listed if d.device_token != token]
         for old in devices_beyond_cap(others, keep=MAX_DEVICES_PER_USER - 1):
-            params = (user_id, old.device_token, old.register_time)
-            if (await execute(self._session, self._evict, params)).one().applied:
-                await execute(self._session, self._disown, (old.device_token, user_id))
+            await self.forget_listed(user_id, old)
         registered = next((d for d in listed if d.device_token == token), None)
         if registered is not None:
             return registered
@@ -148,6 +146,15 @@ class DeviceStore:
                 params = (user_id, device.device_token, device.register_time)
                 await execute(self._session, self._evict, params)
         return tuple(d for d in devices if d.device_token not in taken)
+
+    async def forget_listed(self, user_id: str, device: Device) -> None:
+        """Remove `device` as it was listed (evicted past the cap, answered gone by its
+        push service), and its owner row once the device row went: a registration of it
+        since (the app started again, reinstalled with the same token) is in use, and stays
+        with its owner. Idempotent."""
+        params = (user_id, device.device_token, device.register_time)
+        if (await execute(self._session, self._evict, params)).one().applied:
+            await execute(self._session, self._disown, (device.device_token, user_id))
 
     async def remove(self, user_id: str, device_token: str) -> None:
         """Idempotent. LWTs, as register's writes are: an app that logs out and in

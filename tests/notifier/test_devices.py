@@ -17,7 +17,10 @@ from cassandra.cluster import Session
 from google.protobuf.message import Message
 
 from genproto.notification.v1 import notification_pb2 as pb
+from genproto.notification.v1 import notification_pb2_grpc as pb_grpc
+from notifier.delivery.adapters import RecordingPushAdapter
 from notifier.domain.model import MAX_DEVICES_PER_USER, Device, Platform
+from notifier.domain.push import PushMessage, PushResult
 from notifier.settings import NotifierSettings
 from notifier.storage.devices import DeviceStore
 from reminders_svc.domain.errors import Unavailable
@@ -345,3 +348,45 @@ def test_a_row_left_behind_for_a_token_another_user_owns_is_neither_listed_nor_k
             return listed, len(list(rows))
 
     assert asyncio.run(scenario()) == (set(), 0)
+
+
+class _GoneThoughRegisteredAgain(RecordingPushAdapter):
+    """Answers the first push "device gone" (the token the app had before), after the app
+    registered that same token again (started anew) while the push was under way."""
+
+    def __init__(self, user_id: str) -> None:
+        super().__init__(100)
+        self._user_id = user_id
+        self.target = ""  # the notifier's own, once it listens
+        self.pushes = 0
+
+    async def push(self, message: PushMessage) -> PushResult:
+        self.pushes += 1
+        if self.pushes > 1:
+            return await super().push(message)
+        await asyncio.sleep(0.002)  # a registration time a millisecond later at least
+        await asyncio.to_thread(self._register_again, message.device_token)
+        return PushResult.DEVICE_GONE
+
+    def _register_again(self, token: str) -> None:
+        with grpc.insecure_channel(self.target) as channel:
+            stub = pb_grpc.NotificationServiceStub(channel)
+            device = pb.Device(device_token=token, platform=pb.Device.PLATFORM_FCM)
+            stub.RegisterDevice(pb.RegisterDeviceRequest(user_id=self._user_id, device=device))
+
+
+def test_a_device_answered_gone_but_registered_again_meanwhile_stays_registered(
+    notifier_settings: NotifierSettings, user: str
+) -> None:
+    """The push service's "gone" speaks of the registration the push was made from: one
+    made since (the app started again) is in use. It was removed with the old one, and
+    the user's reminders reached no device until the app's next start."""
+    phone = f"fcm-phone-{user}"
+    adapter = _GoneThoughRegisteredAgain(user)
+    with running_notifier(notifier_settings, adapter) as notifier:
+        adapter.target = notifier.target
+        register(notifier, user, phone)
+        [answer] = notifier.send_batch(item(user))
+        assert answer.outcome == ACCEPTED
+        assert adapter.pushes == 1
+        assert tokens_of(notifier, user) == {phone}
