@@ -9,16 +9,17 @@ is a VersionConflict, never silently re-applied.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import logging
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from reminders_svc.concurrency import UserLocks
+from reminders_svc.concurrency import UserLocks, to_the_end
 from reminders_svc.config import HANDOFF_WINDOW
 from reminders_svc.domain import reminder as steps
 from reminders_svc.domain.errors import (
@@ -30,7 +31,7 @@ from reminders_svc.domain.errors import (
     UserDataBeingDeleted,
     VersionConflict,
 )
-from reminders_svc.domain.limits import Limits, over_the_cap
+from reminders_svc.domain.limits import Limits, over_the_cap, span_to
 from reminders_svc.domain.reminder import Reminder, Status
 from reminders_svc.schedule import Schedule, ScheduleError, validate_new
 from reminders_svc.schedule.zones import round_up, upcoming_utc
@@ -52,6 +53,21 @@ async def _backoff(attempt: int) -> None:
         await asyncio.sleep(random.uniform(0, 0.005 * 2**attempt))
 
 
+async def _finished_despite_cancellation(write: Awaitable[None]) -> None:
+    """Runs `write` to its end: a write a create makes once its answer is settled (a
+    refusal at the cap, or the row made), which the call's cancellation, its write
+    deadline above all, must not cut short or turn into another answer. Cut short, a
+    refusal was answered "may have been applied" with its request_id left taken (and the
+    caller's retry then marked the record, taking it for good), and a made row was left
+    unrecorded for a retry to make again. So the cancellation is absorbed: the caller
+    answers right after, and `asyncio.timeout` lets that answer through. It runs past
+    the deadline by a request timeout per attempt at most; it writes a request record,
+    never a row or a bucket entry, so the deadline's bound on those (DESIGN.md invariant
+    3) holds."""
+    with contextlib.suppress(asyncio.CancelledError):
+        await to_the_end(write)
+
+
 def utc_now() -> datetime:
     # Cassandra keeps milliseconds; the domain works at that precision so values round-trip.
     now = datetime.now(UTC)
@@ -59,9 +75,21 @@ def utc_now() -> datetime:
 
 
 @dataclass(frozen=True)
-class Deleted:
+class Changed:
+    """The answer to a change: the reminder as the change left it, and whether a ring
+    handed off before the change landed may still reach the user (the row was being
+    sent, or a change took its claim away shortly before): no change can recall it, and
+    the API says so (DESIGN.md invariant 5)."""
+
     reminder: Reminder
-    was_sending: bool
+    ring_in_flight: bool
+
+
+class Deleted(Changed):
+    @property
+    def was_sending(self) -> bool:
+        """A delete's answer names it so (DeleteReminderResponse.was_sending)."""
+        return self.ring_in_flight
 
 
 def _reused(request_id: str) -> FailedPrecondition:
@@ -148,7 +176,7 @@ class RemindersApp:
                 # This request wrote the record and made nothing: take the record back,
                 # unless a replay marked it. (A replay leaves it to the request that wrote
                 # it.)
-                await self._take_back(user_id, request_id, record)
+                await _finished_despite_cancellation(self._take_back(user_id, request_id, record))
             raise
         if not first_try:
             # The row landed after losing a compare on the count: a purge may have come
@@ -157,8 +185,9 @@ class RemindersApp:
             # answers with this reminder instead of making a second. (A user's first
             # reminder compares a count that a whole purge leaves as it was, null: a purge
             # run entirely between its record and its row, a few milliseconds, is left.)
-            await self._record_again(
-                user_id, request_id, CreateRecord(payload_hash, made.reminder_id), now
+            again = CreateRecord(payload_hash, made.reminder_id)
+            await _finished_despite_cancellation(
+                self._record_again(user_id, request_id, again, now)
             )
         return made
 
@@ -287,7 +316,7 @@ class RemindersApp:
         version: int,
         text: str | None,
         schedule: Schedule | None,
-    ) -> Reminder:
+    ) -> Changed:
         if text is not None:
             self._limits.check_text(text)
         refusal: ScheduleError | None = None
@@ -330,7 +359,7 @@ class RemindersApp:
 
     async def snooze(
         self, user_id: str, reminder_id: uuid.UUID, until: datetime | timedelta, field: str
-    ) -> Reminder:
+    ) -> Changed:
         """`until`: a duration from now, an instant, or a naive local time in the
         reminder's zone (the gap rule applies; of a repeated time, the one ahead)."""
 
@@ -341,32 +370,27 @@ class RemindersApp:
                 at = upcoming_utc(until, current.schedule.zone, now)
             else:
                 at = until
+            # A duration counts from now; a time the caller named, from now's whole second.
+            span = until if isinstance(until, timedelta) else span_to(at, now)
             # Rings are whole seconds: rounded up, never early (the range is the caller's).
             rings_at = round_up(at, "second")
             if rings_at != current.snooze_until:
                 # Not a retry of the snooze that landed, which the step answers unchanged
                 # however close its time has come.
-                self._limits.check_snooze(at - now, field)
+                self._limits.check_snooze(span, field)
             return steps.snooze(current, rings_at, now)
 
         return await self._apply(user_id, reminder_id, None, step)
 
-    async def pause(self, user_id: str, reminder_id: uuid.UUID, version: int | None) -> Reminder:
+    async def pause(self, user_id: str, reminder_id: uuid.UUID, version: int | None) -> Changed:
         return await self._apply(user_id, reminder_id, version, steps.pause)
 
-    async def resume(self, user_id: str, reminder_id: uuid.UUID, version: int | None) -> Reminder:
+    async def resume(self, user_id: str, reminder_id: uuid.UUID, version: int | None) -> Changed:
         return await self._apply(user_id, reminder_id, version, steps.resume)
 
     async def delete(self, user_id: str, reminder_id: uuid.UUID, version: int | None) -> Deleted:
-        was_sending = False
-
-        def step(current: Reminder, now: datetime) -> Reminder:
-            nonlocal was_sending
-            was_sending = current.handing_off(now, self._still_pushed_for)
-            return steps.delete(current, now)
-
-        deleted = await self._apply(user_id, reminder_id, version, step)
-        return Deleted(deleted, was_sending)
+        deleted = await self._apply(user_id, reminder_id, version, steps.delete)
+        return Deleted(deleted.reminder, deleted.ring_in_flight)
 
     async def _visible(
         self, user_id: str, reminder_id: uuid.UUID, *, newer_than: int = 0, serial: bool = False
@@ -389,7 +413,7 @@ class RemindersApp:
         reminder_id: uuid.UUID,
         version: int | None,
         step: Callable[[Reminder, datetime], Reminder],
-    ) -> Reminder:
+    ) -> Changed:
         async with self._users.hold(user_id):
             return await self._apply_serialized(user_id, reminder_id, version, step)
 
@@ -399,7 +423,7 @@ class RemindersApp:
         reminder_id: uuid.UUID,
         version: int | None,
         step: Callable[[Reminder, datetime], Reminder],
-    ) -> Reminder:
+    ) -> Changed:
         for attempt in range(_MAX_ATTEMPTS):
             await _backoff(attempt)
             # After a lost compare-and-set, read what it lost to through Paxos: a plain read
@@ -412,8 +436,11 @@ class RemindersApp:
                 raise VersionConflict(version, current.version)
             now = self._clock()
             changed = step(current, now)
+            # Of the row the change found: said of a change to nothing too (a pause of a
+            # paused reminder), so that its retry answers as the change that landed did.
+            ring_in_flight = current.handing_off(now, self._still_pushed_for)
             if changed is current:
-                return current
+                return Changed(current, ring_in_flight)
             if await self._store.replace(stored, changed, now):
-                return changed
+                return Changed(changed, ring_in_flight)
         raise Unavailable.contention("this reminder")

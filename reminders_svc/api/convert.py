@@ -255,7 +255,10 @@ def schedule_to_proto(schedule: Schedule) -> pb.Schedule:
     return message
 
 
-def reminder_to_proto(stored: Reminder, now: datetime) -> pb.Reminder:
+def reminder_to_proto(
+    stored: Reminder, now: datetime, *, ring_in_flight: bool = False
+) -> pb.Reminder:
+    """`ring_in_flight`: only in a change's answer (never stored, so false on reads)."""
     reminder = as_seen(stored, now)
     return pb.Reminder(
         id=str(reminder.reminder_id),
@@ -268,6 +271,7 @@ def reminder_to_proto(stored: Reminder, now: datetime) -> pb.Reminder:
         version=reminder.version,
         create_time=timestamp(reminder.created_at),
         update_time=timestamp(reminder.updated_at),
+        ring_in_flight=ring_in_flight,
     )
 
 

@@ -20,10 +20,11 @@ from reminders_svc.api import convert, paging
 from reminders_svc.api.auth import Authenticator
 from reminders_svc.api.errors import MAY_HAVE_BEEN_APPLIED, translated
 from reminders_svc.api.settings import ApiSettings
-from reminders_svc.app import Clock, RemindersApp, utc_now
+from reminders_svc.app import Changed, Clock, RemindersApp, utc_now
 from reminders_svc.config import Retention
 from reminders_svc.deliveries import DeliveryRecords
 from reminders_svc.domain.errors import DeadlineExceeded, InvalidArgument
+from reminders_svc.domain.limits import span_to
 from reminders_svc.domain.reminder import Reminder, Status
 from reminders_svc.erasure import UserDataEraser
 from reminders_svc.schedule import Schedule, ScheduleError, occurrences, tzdata_version
@@ -197,7 +198,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         with convert.schedule_errors(request.reminder.schedule, "reminder.schedule"):
             async with self._within_write_deadline():
                 updated = await self._app.update(user, target, version, text, schedule)
-        return convert.reminder_to_proto(updated, self._clock())
+        return self._answer(updated)
 
     @translated
     async def DeleteReminder(
@@ -208,8 +209,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         async with self._within_write_deadline():
             deleted = await self._app.delete(user, target, convert.version_seen(request.version))
         return pb.DeleteReminderResponse(
-            reminder=convert.reminder_to_proto(deleted.reminder, self._clock()),
-            was_sending=deleted.was_sending,
+            reminder=self._answer(deleted), was_sending=deleted.was_sending
         )
 
     @translated
@@ -231,13 +231,13 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
             until = convert.instant_of(request.snooze_until_time, which)
             # Likewise an instant reached already or too far (the app checks the whole
             # range at its own now, unless it is the retry of a snooze that landed).
-            self._limits.check_snooze(until - self._clock(), which, retried=True)
+            self._limits.check_snooze(span_to(until, self._clock()), which, retried=True)
         else:
             # Naive: a local time in the reminder's zone, read as the app snoozes it.
             until = convert.local_time(request.snooze_until_local_time, which)
         async with self._within_write_deadline():
             snoozed = await self._app.snooze(user, target, until, which)
-        return convert.reminder_to_proto(snoozed, self._clock())
+        return self._answer(snoozed)
 
     @translated
     async def PauseReminder(
@@ -253,7 +253,7 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
 
     async def _state_change(
         self,
-        change: Callable[[str, uuid.UUID, int | None], Awaitable[Reminder]],
+        change: Callable[[str, uuid.UUID, int | None], Awaitable[Changed]],
         request: pb.PauseReminderRequest | pb.ResumeReminderRequest,
         context: Context,
     ) -> pb.Reminder:
@@ -262,7 +262,14 @@ class RemindersServicer(pb_grpc.RemindersServiceServicer):
         target = convert.reminder_id(request.id)
         async with self._within_write_deadline():
             changed = await change(user, target, convert.version_seen(request.version))
-        return convert.reminder_to_proto(changed, self._clock())
+        return self._answer(changed)
+
+    def _answer(self, changed: Changed) -> pb.Reminder:
+        """A change's answer: the reminder, saying whether a ring it cannot recall may
+        still arrive."""
+        return convert.reminder_to_proto(
+            changed.reminder, self._clock(), ring_in_flight=changed.ring_in_flight
+        )
 
     @translated
     async def PreviewSchedule(

@@ -4,7 +4,7 @@ sizes. Pure values and checks; the API reads the configurable ones at startup.""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from reminders_svc.domain.errors import InvalidArgument, QuotaExceeded
 
@@ -51,6 +51,15 @@ class Limits:
         if len(text) > self.max_text_chars:
             raise InvalidArgument(field, f"at most {self.max_text_chars} characters")
         return text
+
+
+def span_to(until: datetime, now: datetime) -> timedelta:
+    """How far ahead `until`, a time a caller snoozes to (an instant or a local time, both
+    whole seconds), is at `now`: counted from the whole second `now` is in. A client builds
+    "in a minute" as its clock's current second plus 60 s; counted from `now` itself, the
+    milliseconds past that second (and the trip here) made it short of the minimum. Never
+    early either way: the ring is at `until`, not at `now` plus the span."""
+    return until - now.replace(microsecond=0)
 
 
 def _spoken(span: timedelta) -> str:

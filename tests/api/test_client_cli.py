@@ -378,7 +378,9 @@ def test_end_to_end_against_serve_api(migrated_settings: CassandraSettings) -> N
         assert '"text": "café ☕"' in got.stdout
         snoozed = cli_json(api.target, "snooze", reminder_id, *user, "--for", "10m")
         assert "snooze_until_time" in snoozed
-        assert cli_json(api.target, "pause", reminder_id, *user)["state"] == "STATE_PAUSED"
+        paused = cli_json(api.target, "pause", reminder_id, *user)
+        assert paused["state"] == "STATE_PAUSED"
+        assert paused["ring_in_flight"] is False  # printed whatever its value, as every field
         assert cli_json(api.target, "resume", reminder_id, *user)["state"] == "STATE_PENDING"
         # Every field printed, defaults too: none is an empty list, not a missing key.
         assert cli_json(api.target, "deliveries", reminder_id, *user) == {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
@@ -26,8 +27,12 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from genproto.reminders.v1 import reminders_pb2 as pb
+from reminders_svc.api.auth import Authenticator
+from reminders_svc.api.service import ApiServicers, RemindersServicer, build_servicers
+from reminders_svc.api.settings import ApiSettings
 from reminders_svc.app import RemindersApp
 from reminders_svc.config import CassandraSettings, Retention
+from reminders_svc.deliveries import DeliveryRecords
 from reminders_svc.domain import dispatch
 from reminders_svc.domain.errors import QuotaExceeded, VersionConflict
 from reminders_svc.domain.limits import Limits
@@ -35,6 +40,7 @@ from reminders_svc.domain.reminder import Reminder, Status
 from reminders_svc.schedule import parse_repeat
 from reminders_svc.storage import aio
 from reminders_svc.storage.errors import WriteOutcomeUnknown
+from reminders_svc.storage.history import DeliveryHistory
 from reminders_svc.storage.reminders_store import CreateRecord, ReminderStore, StoredReminder
 from reminders_svc.storage.rows import utc
 from reminders_svc.storage.session import CassandraConnection
@@ -47,6 +53,7 @@ from tests.api.conftest import (
     running_api,
     weekly_monday_nine,
 )
+from tests.grpc_errors import error_info_of
 from tests.unknown_outcome import LandsLate, UnknownOutcome, cas_bound
 
 
@@ -458,7 +465,7 @@ def test_an_lwt_timeout_is_settled_by_a_serial_read(
 
     injector = UnknownOutcome(lands=apply_first, error=error, targets=_is_row_lwt)
     app = app_factory(injector)
-    paused = asyncio.run(app.pause(user, created.reminder_id, None))
+    paused = asyncio.run(app.pause(user, created.reminder_id, None)).reminder
 
     assert injector.injected == 1
     assert paused.status is Status.PAUSED
@@ -487,7 +494,7 @@ def test_an_edit_whose_connection_broke_is_settled_once_its_coordinator_is_done(
     )
 
     async def edit() -> Reminder:
-        edited = await app.update(user, created.reminder_id, 1, "call dad", None)
+        edited = (await app.update(user, created.reminder_id, 1, "call dad", None)).reminder
         await late.landed()
         return edited
 
@@ -520,7 +527,7 @@ def test_an_edit_of_unknown_outcome_is_applied_though_a_claim_landed_after_it(
     injector = UnknownOutcome(lands=True, targets=_is_row_lwt, then=a_dispatcher_claims_it)
     app = app_factory(injector)
 
-    edited = asyncio.run(app.update(user, created.reminder_id, 1, "call dad", None))
+    edited = asyncio.run(app.update(user, created.reminder_id, 1, "call dad", None)).reminder
 
     assert injector.injected == 1
     # The edit landed: answered as applied, not ABORTED for a version its own write moved.
@@ -575,7 +582,7 @@ def test_a_resume_of_unknown_outcome_that_lost_to_another_change_is_applied_afte
         await honest.update(user, created.reminder_id, 2, "call dad", None)
 
     injector = UnknownOutcome(lands=False, targets=_is_row_lwt, then=edited_elsewhere)
-    resumed = asyncio.run(app_factory(injector).resume(user, created.reminder_id, None))
+    resumed = asyncio.run(app_factory(injector).resume(user, created.reminder_id, None)).reminder
 
     assert injector.injected == 1
     assert (resumed.status, resumed.text, resumed.version) == (Status.PENDING, "call dad", 4)
@@ -811,6 +818,62 @@ def test_a_create_refused_at_the_cap_is_answered_so_though_taking_its_record_bac
     assert _active_rows(cassandra, user) == [occupying.reminder_id]
 
 
+class _TakingBackOutlastsTheDeadline(ReminderStore):
+    """Once `armed`: the next plain count read lags (room, it says), so a create at the cap
+    records its request before the cap refuses it; taking that record back then takes
+    `deadline`, so the call's write deadline, begun before, fires meanwhile."""
+
+    def __init__(self, session: Session, deadline: timedelta) -> None:
+        super().__init__(session, Retention())
+        self._deadline = deadline
+        self.armed = False
+
+    async def active_count(self, user_id: str, *, serial: bool = False) -> int | None:
+        if self.armed and not serial:
+            self.armed = False
+            return 0
+        return await super().active_count(user_id, serial=serial)
+
+    async def forget_create_request(self, user_id: str, request_id: str, record: Any) -> None:
+        await asyncio.sleep(self._deadline.total_seconds())
+        await super().forget_create_request(user_id, request_id, record)
+
+
+def test_a_create_refused_at_the_cap_is_answered_so_though_the_deadline_fires_meanwhile(
+    migrated_settings: CassandraSettings, cassandra: CassandraConnection, user: str
+) -> None:
+    """The write deadline cancelled the take-back of a refused create's record: answered
+    DEADLINE_EXCEEDED, "may have been applied", for a create that made nothing, and the
+    record stood, so the request_id was refused as reused for another reminder."""
+    stores: list[_TakingBackOutlastsTheDeadline] = []
+
+    def build(
+        connection: CassandraConnection, auth: Authenticator, api: ApiSettings, clock: FakeClock
+    ) -> ApiServicers:
+        short = dataclasses.replace(api, write_deadline=timedelta(seconds=2))
+        stores.append(_TakingBackOutlastsTheDeadline(connection.session, short.write_deadline))
+        app = RemindersApp(stores[-1], api.limits, clock, api.still_pushed_for)
+        history = DeliveryHistory(connection.session, api.retention.history)
+        reminders = RemindersServicer(app, DeliveryRecords(app, history), auth, short, clock)
+        return dataclasses.replace(
+            build_servicers(connection, auth, api, clock), reminders=reminders
+        )
+
+    one_slot = Limits(max_active_per_user=1)
+    with running_api(migrated_settings, FakeClock(SEED_NOW), one_slot, build=build) as api:
+        md = api.as_user(user)
+        older = api.reminders.CreateReminder(_request("older"), metadata=md)
+        stores[0].armed = True
+
+        refusal = error_info_of(lambda: api.reminders.CreateReminder(_request("r"), metadata=md))
+
+        assert refusal.reason == "ACTIVE_REMINDERS_CAP"
+        assert _create_records(cassandra, user) == {"older"}  # taken back
+        api.reminders.DeleteReminder(pb.DeleteReminderRequest(id=older.id), metadata=md)
+        made = api.reminders.CreateReminder(_request("r", "call dad"), metadata=md)
+        assert made.text == "call dad"  # the request_id was free for another reminder
+
+
 def test_a_create_refused_at_the_cap_writes_nothing(
     cassandra: CassandraConnection, user: str
 ) -> None:
@@ -1031,9 +1094,11 @@ def test_a_read_that_lags_another_data_centres_change_answers_from_paxos(
         assert (await app.get(user, made.reminder_id)).text == "call mom"
 
         first = await store.get_serial(user, made.reminder_id)
-        edited = await app.update(user, made.reminder_id, made.version, "call dad", None)
+        edited = (await app.update(user, made.reminder_id, made.version, "call dad", None)).reminder
         store.lagging[made.reminder_id] = first  # still at the version before the edit
-        again = await app.update(user, made.reminder_id, edited.version, "call mum", None)
+        again = (
+            await app.update(user, made.reminder_id, edited.version, "call mum", None)
+        ).reminder
         assert (again.text, again.version) == ("call mum", edited.version + 1)
 
         # A caller that is itself behind is refused with the version that is current.

@@ -135,6 +135,8 @@ def _with_output_only_fields_set(reminder: pb.Reminder) -> pb.Reminder:
                 getattr(holder, field.name).CopyFrom(stamp)
             elif field.enum_type is not None:
                 setattr(holder, field.name, pb.Reminder.STATE_PAUSED)
+            elif field.type == field.TYPE_BOOL:
+                setattr(holder, field.name, True)
             else:
                 setattr(holder, field.name, "FREQ=DAILY")
     return junk
@@ -155,6 +157,7 @@ def test_output_only_fields_in_a_create_or_an_update_are_ignored(api: Api, user:
     junk = _with_output_only_fields_set(sent)
     assert junk.schedule.repeat.canonical_rrule
     assert junk.state == pb.Reminder.STATE_PAUSED
+    assert junk.ring_in_flight
 
     plain = api.reminders.CreateReminder(
         pb.CreateReminderRequest(reminder=sent, request_id="plain"), metadata=md

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import grpc
 import pytest
@@ -492,6 +493,37 @@ def test_a_snooze_asked_at_a_fraction_of_a_second_rings_no_sooner_than_asked(
         assert snoozed.snooze_until_time.ToDatetime(tzinfo=Z) == expected
 
 
+@pytest.mark.parametrize("field", ["snooze_until_time", "snooze_until_local_time"])
+def test_a_snooze_to_a_time_a_minute_past_the_current_second_is_accepted(
+    api: Api, user: str, field: str
+) -> None:
+    """A client snoozes "for a minute" to a time (the contract's safe retry): its clock's
+    second plus 60 s, as times are whole seconds. At 12:00:00.500 that was 59.5 s away
+    and refused as under the minimum: half the time, or always once the trip took a
+    while. A time less than a minute past the current second is still refused."""
+    created = create(api, user, weekly_monday_nine())
+    api.clock.now = SEED_NOW + timedelta(milliseconds=500)
+
+    def snooze_to(seconds: int) -> pb.Reminder:
+        until = SEED_NOW + timedelta(seconds=seconds)
+        request = pb.SnoozeReminderRequest(id=created.id)
+        if field == "snooze_until_time":
+            request.snooze_until_time.FromDatetime(until)
+        else:  # the reminder's zone: 08:00 EDT is 12:00Z
+            local = until.astimezone(ZoneInfo("America/New_York")).replace(tzinfo=None)
+            request.snooze_until_local_time = local.isoformat()
+        return api.reminders.SnoozeReminder(request, metadata=api.as_user(user))
+
+    with pytest.raises(grpc.RpcError) as refused:
+        snooze_to(59)
+    assert_refused(refused.value, grpc.StatusCode.INVALID_ARGUMENT, field, "INVALID_FIELD")
+    assert "must be 1 minute to 7 days from now" in (refused.value.details() or "")
+
+    snoozed = snooze_to(60)
+    assert snoozed.snooze_until_time.ToDatetime(tzinfo=Z) == SEED_NOW + timedelta(minutes=1)
+    assert snoozed.version == 2
+
+
 def preview_rings(api: Api, user: str, created: pb.Reminder) -> list[datetime]:
     preview = api.reminders.PreviewSchedule(
         pb.PreviewScheduleRequest(
@@ -627,6 +659,17 @@ def test_resuming_a_one_off_whose_time_passed_is_refused(api: Api, user: str) ->
     assert "edit its time" in (refused.value.details() or "")
 
 
+def claim_now(api: Api, cassandra: CassandraConnection, user: str, created: pb.Reminder) -> None:
+    """`created` claimed at the API's now, as a dispatcher claims a ring due (through the
+    store, for a 30 s lease): STATE_SENDING, its ring handed off."""
+    store = store_of(cassandra)
+    stored = run(store.get_serial(user, uuid.UUID(created.id)))
+    assert stored is not None
+    now = api.clock.now
+    claimed = dispatch.claimed(stored.reminder, uuid.uuid4(), now, timedelta(seconds=30))
+    assert run(store.replace(stored, claimed, now))
+
+
 def test_a_ring_under_way_after_missed_occurrences_shows_as_the_next_ring(
     api: Api, user: str, cassandra: CassandraConnection
 ) -> None:
@@ -635,12 +678,7 @@ def test_a_ring_under_way_after_missed_occurrences_shows_as_the_next_ring(
     the contract says; it showed the oldest missed Monday, three weeks back."""
     created = create(api, user, weekly_monday_nine())
     api.clock.now = at("2026-11-10T00:00:00")
-    store = store_of(cassandra)
-    stored = run(store.get_serial(user, uuid.UUID(created.id)))
-    assert stored is not None
-    now = api.clock.now
-    claimed = dispatch.claimed(stored.reminder, uuid.uuid4(), now, timedelta(seconds=30))
-    assert run(store.replace(stored, claimed, now))
+    claim_now(api, cassandra, user, created)
 
     shown = api.reminders.GetReminder(
         pb.GetReminderRequest(id=created.id), metadata=api.as_user(user)
@@ -721,6 +759,52 @@ def test_a_delete_after_a_pause_took_a_claim_away_says_a_ring_may_be_in_flight(
     past_the_push = delete("deleted past the push")
 
     assert (soon, past_the_claim, past_the_push) == (True, True, False)
+
+
+def test_a_change_landing_while_a_ring_is_handed_off_says_that_ring_may_still_arrive(
+    api: Api, user: str, cassandra: CassandraConnection
+) -> None:
+    """DESIGN.md invariant 5: a change landing after the claim cannot recall the ring, and
+    the API says so. Only a delete did (`was_sending`): a pause answered a bare reminder,
+    STATE_PAUSED, with nothing to tell the user the phone may ring in a moment."""
+    md = api.as_user(user)
+    paused_one, edited_one, snoozed_one, quiet = (
+        create(api, user, weekly_monday_nine()) for _ in range(4)
+    )
+    api.clock.now = at("2026-10-26T13:00:00")  # the first Monday, 09:00 EDT: all due
+    for ringing in (paused_one, edited_one, snoozed_one):
+        claim_now(api, cassandra, user, ringing)
+
+    def pause(reminder: pb.Reminder) -> pb.Reminder:
+        return api.reminders.PauseReminder(pb.PauseReminderRequest(id=reminder.id), metadata=md)
+
+    paused = pause(paused_one)
+    edited = api.reminders.UpdateReminder(
+        pb.UpdateReminderRequest(
+            reminder=pb.Reminder(id=edited_one.id, version=1, text="call dad"),
+            update_mask=FieldMask(paths=["text"]),
+        ),
+        metadata=md,
+    )
+    snoozed = api.reminders.SnoozeReminder(
+        pb.SnoozeReminderRequest(id=snoozed_one.id, duration=Duration(seconds=600)), metadata=md
+    )
+    paused_quietly = pause(quiet)  # due too, but no dispatcher has claimed it
+
+    assert (paused.state, edited.state) == (pb.Reminder.STATE_PAUSED, pb.Reminder.STATE_SENDING)
+    answers = (paused, edited, snoozed, paused_quietly)
+    assert [answer.ring_in_flight for answer in answers] == [True, True, True, False]
+    # A pause retried (it changes nothing) says it too; a read never does.
+    assert pause(paused_one).ring_in_flight
+    got = api.reminders.GetReminder(pb.GetReminderRequest(id=paused_one.id), metadata=md)
+    listed = api.reminders.ListReminders(pb.ListRemindersRequest(), metadata=md).reminders
+    assert [got.ring_in_flight, *(r.ring_in_flight for r in listed)] == [False] * 5
+    deleted = api.reminders.DeleteReminder(pb.DeleteReminderRequest(id=edited_one.id), metadata=md)
+    assert deleted.was_sending == deleted.reminder.ring_in_flight is True
+    # Once the notifier can no longer push it (the claim's expiry and the push window):
+    api.clock.now += timedelta(seconds=30) + HANDOFF_WINDOW + timedelta(seconds=1)
+    resumed = api.reminders.ResumeReminder(pb.ResumeReminderRequest(id=paused_one.id), metadata=md)
+    assert (resumed.state, resumed.ring_in_flight) == (pb.Reminder.STATE_PENDING, False)
 
 
 def test_preview_schedule_lists_occurrences_without_storing(api: Api, user: str) -> None:

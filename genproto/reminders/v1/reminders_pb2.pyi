@@ -133,6 +133,7 @@ class Reminder(_message.Message):
     VERSION_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    RING_IN_FLIGHT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Output only. The reminder's id (a UUID)."""
     text: _builtins.str
@@ -147,6 +148,20 @@ class Reminder(_message.Message):
     between a read and an update never makes the update ABORTED. Output only, except on
     update (and optionally delete, pause, resume) where it is the version the caller
     last saw.
+    """
+    ring_in_flight: _builtins.bool
+    """Output only. Set in the answer to a change (UpdateReminder, SnoozeReminder,
+    PauseReminder, ResumeReminder; in DeleteReminder's, as `was_sending` is): true when a
+    ring handed off before the change landed may still reach the user's devices. The
+    reminder was STATE_SENDING, or a pause or a schedule edit took a ring's claim away
+    shortly before (until the notifier can no longer push that ring: the claim's expiry,
+    about 30 s, plus the ring's expiry, an hour by default). No change recalls that ring,
+    which goes out with the text it was handed off with: a pause, an edit or a delete
+    stops what would come after it. Tell the user it may still arrive. A change that
+    changes nothing (a pause of a paused reminder, a retry) says it too. Never stored:
+    false in every other answer (Get, List, Create). A field of the Reminder these
+    methods return (AIP-133, AIP-134), not a response message of their own, so that
+    clients built before it keep working unchanged.
     """
     @_builtins.property
     def schedule(self) -> Global___Schedule:
@@ -192,10 +207,11 @@ class Reminder(_message.Message):
         version: _builtins.int = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
         update_time: _timestamp_pb2.Timestamp | None = ...,
+        ring_in_flight: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "next_occurrence_time", b"next_occurrence_time", "next_ring_time", b"next_ring_time", "schedule", b"schedule", "snooze_until_time", b"snooze_until_time", "update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "id", b"id", "next_occurrence_time", b"next_occurrence_time", "next_ring_time", b"next_ring_time", "schedule", b"schedule", "snooze_until_time", b"snooze_until_time", "state", b"state", "text", b"text", "update_time", b"update_time", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "id", b"id", "next_occurrence_time", b"next_occurrence_time", "next_ring_time", b"next_ring_time", "ring_in_flight", b"ring_in_flight", "schedule", b"schedule", "snooze_until_time", b"snooze_until_time", "state", b"state", "text", b"text", "update_time", b"update_time", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -549,8 +565,9 @@ class SnoozeReminderRequest(_message.Message):
     id: _builtins.str
     """Required."""
     snooze_until_local_time: _builtins.str
-    """A local wall time in the reminder's zone (YYYY-MM-DDTHH:MM[:SS]). A time that
-    happens twice means the next of the two to come.
+    """A local wall time in the reminder's zone (YYYY-MM-DDTHH:MM[:SS]), 1 minute to 7
+    days from now, counted as for snooze_until_time. A time that happens twice means
+    the next of the two to come.
     """
     @_builtins.property
     def duration(self) -> _duration_pb2.Duration:
@@ -558,7 +575,10 @@ class SnoozeReminderRequest(_message.Message):
 
     @_builtins.property
     def snooze_until_time(self) -> _timestamp_pb2.Timestamp:
-        """An absolute instant, 1 minute to 7 days from now, in whole seconds."""
+        """An absolute instant, 1 minute to 7 days from now, in whole seconds. "Now" is the
+        current whole second: that second plus 60 s is a minute ahead, however far into
+        the second the request arrives.
+        """
 
     def __init__(
         self,

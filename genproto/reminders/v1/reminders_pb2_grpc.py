@@ -123,7 +123,8 @@ class RemindersServiceServicer:
         reminder's own schedule sent back unchanged (an edit of the whole reminder, mask "*")
         keeps its rings and its snooze; an update that changes nothing (the same text, the
         same schedule) answers the reminder as it is, at the same version. While SENDING, the
-        ring in flight cannot be recalled: it goes out with the old text.
+        ring in flight cannot be recalled: it goes out with the old text (the answer's
+        `ring_in_flight` says so).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -149,7 +150,8 @@ class RemindersServiceServicer:
 
     def PauseReminder(self, request, context):
         """Stops a reminder from ringing until it is resumed. Pausing a paused reminder changes
-        nothing (same version). While SENDING, the ring in flight cannot be recalled.
+        nothing (same version). While SENDING, the ring in flight cannot be recalled (the
+        answer's `ring_in_flight` says so).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -104,7 +104,8 @@ class RemindersServiceStub:
     reminder's own schedule sent back unchanged (an edit of the whole reminder, mask "*")
     keeps its rings and its snooze; an update that changes nothing (the same text, the
     same schedule) answers the reminder as it is, at the same version. While SENDING, the
-    ring in flight cannot be recalled: it goes out with the old text.
+    ring in flight cannot be recalled: it goes out with the old text (the answer's
+    `ring_in_flight` says so).
     """
     DeleteReminder: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.DeleteReminderRequest, _reminders_pb2.DeleteReminderResponse]
     """Deletes a reminder. If a ring was already handed off (`was_sending`), it cannot be
@@ -118,7 +119,8 @@ class RemindersServiceStub:
     """
     PauseReminder: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.PauseReminderRequest, _reminders_pb2.Reminder]
     """Stops a reminder from ringing until it is resumed. Pausing a paused reminder changes
-    nothing (same version). While SENDING, the ring in flight cannot be recalled.
+    nothing (same version). While SENDING, the ring in flight cannot be recalled (the
+    answer's `ring_in_flight` says so).
     """
     ResumeReminder: _grpc.UnaryUnaryMultiCallable[_reminders_pb2.ResumeReminderRequest, _reminders_pb2.Reminder]
     """Continues a paused repeat from its next occurrence after now (STATE_DONE when its
@@ -161,7 +163,8 @@ class RemindersServiceAsyncStub(RemindersServiceStub):
     reminder's own schedule sent back unchanged (an edit of the whole reminder, mask "*")
     keeps its rings and its snooze; an update that changes nothing (the same text, the
     same schedule) answers the reminder as it is, at the same version. While SENDING, the
-    ring in flight cannot be recalled: it goes out with the old text.
+    ring in flight cannot be recalled: it goes out with the old text (the answer's
+    `ring_in_flight` says so).
     """
     DeleteReminder: _aio.UnaryUnaryMultiCallable[_reminders_pb2.DeleteReminderRequest, _reminders_pb2.DeleteReminderResponse]  # type: ignore[assignment]
     """Deletes a reminder. If a ring was already handed off (`was_sending`), it cannot be
@@ -175,7 +178,8 @@ class RemindersServiceAsyncStub(RemindersServiceStub):
     """
     PauseReminder: _aio.UnaryUnaryMultiCallable[_reminders_pb2.PauseReminderRequest, _reminders_pb2.Reminder]  # type: ignore[assignment]
     """Stops a reminder from ringing until it is resumed. Pausing a paused reminder changes
-    nothing (same version). While SENDING, the ring in flight cannot be recalled.
+    nothing (same version). While SENDING, the ring in flight cannot be recalled (the
+    answer's `ring_in_flight` says so).
     """
     ResumeReminder: _aio.UnaryUnaryMultiCallable[_reminders_pb2.ResumeReminderRequest, _reminders_pb2.Reminder]  # type: ignore[assignment]
     """Continues a paused repeat from its next occurrence after now (STATE_DONE when its
@@ -239,7 +243,8 @@ class RemindersServiceServicer(metaclass=_abc_1.ABCMeta):
         reminder's own schedule sent back unchanged (an edit of the whole reminder, mask "*")
         keeps its rings and its snooze; an update that changes nothing (the same text, the
         same schedule) answers the reminder as it is, at the same version. While SENDING, the
-        ring in flight cannot be recalled: it goes out with the old text.
+        ring in flight cannot be recalled: it goes out with the old text (the answer's
+        `ring_in_flight` says so).
         """
 
     @_abc_1.abstractmethod
@@ -271,7 +276,8 @@ class RemindersServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_reminders_pb2.Reminder, _abc.Awaitable[_reminders_pb2.Reminder]]:
         """Stops a reminder from ringing until it is resumed. Pausing a paused reminder changes
-        nothing (same version). While SENDING, the ring in flight cannot be recalled.
+        nothing (same version). While SENDING, the ring in flight cannot be recalled (the
+        answer's `ring_in_flight` says so).
         """
 
     @_abc_1.abstractmethod
