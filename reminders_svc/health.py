@@ -1,8 +1,9 @@
 """The gRPC health services every process of the project serves, and what each means.
 
 - `""` (the server as a whole) and each RPC service's own name are **readiness**: SERVING
-  only while the process can do its work (Cassandra answers; for a dispatcher and an API
-  server, their clock agrees with the database's). Kubernetes' readinessProbe asks `""`.
+  only while the process can do its work (Cassandra answers, one failed probe between
+  answers forgiven; for a dispatcher and an API server, their clock agrees with the
+  database's). Kubernetes' readinessProbe asks `""`.
 - `LIVENESS_SERVICE` is the process itself: SERVING from its start until it stops, and
   answered by its event loop, so a wedged loop fails it. Kubernetes' livenessProbe asks
   it (`grpc: {port: ..., service: liveness}`): a process waiting out a database outage
@@ -29,6 +30,12 @@ log = logging.getLogger(__name__)
 LIVENESS_SERVICE = "liveness"
 # The cheapest query that proves a coordinator answers.
 PROBE_QUERY = "SELECT release_version FROM system.local"
+# Storage probes failing in a row before readiness goes off: one alone is as often a slow
+# or hung coordinator as an outage.
+FAILED_PROBES_TO_NOT_READY = 2
+# A storage probe's timeout is its interval, but never under this: the interval may be as
+# short as 0.1 s, and a timeout that short fails probes on any busy node.
+MIN_PROBE_TIMEOUT_S = 1.0
 
 # A storage probe of a process's own (its timeout in seconds): raises when Cassandra does
 # not answer; False when it answers but the process is not ready for another reason.
@@ -119,20 +126,41 @@ class ProcessHealth:
     async def follow_storage(
         self, session: Session, interval_s: float, probe: StorageProbe | None = None
     ) -> None:
-        """Ready while Cassandra answers a probe (`probe`, when given, which may also say
-        not ready), every `interval_s` until cancelled. The gauge shows storage answering."""
+        """Probe Cassandra (with `probe`, when given, which may also say not ready) every
+        `interval_s` until cancelled, each given `interval_s` (at least
+        `MIN_PROBE_TIMEOUT_S`) to answer.
+
+        Not ready once `FAILED_PROBES_TO_NOT_READY` probes in a row failed, ready again
+        on the first that answers: one probe timing out on a hung coordinator (a query
+        on `system.local` has no routing key, so it lands on any node) flipped a pod out
+        of rotation, and clients watching its health dropped and re-added it. A probe
+        that answers not ready (`probe` returning False: a clock off) is not ready at
+        once, its cause being known. The gauge shows each probe's own answer."""
+        timeout_s = max(interval_s, MIN_PROBE_TIMEOUT_S)
+        failed_in_a_row = 0
+        ready = False  # as start() left it
         while True:
             fine = True
             try:
                 if probe is None:
-                    await execute(session, PROBE_QUERY, timeout_s=interval_s)
+                    await execute(session, PROBE_QUERY, timeout_s=timeout_s)
                 else:
-                    fine = await probe(interval_s)
+                    fine = await probe(timeout_s)
                 answers = True
             except Exception as error:  # any driver error means "not answering"
-                log.warning("Cassandra health probe failed: %s", type(error).__name__)
                 answers = False
-            await self.set_ready(answers and fine, gauged=answers)
+                failed_in_a_row += 1
+                log.warning(
+                    "Cassandra health probe failed (%d in a row): %s",
+                    failed_in_a_row,
+                    type(error).__name__,
+                )
+            if answers:
+                failed_in_a_row = 0
+                ready = fine
+            elif failed_in_a_row >= FAILED_PROBES_TO_NOT_READY:
+                ready = False
+            await self.set_ready(ready, gauged=answers)
             await asyncio.sleep(interval_s)
 
     async def shut_down(self) -> None:
