@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from dispatcher.handoff import Outcome
+from reminders_svc.domain.dispatch import SkipReason
+from reminders_svc.runtime import export_from_start, process_registry
+
 # From the 1-second target to a catch-up of the bucket entries' whole default retention
 # (7 days): past the last bucket a quantile reads as that bucket, so a day-long outage
 # showed as 1 h late. 60 stays: the lateness objective's rules read it.
@@ -12,9 +16,15 @@ _LATENESS_BUCKETS = (
 )  # fmt: skip
 
 
+# The outcomes rings_total counts: a ring's final answer. A retryable one is counted in
+# notifier_errors_total, and the ring retried.
+_FINAL_OUTCOMES = tuple(outcome for outcome in Outcome if outcome is not Outcome.RETRYABLE)
+
+
 class DispatcherMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
+        """`registry`: where to export; by default, a process's own (the dispatcher's)."""
+        self.registry = registry or process_registry()
         r = self.registry
         self.claim_lateness = Histogram(
             "reminders_dispatch_claim_lateness_seconds",
@@ -138,3 +148,12 @@ class DispatcherMetrics:
         self.minutes_done = Counter(
             "reminders_dispatch_minutes_checkpointed_total", "Minutes checkpointed.", registry=r
         )
+        self.started = Gauge(
+            "reminders_dispatch_started",
+            "1 from this dispatcher's first tick on (it reached Cassandra and found its schema"
+            " current), 0 before: until then its clock_ready and notifier_reachable read 0"
+            " without having measured anything.",
+            registry=r,
+        )
+        export_from_start(self.rings, (outcome.value for outcome in _FINAL_OUTCOMES))
+        export_from_start(self.skips, (reason.value for reason in SkipReason))

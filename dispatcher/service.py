@@ -406,6 +406,7 @@ class Dispatcher:
         self._workers[lease.part] = (worker, task)
 
     def _report(self) -> None:
+        self.metrics.started.set(1)  # a first tick reported: the alerts may read its gauges
         now = self.clock.now()
         # Parts whose lease is known lost are not owned, though their worker still ends.
         self.metrics.parts_owned.set(sum(1 for w, _ in self._workers.values() if w.lease.held()))

@@ -43,7 +43,9 @@ class NotifierMetrics:
         )
         self.expired_in_queue = Counter(
             "notifier_expired_in_queue",
-            "Notifications dropped (answered rejected) because their expiry passed in the queue.",
+            "Notifications handed back (answered retry, their keys released) because their"
+            " expiry passed in the queue, before any device took them; counted in"
+            " notifier_handed_back_total as expired too.",
             ("priority",),
             registry=registry,
         )
@@ -87,7 +89,10 @@ class NotifierMetrics:
             "From a notification's due time to its successful push, by priority.",
             ("priority",),
             registry=registry,
-            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800),
+            # A push may go out up to PUSH_GIVE_UP_AFTER_S (1 h at most) after the later of
+            # its due and its first hand-off: 3600 and 7200 keep those in finite buckets
+            # (past the last one, a quantile reads as that bucket).
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800, 3600, 7200),
         )
         self.storage_up = Gauge(
             "notifier_storage_up",

@@ -1,24 +1,51 @@
-"""Process plumbing every long-running process of the project shares: the /metrics
-endpoint and running a server until SIGTERM / SIGINT."""
+"""Process plumbing every long-running process of the project shares: its metrics registry
+and /metrics endpoint, and running a server until SIGTERM / SIGINT."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
+from prometheus_client.metrics import MetricWrapperBase
 
 from reminders_svc.concurrency import unless_stopped
 from reminders_svc.config import bare_host
 
 log = logging.getLogger(__name__)
+
+
+def process_registry() -> CollectorRegistry:
+    """A process's own metrics registry, with the client's standard collectors: resident
+    memory, CPU, open file descriptors (process_*), garbage collection and the Python
+    version (python_*). A private registry has none of them by default."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    GCCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    return registry
+
+
+def export_from_start(metric: MetricWrapperBase, *label_values: Iterable[str]) -> None:
+    """Every combination of `label_values` (one iterable per label, in order) exported by
+    `metric` from the start: a series born at its first increment shows no rise to
+    rate() or increase(), so that increment, on every pod, went uncounted."""
+    for values in itertools.product(*label_values):
+        metric.labels(*values)
 
 
 class MetricsEndpoint:
@@ -85,23 +112,24 @@ SAME_STOP_S = 1.0
 
 def on_stop_signals(stop: Callable[[], None]) -> None:
     """`stop()` on the first SIGTERM or SIGINT; on a second, `SAME_STOP_S` or more later,
-    exit at once (130), as one pressing Ctrl-C again means: a graceful stop may take its
-    whole grace."""
+    exit at once (128 + that signal's number, as the shell reports a process it killed:
+    130 for SIGINT, 143 for SIGTERM), as one pressing Ctrl-C again means: a graceful stop
+    may take its whole grace."""
     loop = asyncio.get_running_loop()
     first_at: float | None = None
 
-    def on_signal() -> None:
+    def on_signal(signum: signal.Signals) -> None:
         nonlocal first_at
         if first_at is not None:
             if loop.time() - first_at < SAME_STOP_S:
                 return
             print("second signal: exiting without finishing the stop", file=sys.stderr)
-            os._exit(130)
+            os._exit(128 + signum)
         first_at = loop.time()
         stop()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal)
+        loop.add_signal_handler(signum, on_signal, signum)
 
 
 async def run_until_signal(server: Stoppable) -> None:

@@ -12,7 +12,6 @@ from contextlib import suppress
 import grpc.aio
 from cassandra.cluster import Session
 from grpc_health.v1 import health_pb2_grpc
-from prometheus_client import CollectorRegistry
 
 from genproto.notification.v1 import notification_pb2, notification_pb2_grpc
 from notifier.delivery.adapters import Clock, build_adapter, utc_now
@@ -36,6 +35,7 @@ from reminders_svc.runtime import (
     CannotServe,
     MetricsEndpoint,
     cancel_and_wait,
+    process_registry,
     run_until_signal,
     stop_unless_waited_out,
 )
@@ -103,7 +103,7 @@ class NotifierServer:
         self._migrate = migrate
         self.adapter = adapter or build_adapter(settings.adapter, settings.recording_capacity)
         self._clock = clock
-        self.registry = CollectorRegistry()
+        self.registry = process_registry()
         self._metrics = NotifierMetrics(self.registry)
         self._metrics.export_adapter(self.adapter.name)
         self._health = ProcessHealth(HEALTH_SERVICES, self._metrics.storage_up)

@@ -37,6 +37,8 @@ from reminders_svc.runtime import (
     CannotServe,
     MetricsEndpoint,
     cancel_and_wait,
+    export_from_start,
+    process_registry,
     run_until_signal,
     stop_unless_waited_out,
 )
@@ -65,6 +67,17 @@ DECLARED_METHODS = frozenset(
 )
 # "" is the server as a whole, which is what most probes (grpc_health_probe, k8s) ask.
 HEALTH_SERVICES = ("", REMINDERS_SERVICE, ADMIN_SERVICE)
+# The codes each declared method's call count exports from the start: success, every
+# server fault the error alert counts, and the commonest of the caller's.
+_CODES_EXPORTED_FROM_START = (
+    grpc.StatusCode.OK,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.UNKNOWN,
+)
 
 
 class Servicers(Protocol):
@@ -125,6 +138,11 @@ class ApiMetrics:
             " skew allowance; 0 while it is off by more (the server is then not ready), and"
             " until first measured, once storage answers (see reminders_api_storage_up).",
             registry=registry,
+        )
+        export_from_start(
+            self.requests,
+            sorted(DECLARED_METHODS),
+            (code.name for code in _CODES_EXPORTED_FROM_START),
         )
 
     @contextmanager
@@ -261,7 +279,7 @@ class ApiServer:
         self._cassandra = cassandra
         self._authenticator = authenticator
         self._servicer_factory = servicer_factory
-        self._registry = CollectorRegistry()
+        self._registry = process_registry()
         self._metrics = ApiMetrics(self._registry)
         self._health = ProcessHealth(HEALTH_SERVICES, self._metrics.storage_up)
         self._services = StorageBoundHandlers(authenticator)

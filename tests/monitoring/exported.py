@@ -1,6 +1,10 @@
 """The samples the code exports: the API's, the dispatcher's and the notifier's metrics,
 each made in a fresh registry of its own (no server started), with every labelled metric
-given one child so that its samples, and so its label names, show."""
+given one child so that its samples, and so its label names, show.
+
+Not the client's standard process_* and python_* metrics, which each process's registry
+adds too (reminders_svc.runtime.process_registry): they are prometheus_client's, not this
+code's, and neither the rules nor the dashboard need read them."""
 
 from __future__ import annotations
 

@@ -75,6 +75,9 @@ def test_health_and_metrics(notifier: Client, user: str) -> None:
     assert value("notifier_push_lateness_seconds_count", priority="urgent") >= 1
     assert value("notifier_storage_up") == 1
     assert not any(user in v for _, labels in samples for _, v in labels)
+    # The process's own: memory, CPU, descriptors, the runtime.
+    assert value("process_open_fds") > 0
+    assert ("process_resident_memory_bytes", frozenset()) in samples
 
 
 def test_every_count_is_exported_at_zero_before_its_first_event(notifier: Client) -> None:
