@@ -216,11 +216,17 @@ def test_a_dispatcher_started_before_its_schema_files_are_applied_waits_until_th
         stack.db.session.execute(
             "DELETE FROM schema_migrations WHERE version = %s", (migrations[-1].version,)
         )
-        health_port = free_port()
-        dispatcher = stack.start_dispatcher("early", REMINDERS_DISPATCH_PORT=str(health_port))
+        health_port, metrics_port = free_port(), free_port()
+        dispatcher = stack.start_dispatcher(
+            "early",
+            REMINDERS_DISPATCH_PORT=str(health_port),
+            REMINDERS_DISPATCH_METRICS_PORT=str(metrics_port),
+        )
         stack.wait_logged(dispatcher, "lacks schema files")
         assert dispatcher.poll() is None
         assert health_status(f"127.0.0.1:{health_port}") == NOT_SERVING
+        # Not started: its clock and notifier gauges read 0 unmeasured, and page nobody.
+        assert scrape(metrics_port)["reminders_dispatch_started"] == 0
 
         with connect(stack.settings, keyspace="") as connection:
             migrate(connection.session, stack.settings, migrations)
@@ -230,6 +236,7 @@ def test_a_dispatcher_started_before_its_schema_files_are_applied_waits_until_th
         user = f"u-{uuid.uuid4().hex[:8]}"
         created = stack.create_at(user, soon(3))
         assert len(stack.wait_for_pushes(1, user, created.id)) == 1
+        assert scrape(metrics_port)["reminders_dispatch_started"] == 1
         log = "".join(p.read_text() for p in stack.logs.glob("dispatch-early-*.log"))
         assert f"lacks schema files {migrations[-1].label}" in log
 
