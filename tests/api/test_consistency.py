@@ -754,7 +754,20 @@ def _active_rows(connection: CassandraConnection, user: str) -> list[uuid.UUID]:
     return [r.reminder_id for r in _rows(connection, user) if r.status != Status.DELETED.value]
 
 
-class _ReplayedWhileRefused(ReminderStore):
+class _CountReadLagsOnce(ReminderStore):
+    """While `count_lags`: the next plain read of the active count lags once (room, it
+    says), so a create at the cap records its request before the cap refuses it."""
+
+    count_lags = False
+
+    async def active_count(self, user_id: str, *, serial: bool = False) -> int | None:
+        if self.count_lags and not serial:
+            self.count_lags = False
+            return 0
+        return await super().active_count(user_id, serial=serial)
+
+
+class _ReplayedWhileRefused(_CountReadLagsOnce):
     """The original create, its first count read lagging (room, it says), records its
     request and is refused at the cap; about to take its record back, just then the user
     deletes a reminder and a replay of the create on another server finds the record, no
@@ -765,13 +778,7 @@ class _ReplayedWhileRefused(ReminderStore):
         self._other_server = other_server
         self._freed = freed
         self.replayed: Reminder | None = None
-        self._lagging = True
-
-    async def active_count(self, user_id: str, *, serial: bool = False) -> int | None:
-        if self._lagging and not serial:
-            self._lagging = False
-            return 0
-        return await super().active_count(user_id, serial=serial)
+        self.count_lags = True
 
     async def forget_create_request(self, user_id: str, request_id: str, record: Any) -> None:
         await self._other_server.delete(user_id, self._freed, None)
@@ -818,21 +825,13 @@ def test_a_create_refused_at_the_cap_is_answered_so_though_taking_its_record_bac
     assert _active_rows(cassandra, user) == [occupying.reminder_id]
 
 
-class _TakingBackOutlastsTheDeadline(ReminderStore):
-    """Once `armed`: the next plain count read lags (room, it says), so a create at the cap
-    records its request before the cap refuses it; taking that record back then takes
-    `deadline`, so the call's write deadline, begun before, fires meanwhile."""
+class _TakingBackOutlastsTheDeadline(_CountReadLagsOnce):
+    """Taking a refused create's record back takes `deadline`, so the call's write
+    deadline, begun before, fires meanwhile."""
 
     def __init__(self, session: Session, deadline: timedelta) -> None:
         super().__init__(session, Retention())
         self._deadline = deadline
-        self.armed = False
-
-    async def active_count(self, user_id: str, *, serial: bool = False) -> int | None:
-        if self.armed and not serial:
-            self.armed = False
-            return 0
-        return await super().active_count(user_id, serial=serial)
 
     async def forget_create_request(self, user_id: str, request_id: str, record: Any) -> None:
         await asyncio.sleep(self._deadline.total_seconds())
@@ -863,7 +862,7 @@ def test_a_create_refused_at_the_cap_is_answered_so_though_the_deadline_fires_me
     with running_api(migrated_settings, FakeClock(SEED_NOW), one_slot, build=build) as api:
         md = api.as_user(user)
         older = api.reminders.CreateReminder(_request("older"), metadata=md)
-        stores[0].armed = True
+        stores[0].count_lags = True
 
         refusal = error_info_of(lambda: api.reminders.CreateReminder(_request("r"), metadata=md))
 

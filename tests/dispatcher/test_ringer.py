@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -1130,22 +1130,18 @@ def test_a_claim_of_unknown_outcome_left_unsettled_does_not_hold_its_own_ring_ba
         nonlocal armed
         async with leased_part(own_keyspace, store_executor=claim) as part:
             reminder = await part.due_reminder("u-unsettled", _just_due())
-            read_serial = part.store.get_serial
-
-            async def settle_read_fails_once(user_id: str, reminder_id: uuid.UUID) -> Any:
-                if claim.injected == 1 and not settled_failed:
-                    settled_failed.append(True)
-                    raise ReadTimeout("injected: the read settling the claim")
-                return await read_serial(user_id, reminder_id)
-
-            settled_failed: list[bool] = []
-            part.store.get_serial = settle_read_fails_once  # type: ignore[method-assign]
+            settle_read = FailsOnce(
+                part.store.get_serial,
+                ReadTimeout("injected: the read settling the claim"),
+                armed=lambda: claim.injected == 1,
+            )
+            part.store.get_serial = settle_read  # type: ignore[method-assign]
             armed = True
             ring = part.ring(reminder)
             async with asyncio.timeout(12):
                 assert await ring
             assert claim.injected == 1
-            assert settled_failed == [True]
+            assert settle_read.failed
             assert len(set(part.notifier.accepted)) == 1  # one key, however often sent
             row = await part.row(reminder)
             assert (row.status, row.claim) == (Status.DONE, None)
@@ -1320,17 +1316,31 @@ def _purged_before_the_record(part: Part, session: Session) -> None:
     part.history.record = purged_first  # type: ignore[method-assign]
 
 
+class FailsOnce:
+    """An async method whose first call once `armed()` raises `error`; every other call
+    goes to `method` as it is."""
+
+    def __init__(
+        self,
+        method: Callable[..., Awaitable[Any]],
+        error: Exception,
+        armed: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self._method = method
+        self._error = error
+        self._armed = armed
+        self.failed = False
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.failed and self._armed():
+            self.failed = True
+            raise self._error
+        return await self._method(*args, **kwargs)
+
+
 def _forget_timing_out_once(part: Part) -> None:
-    forget = part.history.forget
-    failed: list[bool] = []
-
-    async def forget_once_failing(*args: Any) -> None:
-        if not failed:
-            failed.append(True)
-            raise OperationTimedOut("injected")
-        await forget(*args)
-
-    part.history.forget = forget_once_failing  # type: ignore[method-assign,assignment]
+    forget = FailsOnce(part.history.forget, OperationTimedOut("injected"))
+    part.history.forget = forget  # type: ignore[method-assign]
 
 
 # 0.9 s: within the clock bound (1 s), so such a dispatcher is ready and rings.
@@ -1416,22 +1426,12 @@ def test_a_ring_whose_record_fails_once_is_handed_off_once_and_recorded_as_answe
 
     async def scenario() -> None:
         async with leased_part(own_keyspace) as part:
-            record = part.history.record
-            failed: list[bool] = []
-
-            async def record_once_failing(
-                delivery: Delivery, *, written_at: datetime, keep_earlier: bool = False
-            ) -> None:
-                if not failed:
-                    failed.append(True)
-                    raise OperationTimedOut("injected")
-                await record(delivery, written_at=written_at, keep_earlier=keep_earlier)
-
-            part.history.record = record_once_failing  # type: ignore[method-assign]
+            record = FailsOnce(part.history.record, OperationTimedOut("injected"))
+            part.history.record = record  # type: ignore[method-assign]
             reminder = await part.due_reminder("u-recorded", _just_due())
             async with asyncio.timeout(20):
                 assert await part.ring(reminder)
-            assert failed == [True]
+            assert record.failed
             assert part.notifier.received == 1
             [delivery], _ = await part.history.list_page(
                 "u-recorded", reminder.reminder_id, None, 10
